@@ -1,0 +1,2 @@
+//! Capture verifier behind `urxe check`.
+#![forbid(unsafe_code)]

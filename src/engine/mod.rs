@@ -1,0 +1,2 @@
+//! Engine layer (sans-IO). See docs/DESIGN.md.
+#![forbid(unsafe_code)]

@@ -1,0 +1,13 @@
+//! urxe: a userspace soft-RoCE (RoCEv2) engine.
+//!
+//! Layers, each depending only on the ones before it (docs/DESIGN.md):
+//! - [`wire`]: zero-copy RoCEv2 headers, the opcode table, PSN arithmetic, ICRC. No I/O.
+//! - [`engine`]: the sans-IO transport engine (QPs, requester/responder/completer, MRs, CQs,
+//!   SRQs). No sockets, no clock, no threads: time is an argument.
+//! - [`transport`]: UDP 4791 sockets, the progress thread, batching, timers.
+//! - [`check`]: the capture verifier behind `urxe check`.
+
+pub mod check;
+pub mod engine;
+pub mod transport;
+pub mod wire;

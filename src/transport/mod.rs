@@ -1,0 +1,1 @@
+//! Transport layer: UDP sockets and the progress thread. See docs/DESIGN.md.
