@@ -1,0 +1,398 @@
+//! The RoCEv2 Invariant CRC (IBTA Vol 1 §7.8.1, C7-47..48; RoCEv2 annex A17.3.3).
+//!
+//! CRC-32 (the zlib one) over, in order: 8 bytes of 0xFF standing in for the LRH; the IP header
+//! with the variant fields (IPv4 TOS, TTL, header checksum; IPv6 traffic class, flow label, hop
+//! limit) set to all ones; the UDP header with its checksum set to 0xFFFF; the BTH with byte 4
+//! (FECN/BECN/resv) set to 0xFF; everything after the BTH up to the ICRC. Stored little-endian.
+//! The IPv4 Identification and flags are covered, which is why a sender must know its IP ID.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Bytes of ICRC at the end of every packet.
+pub const ICRC_LEN: usize = 4;
+/// UDP destination port of RoCEv2.
+pub const ROCEV2_PORT: u16 = 4791;
+/// IPv4 "don't fragment" in the flags/fragment-offset word.
+pub const IPV4_DF: u16 = 0x4000;
+
+const IPV4_HDR_LEN: usize = 20;
+const IPV6_HDR_LEN: usize = 40;
+const UDP_HDR_LEN: usize = 8;
+const BTH_LEN: usize = 12;
+
+/// The IP header fields the ICRC covers. TTL/TOS/checksum and their IPv6 counterparts are masked,
+/// so they are not here.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum IpFields {
+    V4 {
+        src: [u8; 4],
+        dst: [u8; 4],
+        /// IPv4 Identification.
+        id: u16,
+        /// Flags and fragment offset (`IPV4_DF` for what urxe and rxe send).
+        flags_frag: u16,
+    },
+    V6 {
+        src: [u8; 16],
+        dst: [u8; 16],
+    },
+}
+
+impl IpFields {
+    /// IPv4 as urxe's sockets send it: ID 0, DF set.
+    pub fn v4_df(src: Ipv4Addr, dst: Ipv4Addr) -> IpFields {
+        IpFields::V4 {
+            src: src.octets(),
+            dst: dst.octets(),
+            id: 0,
+            flags_frag: IPV4_DF,
+        }
+    }
+
+    pub fn v6(src: Ipv6Addr, dst: Ipv6Addr) -> IpFields {
+        IpFields::V6 {
+            src: src.octets(),
+            dst: dst.octets(),
+        }
+    }
+
+    /// The same fields with source and destination swapped (for replies in tests).
+    pub fn reversed(self) -> IpFields {
+        match self {
+            IpFields::V4 {
+                src,
+                dst,
+                id,
+                flags_frag,
+            } => IpFields::V4 {
+                src: dst,
+                dst: src,
+                id,
+                flags_frag,
+            },
+            IpFields::V6 { src, dst } => IpFields::V6 { src: dst, dst: src },
+        }
+    }
+}
+
+/// ICRC of a packet whose UDP payload (BTH up to, not including, the ICRC) is `bth_to_icrc`,
+/// carried in IP/UDP headers with the given covered fields and ports. The lengths in the
+/// pseudo-headers are derived from `bth_to_icrc.len()`.
+pub fn icrc(ip: &IpFields, udp_sport: u16, udp_dport: u16, bth_to_icrc: &[u8]) -> u32 {
+    let udp_len = (UDP_HDR_LEN + bth_to_icrc.len() + ICRC_LEN) as u16;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0xFF; 8]);
+    match ip {
+        IpFields::V4 {
+            src,
+            dst,
+            id,
+            flags_frag,
+        } => {
+            let total = IPV4_HDR_LEN as u16 + udp_len;
+            let mut hdr = [0u8; IPV4_HDR_LEN];
+            hdr[0] = 0x45;
+            hdr[1] = 0xFF; // TOS masked
+            hdr[2..4].copy_from_slice(&total.to_be_bytes());
+            hdr[4..6].copy_from_slice(&id.to_be_bytes());
+            hdr[6..8].copy_from_slice(&flags_frag.to_be_bytes());
+            hdr[8] = 0xFF; // TTL masked
+            hdr[9] = 17;
+            hdr[10] = 0xFF; // checksum masked
+            hdr[11] = 0xFF;
+            hdr[12..16].copy_from_slice(src);
+            hdr[16..20].copy_from_slice(dst);
+            h.update(&hdr);
+        }
+        IpFields::V6 { src, dst } => {
+            let mut hdr = [0u8; IPV6_HDR_LEN];
+            // version 6, traffic class and flow label masked to ones
+            hdr[0] = 0x6F;
+            hdr[1] = 0xFF;
+            hdr[2] = 0xFF;
+            hdr[3] = 0xFF;
+            hdr[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            hdr[6] = 17;
+            hdr[7] = 0xFF; // hop limit masked
+            hdr[8..24].copy_from_slice(src);
+            hdr[24..40].copy_from_slice(dst);
+            h.update(&hdr);
+        }
+    }
+    let mut udp = [0u8; UDP_HDR_LEN];
+    udp[0..2].copy_from_slice(&udp_sport.to_be_bytes());
+    udp[2..4].copy_from_slice(&udp_dport.to_be_bytes());
+    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    udp[6] = 0xFF;
+    udp[7] = 0xFF;
+    h.update(&udp);
+    update_after_udp(&mut h, bth_to_icrc);
+    h.finalize()
+}
+
+/// Feeds BTH (with byte 4 masked) and the rest. A too-short buffer is hashed as it is: the
+/// result then simply will not match, which is the right verdict for a truncated packet.
+fn update_after_udp(h: &mut crc32fast::Hasher, bth_to_icrc: &[u8]) {
+    if bth_to_icrc.len() >= BTH_LEN {
+        let mut bth = [0u8; BTH_LEN];
+        bth.copy_from_slice(&bth_to_icrc[..BTH_LEN]);
+        bth[4] = 0xFF;
+        h.update(&bth);
+        h.update(&bth_to_icrc[BTH_LEN..]);
+    } else {
+        h.update(bth_to_icrc);
+    }
+}
+
+/// Error from [`icrc_from_headers`]: the IP header bytes are not a usable IPv4/IPv6 header.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum IpHeaderError {
+    TooShort,
+    BadVersion(u8),
+}
+
+impl std::fmt::Display for IpHeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IpHeaderError::TooShort => f.write_str("IP header too short"),
+            IpHeaderError::BadVersion(v) => write!(f, "IP version {v} is neither 4 nor 6"),
+        }
+    }
+}
+
+impl std::error::Error for IpHeaderError {}
+
+/// ICRC over the header bytes exactly as captured (IPv4 options included, lengths as they are),
+/// with the variant fields masked. `udp_header` is the 8-byte UDP header; `bth_to_icrc` as in
+/// [`icrc`]. Used by the capture verifier, where the captured lengths are the truth.
+pub fn icrc_from_headers(
+    ip_header: &[u8],
+    udp_header: &[u8],
+    bth_to_icrc: &[u8],
+) -> Result<u32, IpHeaderError> {
+    if ip_header.is_empty() || udp_header.len() < UDP_HDR_LEN {
+        return Err(IpHeaderError::TooShort);
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&[0xFF; 8]);
+    match ip_header[0] >> 4 {
+        4 => {
+            if ip_header.len() < IPV4_HDR_LEN {
+                return Err(IpHeaderError::TooShort);
+            }
+            let mut fixed = [0u8; IPV4_HDR_LEN];
+            fixed.copy_from_slice(&ip_header[..IPV4_HDR_LEN]);
+            fixed[1] = 0xFF;
+            fixed[8] = 0xFF;
+            fixed[10] = 0xFF;
+            fixed[11] = 0xFF;
+            h.update(&fixed);
+            h.update(&ip_header[IPV4_HDR_LEN..]);
+        }
+        6 => {
+            if ip_header.len() < IPV6_HDR_LEN {
+                return Err(IpHeaderError::TooShort);
+            }
+            let mut fixed = [0u8; IPV6_HDR_LEN];
+            fixed.copy_from_slice(&ip_header[..IPV6_HDR_LEN]);
+            fixed[0] |= 0x0F;
+            fixed[1] = 0xFF;
+            fixed[2] = 0xFF;
+            fixed[3] = 0xFF;
+            fixed[7] = 0xFF;
+            h.update(&fixed);
+            h.update(&ip_header[IPV6_HDR_LEN..]);
+        }
+        v => return Err(IpHeaderError::BadVersion(v)),
+    }
+    let mut udp = [0u8; UDP_HDR_LEN];
+    udp.copy_from_slice(&udp_header[..UDP_HDR_LEN]);
+    udp[6] = 0xFF;
+    udp[7] = 0xFF;
+    h.update(&udp);
+    update_after_udp(&mut h, bth_to_icrc);
+    Ok(h.finalize())
+}
+
+/// Reads the ICRC stored at the end of a UDP payload (little-endian).
+pub fn stored_icrc(udp_payload: &[u8]) -> Option<u32> {
+    let n = udp_payload.len();
+    if n < ICRC_LEN {
+        return None;
+    }
+    let b = &udp_payload[n - ICRC_LEN..];
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Writes `value` as the ICRC of a packet whose ICRC occupies the last 4 bytes of `udp_payload`.
+pub fn store_icrc(udp_payload: &mut [u8], value: u32) {
+    let n = udp_payload.len();
+    udp_payload[n - ICRC_LEN..].copy_from_slice(&value.to_le_bytes());
+}
+
+#[cfg(test)]
+pub(crate) mod reference {
+    //! Slow bitwise CRC-32 (reflected 0xEDB88320, init and final XOR 0xFFFFFFFF), used to check
+    //! the table-driven crc32fast path and the masking.
+    pub fn crc32_bitwise(data: &[u8]) -> u32 {
+        let mut crc = 0xFFFF_FFFFu32;
+        for &b in data {
+            crc ^= b as u32;
+            for _ in 0..8 {
+                let lsb = crc & 1;
+                crc >>= 1;
+                if lsb != 0 {
+                    crc ^= 0xEDB8_8320;
+                }
+            }
+        }
+        !crc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reference::crc32_bitwise;
+    use super::*;
+
+    /// A captured rxe UD SEND ONLY (host_ud.pcap frame 2): IPv4 10.77.0.2 -> 10.77.0.1,
+    /// sport 57236. Bytes from the IP header on.
+    fn rxe_ud_frame() -> Vec<u8> {
+        let pcap = include_bytes!("../../tests/captures/host_ud.pcap");
+        // classic pcap: 24-byte global header, 16-byte record header per packet
+        let mut off = 24;
+        let mut frames = Vec::new();
+        while off + 16 <= pcap.len() {
+            let incl = u32::from_le_bytes(pcap[off + 8..off + 12].try_into().unwrap()) as usize;
+            frames.push(pcap[off + 16..off + 16 + incl].to_vec());
+            off += 16 + incl;
+        }
+        frames[1][14..].to_vec()
+    }
+
+    #[test]
+    fn bitwise_reference_matches_crc32fast() {
+        for data in [&b""[..], b"a", b"123456789", &[0xFFu8; 77][..]] {
+            assert_eq!(crc32_bitwise(data), crc32fast::hash(data));
+        }
+        assert_eq!(crc32_bitwise(b"123456789"), 0xCBF4_3926);
+    }
+
+    #[test]
+    fn captured_rxe_packet_verifies_both_ways() {
+        let f = rxe_ud_frame();
+        let ihl = ((f[0] & 0x0F) * 4) as usize;
+        let (ip, rest) = f.split_at(ihl);
+        let (udp, bth_on) = rest.split_at(8);
+        let body = &bth_on[..bth_on.len() - ICRC_LEN];
+        let stored = stored_icrc(bth_on).unwrap();
+        assert_eq!(icrc_from_headers(ip, udp, body).unwrap(), stored);
+        let fields = IpFields::V4 {
+            src: ip[12..16].try_into().unwrap(),
+            dst: ip[16..20].try_into().unwrap(),
+            id: u16::from_be_bytes([ip[4], ip[5]]),
+            flags_frag: u16::from_be_bytes([ip[6], ip[7]]),
+        };
+        let sport = u16::from_be_bytes([udp[0], udp[1]]);
+        assert_eq!(icrc(&fields, sport, ROCEV2_PORT, body), stored);
+    }
+
+    #[test]
+    fn masked_fields_do_not_change_icrc_and_covered_ones_do() {
+        let f = rxe_ud_frame();
+        let (ip, rest) = f.split_at(20);
+        let (udp, bth_on) = rest.split_at(8);
+        let body = &bth_on[..bth_on.len() - ICRC_LEN];
+        let base = icrc_from_headers(ip, udp, body).unwrap();
+        for masked in [1usize, 8, 10, 11] {
+            let mut ip2 = ip.to_vec();
+            ip2[masked] ^= 0x5A;
+            assert_eq!(
+                icrc_from_headers(&ip2, udp, body).unwrap(),
+                base,
+                "IPv4 byte {masked} is masked"
+            );
+        }
+        let mut udp2 = udp.to_vec();
+        udp2[6] ^= 0x12;
+        assert_eq!(
+            icrc_from_headers(ip, &udp2, body).unwrap(),
+            base,
+            "UDP checksum is masked"
+        );
+        let mut body2 = body.to_vec();
+        body2[4] ^= 0xC0;
+        assert_eq!(
+            icrc_from_headers(ip, udp, &body2).unwrap(),
+            base,
+            "BTH FECN/BECN byte is masked"
+        );
+        for covered in [0usize, 2, 4, 5, 6, 9, 12, 19] {
+            let mut ip2 = ip.to_vec();
+            ip2[covered] ^= 0x01;
+            assert_ne!(
+                icrc_from_headers(&ip2, udp, body).unwrap(),
+                base,
+                "IPv4 byte {covered} is covered"
+            );
+        }
+        for covered in 0..body.len() {
+            if covered == 4 {
+                continue;
+            }
+            let mut b2 = body.to_vec();
+            b2[covered] ^= 0x80;
+            assert_ne!(
+                icrc_from_headers(ip, udp, &b2).unwrap(),
+                base,
+                "byte {covered} after UDP is covered"
+            );
+        }
+    }
+
+    #[test]
+    fn icrc_equals_bitwise_crc_over_explicit_pseudo_packet_v6() {
+        let src = "fe80::1".parse::<Ipv6Addr>().unwrap();
+        let dst = "fe80::2".parse::<Ipv6Addr>().unwrap();
+        let body: Vec<u8> = (0u8..40).collect();
+        let mut buf = vec![0xFFu8; 8];
+        let udp_len = (8 + body.len() + 4) as u16;
+        buf.extend_from_slice(&[0x6F, 0xFF, 0xFF, 0xFF]);
+        buf.extend_from_slice(&udp_len.to_be_bytes());
+        buf.extend_from_slice(&[17, 0xFF]);
+        buf.extend_from_slice(&src.octets());
+        buf.extend_from_slice(&dst.octets());
+        buf.extend_from_slice(&0xC001u16.to_be_bytes());
+        buf.extend_from_slice(&ROCEV2_PORT.to_be_bytes());
+        buf.extend_from_slice(&udp_len.to_be_bytes());
+        buf.extend_from_slice(&[0xFF, 0xFF]);
+        let mut masked = body.clone();
+        masked[4] = 0xFF;
+        buf.extend_from_slice(&masked);
+        assert_eq!(
+            icrc(&IpFields::v6(src, dst), 0xC001, ROCEV2_PORT, &body),
+            crc32_bitwise(&buf)
+        );
+    }
+
+    #[test]
+    fn store_and_read_back_little_endian() {
+        let mut p = vec![0u8; 16];
+        store_icrc(&mut p, 0x1122_3344);
+        assert_eq!(&p[12..], &[0x44, 0x33, 0x22, 0x11]);
+        assert_eq!(stored_icrc(&p), Some(0x1122_3344));
+        assert_eq!(stored_icrc(&p[..3]), None);
+    }
+
+    #[test]
+    fn header_errors_are_reported() {
+        assert_eq!(
+            icrc_from_headers(&[0x45; 10], &[0; 8], &[]),
+            Err(IpHeaderError::TooShort)
+        );
+        assert_eq!(
+            icrc_from_headers(&[0x55; 20], &[0; 8], &[]),
+            Err(IpHeaderError::BadVersion(5))
+        );
+    }
+}
