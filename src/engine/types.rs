@@ -222,15 +222,9 @@ impl Mtu {
     /// Largest IB MTU that fits `netdev_mtu` minus the RoCEv2 overhead rxe reserves (80 bytes).
     pub fn for_netdev(netdev_mtu: u32) -> Option<Mtu> {
         let room = netdev_mtu.checked_sub(80)?;
-        [
-            Mtu::Mtu4096,
-            Mtu::Mtu2048,
-            Mtu::Mtu1024,
-            Mtu::Mtu512,
-            Mtu::Mtu256,
-        ]
-        .into_iter()
-        .find(|m| m.bytes() as u32 <= room)
+        [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512, Mtu::Mtu256]
+            .into_iter()
+            .find(|m| m.bytes() as u32 <= room)
     }
 }
 
@@ -388,39 +382,14 @@ pub struct MwBind {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum WrKind {
     Send,
-    SendWithImm {
-        imm_data: u32,
-    },
-    SendWithInv {
-        invalidate_rkey: u32,
-    },
-    RdmaWrite {
-        remote_addr: u64,
-        rkey: u32,
-    },
-    RdmaWriteWithImm {
-        remote_addr: u64,
-        rkey: u32,
-        imm_data: u32,
-    },
-    RdmaRead {
-        remote_addr: u64,
-        rkey: u32,
-    },
-    AtomicCmpSwp {
-        remote_addr: u64,
-        rkey: u32,
-        compare: u64,
-        swap: u64,
-    },
-    AtomicFetchAdd {
-        remote_addr: u64,
-        rkey: u32,
-        add: u64,
-    },
-    LocalInv {
-        invalidate_rkey: u32,
-    },
+    SendWithImm { imm_data: u32 },
+    SendWithInv { invalidate_rkey: u32 },
+    RdmaWrite { remote_addr: u64, rkey: u32 },
+    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm_data: u32 },
+    RdmaRead { remote_addr: u64, rkey: u32 },
+    AtomicCmpSwp { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
+    AtomicFetchAdd { remote_addr: u64, rkey: u32, add: u64 },
+    LocalInv { invalidate_rkey: u32 },
     BindMw(MwBind),
 }
 
@@ -747,10 +716,7 @@ impl fmt::Display for MemError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MemError::OutOfBounds { addr, len } => {
-                write!(
-                    f,
-                    "access of {len} bytes at {addr:#x} is outside host memory"
-                )
+                write!(f, "access of {len} bytes at {addr:#x} is outside host memory")
             }
             MemError::Misaligned { addr } => write!(f, "atomic at {addr:#x} is not 8-byte aligned"),
         }
@@ -807,9 +773,6 @@ mod tests {
         let m = QpAttrMask::STATE | QpAttrMask::AV;
         assert!(m.contains(QpAttrMask::STATE));
         assert_eq!(QpAttrMask(1 << 30).unknown_bits(), 1 << 30);
-        assert_eq!(
-            format!("{:?}", SendFlags::SIGNALED | SendFlags::INLINE),
-            "SendFlags(SIGNALED|INLINE)"
-        );
+        assert_eq!(format!("{:?}", SendFlags::SIGNALED | SendFlags::INLINE), "SendFlags(SIGNALED|INLINE)");
     }
 }

@@ -41,35 +41,17 @@ pub enum IpFields {
 impl IpFields {
     /// IPv4 as urxe's sockets send it: ID 0, DF set.
     pub fn v4_df(src: Ipv4Addr, dst: Ipv4Addr) -> IpFields {
-        IpFields::V4 {
-            src: src.octets(),
-            dst: dst.octets(),
-            id: 0,
-            flags_frag: IPV4_DF,
-        }
+        IpFields::V4 { src: src.octets(), dst: dst.octets(), id: 0, flags_frag: IPV4_DF }
     }
 
     pub fn v6(src: Ipv6Addr, dst: Ipv6Addr) -> IpFields {
-        IpFields::V6 {
-            src: src.octets(),
-            dst: dst.octets(),
-        }
+        IpFields::V6 { src: src.octets(), dst: dst.octets() }
     }
 
     /// The same fields with source and destination swapped (for replies in tests).
     pub fn reversed(self) -> IpFields {
         match self {
-            IpFields::V4 {
-                src,
-                dst,
-                id,
-                flags_frag,
-            } => IpFields::V4 {
-                src: dst,
-                dst: src,
-                id,
-                flags_frag,
-            },
+            IpFields::V4 { src, dst, id, flags_frag } => IpFields::V4 { src: dst, dst: src, id, flags_frag },
             IpFields::V6 { src, dst } => IpFields::V6 { src: dst, dst: src },
         }
     }
@@ -83,12 +65,7 @@ pub fn icrc(ip: &IpFields, udp_sport: u16, udp_dport: u16, bth_to_icrc: &[u8]) -
     let mut h = crc32fast::Hasher::new();
     h.update(&[0xFF; 8]);
     match ip {
-        IpFields::V4 {
-            src,
-            dst,
-            id,
-            flags_frag,
-        } => {
+        IpFields::V4 { src, dst, id, flags_frag } => {
             let total = IPV4_HDR_LEN as u16 + udp_len;
             let mut hdr = [0u8; IPV4_HDR_LEN];
             hdr[0] = 0x45;
@@ -165,11 +142,7 @@ impl std::error::Error for IpHeaderError {}
 /// ICRC over the header bytes exactly as captured (IPv4 options included, lengths as they are),
 /// with the variant fields masked. `udp_header` is the 8-byte UDP header; `bth_to_icrc` as in
 /// [`icrc`]. Used by the capture verifier, where the captured lengths are the truth.
-pub fn icrc_from_headers(
-    ip_header: &[u8],
-    udp_header: &[u8],
-    bth_to_icrc: &[u8],
-) -> Result<u32, IpHeaderError> {
+pub fn icrc_from_headers(ip_header: &[u8], udp_header: &[u8], bth_to_icrc: &[u8]) -> Result<u32, IpHeaderError> {
     if ip_header.is_empty() || udp_header.len() < UDP_HDR_LEN {
         return Err(IpHeaderError::TooShort);
     }
@@ -307,34 +280,18 @@ mod tests {
         for masked in [1usize, 8, 10, 11] {
             let mut ip2 = ip.to_vec();
             ip2[masked] ^= 0x5A;
-            assert_eq!(
-                icrc_from_headers(&ip2, udp, body).unwrap(),
-                base,
-                "IPv4 byte {masked} is masked"
-            );
+            assert_eq!(icrc_from_headers(&ip2, udp, body).unwrap(), base, "IPv4 byte {masked} is masked");
         }
         let mut udp2 = udp.to_vec();
         udp2[6] ^= 0x12;
-        assert_eq!(
-            icrc_from_headers(ip, &udp2, body).unwrap(),
-            base,
-            "UDP checksum is masked"
-        );
+        assert_eq!(icrc_from_headers(ip, &udp2, body).unwrap(), base, "UDP checksum is masked");
         let mut body2 = body.to_vec();
         body2[4] ^= 0xC0;
-        assert_eq!(
-            icrc_from_headers(ip, udp, &body2).unwrap(),
-            base,
-            "BTH FECN/BECN byte is masked"
-        );
+        assert_eq!(icrc_from_headers(ip, udp, &body2).unwrap(), base, "BTH FECN/BECN byte is masked");
         for covered in [0usize, 2, 4, 5, 6, 9, 12, 19] {
             let mut ip2 = ip.to_vec();
             ip2[covered] ^= 0x01;
-            assert_ne!(
-                icrc_from_headers(&ip2, udp, body).unwrap(),
-                base,
-                "IPv4 byte {covered} is covered"
-            );
+            assert_ne!(icrc_from_headers(&ip2, udp, body).unwrap(), base, "IPv4 byte {covered} is covered");
         }
         for covered in 0..body.len() {
             if covered == 4 {
@@ -342,11 +299,7 @@ mod tests {
             }
             let mut b2 = body.to_vec();
             b2[covered] ^= 0x80;
-            assert_ne!(
-                icrc_from_headers(ip, udp, &b2).unwrap(),
-                base,
-                "byte {covered} after UDP is covered"
-            );
+            assert_ne!(icrc_from_headers(ip, udp, &b2).unwrap(), base, "byte {covered} after UDP is covered");
         }
     }
 
@@ -369,10 +322,7 @@ mod tests {
         let mut masked = body.clone();
         masked[4] = 0xFF;
         buf.extend_from_slice(&masked);
-        assert_eq!(
-            icrc(&IpFields::v6(src, dst), 0xC001, ROCEV2_PORT, &body),
-            crc32_bitwise(&buf)
-        );
+        assert_eq!(icrc(&IpFields::v6(src, dst), 0xC001, ROCEV2_PORT, &body), crc32_bitwise(&buf));
     }
 
     #[test]
@@ -386,13 +336,7 @@ mod tests {
 
     #[test]
     fn header_errors_are_reported() {
-        assert_eq!(
-            icrc_from_headers(&[0x45; 10], &[0; 8], &[]),
-            Err(IpHeaderError::TooShort)
-        );
-        assert_eq!(
-            icrc_from_headers(&[0x55; 20], &[0; 8], &[]),
-            Err(IpHeaderError::BadVersion(5))
-        );
+        assert_eq!(icrc_from_headers(&[0x45; 10], &[0; 8], &[]), Err(IpHeaderError::TooShort));
+        assert_eq!(icrc_from_headers(&[0x55; 20], &[0; 8], &[]), Err(IpHeaderError::BadVersion(5)));
     }
 }
