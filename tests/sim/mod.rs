@@ -245,9 +245,22 @@ impl Net {
     }
 
     pub fn with_memory(n: usize, seed: u64, link: LinkCfg, mem: usize) -> Net {
+        Net::build(n, seed, link, mem, false)
+    }
+
+    /// Nodes addressed by IPv6 (`fd00::1`, `fd00::2`, ...).
+    pub fn new_v6(n: usize, seed: u64, link: LinkCfg) -> Net {
+        Net::build(n, seed, link, MEM_PER_NODE, true)
+    }
+
+    fn build(n: usize, seed: u64, link: LinkCfg, mem: usize, v6: bool) -> Net {
         let nodes = (0..n)
             .map(|i| {
-                let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
+                let addr = if v6 {
+                    IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 1))
+                } else {
+                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1))
+                };
                 let cfg = EngineConfig {
                     local_addr: addr,
                     max_mtu: Mtu::Mtu4096,
