@@ -1,5 +1,830 @@
-//! Engine layer (sans-IO). See docs/DESIGN.md.
+//! Engine layer (sans-IO): what rdma_rxe's req/resp/comp/qp/mr code does, as a state machine
+//! with no sockets, no clock and no threads. See docs/DESIGN.md and [`Engine`].
+//!
+//! Module map (named after rxe): `mr` (MR + MW, keys), `cq`, `srq` (receive rings), `qp`
+//! (state machine, transition table), `req` (requester), `resp` (responder), `comp`
+//! (completer), `timer`, `counters`. Memory is reached only through [`HostMemory`], after
+//! the checks in `mr`.
 #![forbid(unsafe_code)]
 
 pub mod types;
 pub use types::*;
+
+mod comp;
+pub mod counters;
+mod cq;
+pub mod fuzzing;
+mod mr;
+mod qp;
+mod req;
+mod resp;
+mod srq;
+mod timer;
+
+pub use counters::Counters;
+pub use timer::{ack_timeout_nanos, rnr_nanos};
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+
+use crate::wire;
+use crate::wire::icrc::{IpFields, ROCEV2_PORT};
+use crate::wire::opcode::{OpKind, Transport};
+use cq::{Cq, PushOutcome};
+use mr::{KeyTable, Mr};
+use qp::Qp;
+use srq::{RecvRing, Srq};
+use timer::TimerHeap;
+
+/// Largest UDP payload the engine emits: BTH + the largest header set + 4096 + pad + ICRC.
+/// A `poll_transmit` buffer at least this long always fits.
+pub const MAX_PACKET: usize = 12 + 28 + 8 + 16 + 4 + 4 + 4096 + 4;
+
+/// First QPN handed out (QP0/QP1 are the special QPs; rxe starts at 0x11).
+pub const FIRST_QPN: Qpn = 0x11;
+
+pub(crate) struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: VecDeque<u32>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        // Handle 0 is never valid.
+        Slab { items: vec![None], free: VecDeque::new() }
+    }
+    fn insert(&mut self, t: T, max: u32) -> Option<u32> {
+        if self.len() >= max as usize {
+            return None;
+        }
+        let id = match self.free.pop_front() {
+            Some(id) if self.free.len() > 16 => id,
+            Some(id) => {
+                self.free.push_front(id);
+                self.items.push(None);
+                (self.items.len() - 1) as u32
+            }
+            None => {
+                self.items.push(None);
+                (self.items.len() - 1) as u32
+            }
+        };
+        self.items[id as usize] = Some(t);
+        Some(id)
+    }
+    pub(crate) fn get(&self, id: u32) -> Option<&T> {
+        self.items.get(id as usize)?.as_ref()
+    }
+    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
+        self.items.get_mut(id as usize)?.as_mut()
+    }
+    fn remove(&mut self, id: u32) -> Option<T> {
+        let t = self.items.get_mut(id as usize)?.take()?;
+        self.free.push_back(id);
+        Some(t)
+    }
+    fn len(&self) -> usize {
+        self.items.len() - 1 - self.free.len()
+    }
+}
+
+pub(crate) struct Pd {
+    refs: u32,
+}
+
+pub(crate) struct Ah {
+    pd: PdId,
+    attr: AhAttr,
+    pub dst: IpAddr,
+}
+
+/// Everything but the QPs: what requester, responder and completer share.
+pub(crate) struct Shared<M> {
+    pub cfg: EngineConfig,
+    pub mem: M,
+    pub keys: KeyTable,
+    pub pds: Slab<Pd>,
+    pub cqs: Slab<Cq>,
+    pub srqs: Slab<Srq>,
+    pub ahs: Slab<Ah>,
+    pub events: VecDeque<Event>,
+    pub counters: Counters,
+}
+
+impl<M> Shared<M> {
+    /// Delivers a completion; `false` if the CQ overflowed.
+    pub fn push_wc(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
+        let Some(c) = self.cqs.get_mut(cq) else { return false };
+        match c.push(wc, solicited) {
+            PushOutcome::Stored { notify } => {
+                if notify {
+                    self.events.push_back(Event::Completion(cq));
+                }
+                true
+            }
+            PushOutcome::Overflow { first } => {
+                self.counters.cq_overflows += 1;
+                if first {
+                    self.async_event(AsyncEventType::CqErr, AsyncElement::Cq(cq));
+                }
+                false
+            }
+        }
+    }
+
+    pub fn async_event(&mut self, kind: AsyncEventType, element: AsyncElement) {
+        self.events.push_back(Event::Async(AsyncEvent { kind, element }));
+    }
+
+    /// IP fields the ICRC of a packet we send to `dst` covers (IPv4: ID 0 + DF, as the
+    /// transport's sockets send).
+    pub fn tx_ip(&self, dst: IpAddr) -> Option<IpFields> {
+        match (self.cfg.local_addr, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Some(IpFields::v4_df(s, d)),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Some(IpFields::v6(s, d)),
+            _ => None,
+        }
+    }
+}
+
+/// One RDMA device: PDs, MRs/MWs, CQs, SRQs, AHs and QPs, and the RC/UC/UD transport that
+/// runs between its QPs and their peers.
+///
+/// Sans-IO: the driver (transport or simulator) owns the sockets and the clock and calls, in
+/// a loop:
+///
+/// ```text
+/// loop {
+///     commands: create_*, modify_qp, post_send / post_recv / post_srq_recv, poll_cq, ...
+///     for each received datagram:      engine.handle_datagram(now, &dgram)
+///     if now >= engine.poll_timeout(): engine.handle_timeout(now)
+///     while let Some(tx) = engine.poll_transmit(now, &mut buf) { send buf[..tx.len] }
+///     while let Some(ev) = engine.poll_event() { deliver it }
+/// }
+/// ```
+///
+/// Every input is checked; nothing panics on any packet: protocol outcomes are NAKs,
+/// completions, events and [`Counters`].
+pub struct Engine<M: HostMemory> {
+    sh: Shared<M>,
+    qps: Vec<Option<Box<Qp>>>,
+    free_qpns: VecDeque<Qpn>,
+    nqps: u32,
+    txq: VecDeque<Qpn>,
+    timers: TimerHeap,
+}
+
+impl<M: HostMemory> Engine<M> {
+    pub fn new(cfg: EngineConfig, mem: M) -> Engine<M> {
+        let max_mr = cfg.limits.max_mr.saturating_add(cfg.limits.max_mw);
+        Engine {
+            sh: Shared {
+                keys: KeyTable::new(max_mr),
+                cfg,
+                mem,
+                pds: Slab::new(),
+                cqs: Slab::new(),
+                srqs: Slab::new(),
+                ahs: Slab::new(),
+                events: VecDeque::new(),
+                counters: Counters::default(),
+            },
+            qps: Vec::new(),
+            free_qpns: VecDeque::new(),
+            nqps: 0,
+            txq: VecDeque::new(),
+            timers: TimerHeap::default(),
+        }
+    }
+
+    // ---- getters ---------------------------------------------------------------------
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.sh.cfg
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.sh.counters
+    }
+    /// The host memory the engine reaches (tests inspect it).
+    pub fn memory(&self) -> &M {
+        &self.sh.mem
+    }
+
+    fn qp(&self, qpn: Qpn) -> Result<&Qp, Error> {
+        self.qps.get(qpn as usize).and_then(|q| q.as_deref()).ok_or(Error::NotFound)
+    }
+
+    // ---- commands: PD, MR, MW, AH ----------------------------------------------------
+
+    pub fn alloc_pd(&mut self) -> Result<PdId, Error> {
+        self.sh.pds.insert(Pd { refs: 0 }, self.sh.cfg.limits.max_pd).ok_or(Error::NoMemory)
+    }
+
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), Error> {
+        let p = self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+        if p.refs != 0 {
+            return Err(Error::Busy);
+        }
+        self.sh.pds.remove(pd);
+        Ok(())
+    }
+
+    fn pd_ref(&mut self, pd: PdId, delta: i32) {
+        if let Some(p) = self.sh.pds.get_mut(pd) {
+            p.refs = p.refs.saturating_add_signed(delta);
+        }
+    }
+
+    /// Registers `len` bytes at host address `addr`, addressed by SGEs and peers at `iova`
+    /// (0 with ZERO_BASED).
+    pub fn reg_mr(&mut self, pd: PdId, addr: u64, len: u64, iova: u64, access: AccessFlags) -> Result<MrHandle, Error> {
+        self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+        if access.unknown_bits() != 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
+            return Err(Error::Invalid);
+        }
+        // IBTA C10-?: remote write or atomic requires local write.
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::Invalid);
+        }
+        let iova = if access.contains(AccessFlags::ZERO_BASED) { 0 } else { iova };
+        if iova.checked_add(len).is_none() {
+            return Err(Error::Invalid);
+        }
+        if self.sh.keys.count() as u32 >= self.sh.cfg.limits.max_mr {
+            return Err(Error::NoMemory);
+        }
+        let mr = Mr { pd, addr, len, iova, access, valid: true, bound_mws: 0 };
+        let (id, key) = self.sh.keys.add_mr(mr).ok_or(Error::NoMemory)?;
+        self.pd_ref(pd, 1);
+        Ok(MrHandle { id, lkey: key, rkey: key })
+    }
+
+    pub fn dereg_mr(&mut self, mr: MrId) -> Result<(), Error> {
+        let m = *self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
+        if m.bound_mws != 0 {
+            return Err(Error::Busy);
+        }
+        self.sh.keys.remove(mr);
+        self.pd_ref(m.pd, -1);
+        Ok(())
+    }
+
+    /// Allocates a memory window; returns its handle and initial rkey.
+    pub fn alloc_mw(&mut self, pd: PdId, ty: MwType) -> Result<(MwId, u32), Error> {
+        self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+        let r = self.sh.keys.add_mw(pd, ty).ok_or(Error::NoMemory)?;
+        self.pd_ref(pd, 1);
+        Ok(r)
+    }
+
+    pub fn dealloc_mw(&mut self, mw: MwId) -> Result<(), Error> {
+        let w = *self.sh.keys.mw(mw).ok_or(Error::NotFound)?;
+        if let Some(b) = w.bound {
+            if let Some(m) = self.sh.keys.mr_mut(b.mr) {
+                m.bound_mws = m.bound_mws.saturating_sub(1);
+            }
+        }
+        self.sh.keys.remove(mw);
+        self.pd_ref(w.pd, -1);
+        Ok(())
+    }
+
+    /// `ibv_bind_mw` for a type 1 window: posts a BIND_MW work request on `qpn` with the
+    /// window's next rkey and returns that rkey (the bind takes effect, and completes, in
+    /// send-queue order).
+    pub fn bind_mw(&mut self, now: Nanos, qpn: Qpn, wr_id: u64, flags: SendFlags, bind: &MwBind) -> Result<u32, Error> {
+        let w = *self.sh.keys.mw(bind.mw).ok_or(Error::NotFound)?;
+        if w.ty != MwType::Type1 {
+            return Err(Error::Invalid);
+        }
+        let rkey = (w.rkey & !0xFF) | (w.rkey.wrapping_add(1) & 0xFF);
+        let b = MwBind { rkey, ..*bind };
+        self.post_send(now, qpn, &SendWr { wr_id, kind: WrKind::BindMw(b), flags, sg_list: &[], ud: None })?;
+        Ok(rkey)
+    }
+
+    pub fn create_ah(&mut self, pd: PdId, attr: &AhAttr) -> Result<AhId, Error> {
+        self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+        if !attr.is_global {
+            return Err(Error::Invalid);
+        }
+        let dst = qp::gid_to_ip(attr.grh.dgid);
+        let id = self.sh.ahs.insert(Ah { pd, attr: *attr, dst }, self.sh.cfg.limits.max_ah).ok_or(Error::NoMemory)?;
+        self.pd_ref(pd, 1);
+        Ok(id)
+    }
+
+    pub fn query_ah(&self, ah: AhId) -> Result<AhAttr, Error> {
+        self.sh.ahs.get(ah).map(|a| a.attr).ok_or(Error::NotFound)
+    }
+
+    pub fn destroy_ah(&mut self, ah: AhId) -> Result<(), Error> {
+        let a = self.sh.ahs.remove(ah).ok_or(Error::NotFound)?;
+        self.pd_ref(a.pd, -1);
+        Ok(())
+    }
+
+    // ---- commands: CQ, SRQ -------------------------------------------------------------
+
+    /// Creates a CQ of at least `cqe` entries; returns its handle and actual size.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<(CqId, u32), Error> {
+        if cqe == 0 || cqe > self.sh.cfg.limits.max_cqe {
+            return Err(Error::Invalid);
+        }
+        let id = self.sh.cqs.insert(Cq::new(cqe as usize), self.sh.cfg.limits.max_cq).ok_or(Error::NoMemory)?;
+        Ok((id, cqe))
+    }
+
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), Error> {
+        let c = self.sh.cqs.get(cq).ok_or(Error::NotFound)?;
+        if c.refs != 0 {
+            return Err(Error::Busy);
+        }
+        self.sh.cqs.remove(cq);
+        Ok(())
+    }
+
+    /// Moves up to `out.len()` completions into `out`, oldest first.
+    pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize, Error> {
+        Ok(self.sh.cqs.get_mut(cq).ok_or(Error::NotFound)?.poll(out))
+    }
+
+    /// Arms the CQ: the next completion (or next solicited/error one) raises
+    /// `Event::Completion` once.
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<(), Error> {
+        self.sh.cqs.get_mut(cq).ok_or(Error::NotFound)?.armed = Some(solicited_only);
+        Ok(())
+    }
+
+    pub fn create_srq(&mut self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr), Error> {
+        self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+        let l = &self.sh.cfg.limits;
+        if attr.max_wr == 0
+            || attr.max_wr > l.max_srq_wr
+            || attr.max_sge > l.max_srq_sge
+            || attr.srq_limit > attr.max_wr
+        {
+            return Err(Error::Invalid);
+        }
+        let srq = Srq { pd, ring: RecvRing::new(attr.max_wr, attr.max_sge.max(1)), limit: attr.srq_limit, refs: 0 };
+        let got = srq.attr();
+        let id = self.sh.srqs.insert(srq, l.max_srq).ok_or(Error::NoMemory)?;
+        self.pd_ref(pd, 1);
+        Ok((id, got))
+    }
+
+    /// `ibv_modify_srq`: MAX_WR grows the queue (shrinking is EINVAL), LIMIT arms the limit
+    /// event.
+    pub fn modify_srq(&mut self, srq: SrqId, attr: &SrqAttr, mask: SrqAttrMask) -> Result<(), Error> {
+        let max = self.sh.cfg.limits.max_srq_wr;
+        let s = self.sh.srqs.get_mut(srq).ok_or(Error::NotFound)?;
+        if mask.unknown_bits() != 0 {
+            return Err(Error::Invalid);
+        }
+        if mask.contains(SrqAttrMask::MAX_WR) && (attr.max_wr < s.ring.cap || attr.max_wr > max) {
+            return Err(Error::Invalid);
+        }
+        let cap = if mask.contains(SrqAttrMask::MAX_WR) { attr.max_wr } else { s.ring.cap };
+        if mask.contains(SrqAttrMask::LIMIT) && attr.srq_limit > cap {
+            return Err(Error::Invalid);
+        }
+        if mask.contains(SrqAttrMask::MAX_WR) {
+            s.ring.grow(attr.max_wr);
+        }
+        if mask.contains(SrqAttrMask::LIMIT) {
+            s.limit = attr.srq_limit;
+        }
+        Ok(())
+    }
+
+    pub fn query_srq(&self, srq: SrqId) -> Result<SrqAttr, Error> {
+        self.sh.srqs.get(srq).map(|s| s.attr()).ok_or(Error::NotFound)
+    }
+
+    pub fn destroy_srq(&mut self, srq: SrqId) -> Result<(), Error> {
+        let s = self.sh.srqs.get(srq).ok_or(Error::NotFound)?;
+        if s.refs != 0 {
+            return Err(Error::Busy);
+        }
+        let pd = s.pd;
+        self.sh.srqs.remove(srq);
+        self.pd_ref(pd, -1);
+        Ok(())
+    }
+
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let s = self.sh.srqs.get_mut(srq).ok_or(Error::NotFound)?;
+        if wr.sg_list.len() > s.ring.max_sge as usize {
+            return Err(Error::Invalid);
+        }
+        if !s.ring.push(wr) {
+            return Err(Error::NoMemory);
+        }
+        Ok(())
+    }
+
+    // ---- commands: QP ------------------------------------------------------------------
+
+    pub fn create_qp(&mut self, init: &QpInitAttr) -> Result<(Qpn, QpCap), Error> {
+        let l = self.sh.cfg.limits;
+        self.sh.pds.get(init.pd).ok_or(Error::NotFound)?;
+        self.sh.cqs.get(init.send_cq).ok_or(Error::NotFound)?;
+        self.sh.cqs.get(init.recv_cq).ok_or(Error::NotFound)?;
+        if let Some(s) = init.srq {
+            self.sh.srqs.get(s).ok_or(Error::NotFound)?;
+        }
+        let c = init.cap;
+        if c.max_send_wr > l.max_qp_wr
+            || c.max_recv_wr > l.max_qp_wr
+            || c.max_send_sge > l.max_sge
+            || c.max_recv_sge > l.max_sge
+            || c.max_inline_data > l.max_inline_data
+        {
+            return Err(Error::Invalid);
+        }
+        if self.nqps >= l.max_qp {
+            return Err(Error::NoMemory);
+        }
+        let cap = QpCap {
+            max_send_wr: c.max_send_wr.max(1),
+            max_recv_wr: if init.srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
+            max_send_sge: c.max_send_sge.max(1),
+            max_recv_sge: if init.srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
+            max_inline_data: c.max_inline_data,
+        };
+        let qpn = match self.free_qpns.pop_front() {
+            // Reuse a QPN only once many are free, so stray packets for a destroyed QP do not
+            // reach its successor soon.
+            Some(q) if self.free_qpns.len() > 256 => q,
+            other => {
+                if let Some(q) = other {
+                    self.free_qpns.push_front(q);
+                }
+                let q = (self.qps.len() as u32).max(FIRST_QPN);
+                if q > 0xFF_FFFF {
+                    return Err(Error::NoMemory);
+                }
+                q
+            }
+        };
+        if self.qps.len() <= qpn as usize {
+            self.qps.resize_with(qpn as usize + 1, || None);
+        }
+        let max_sge = l.max_sge.max(l.max_srq_sge);
+        self.qps[qpn as usize] = Some(Box::new(Qp::new(qpn, init, cap, max_sge)));
+        self.nqps += 1;
+        self.pd_ref(init.pd, 1);
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.sh.cqs.get_mut(cq) {
+                c.refs += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.sh.srqs.get_mut(s)) {
+            s.refs += 1;
+        }
+        Ok((qpn, cap))
+    }
+
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
+        self.qp(qpn)?;
+        let q = self.qps[qpn as usize].take().ok_or(Error::NotFound)?;
+        self.nqps -= 1;
+        self.free_qpns.push_back(qpn);
+        self.pd_ref(q.pd, -1);
+        for cq in [q.send_cq, q.recv_cq] {
+            if let Some(c) = self.sh.cqs.get_mut(cq) {
+                c.refs = c.refs.saturating_sub(1);
+            }
+        }
+        if let Some(s) = q.srq.and_then(|s| self.sh.srqs.get_mut(s)) {
+            s.refs = s.refs.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// `ibv_modify_qp`: checked against the IBTA transition table (required and optional
+    /// attributes per transition and QP type); anything else is EINVAL and changes nothing.
+    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
+        let limits = self.sh.cfg.limits;
+        let max_mtu = self.sh.cfg.max_mtu;
+        let q = self.qp(qpn)?;
+        let to = qp::check_modify(q.state, q.ty, attr, mask, &limits, max_mtu)?;
+        if mask.contains(QpAttrMask::AV) {
+            let ip = qp::gid_to_ip(attr.ah_attr.grh.dgid);
+            if self.sh.tx_ip(ip).is_none() {
+                return Err(Error::Invalid);
+            }
+        }
+        let mut q = self.qps[qpn as usize].take().ok_or(Error::NotFound)?;
+        let from = q.state;
+        apply_attrs(&mut q, attr, mask);
+        if mask.contains(QpAttrMask::PATH_MIG_STATE) && attr.path_mig_state != MigState::Migrated {
+            // Automatic path migration is not supported: report it rather than pretend.
+            self.sh.async_event(AsyncEventType::PathMigErr, AsyncElement::Qp(qpn));
+        }
+        match to {
+            QpState::Reset => {
+                q.reset();
+                q.state = QpState::Reset;
+            }
+            QpState::Err => comp::enter_error(&mut q, &mut self.sh),
+            QpState::Rtr if from == QpState::Init => {
+                q.size_responder();
+                q.resp.epsn = wire::Psn::new(q.attr.rq_psn);
+                q.mtu = match q.ty {
+                    QpType::Ud => max_mtu.bytes() as u32,
+                    _ => q.attr.path_mtu.unwrap_or(Mtu::Mtu256).min(max_mtu).bytes() as u32,
+                };
+                if q.ty == QpType::Ud {
+                    q.sport = qp::ud_source_port(qpn);
+                } else {
+                    q.dest = Some(qp::gid_to_ip(q.attr.ah_attr.grh.dgid));
+                    q.sport = qp::rc_source_port(qpn, q.attr.dest_qp_num);
+                }
+                q.state = QpState::Rtr;
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                let psn = wire::Psn::new(q.attr.sq_psn);
+                q.req = qp::ReqState {
+                    psn,
+                    high_psn: psn,
+                    unacked: psn,
+                    retry_left: q.attr.retry_cnt,
+                    rnr_left: q.attr.rnr_retry,
+                    ..qp::ReqState::default()
+                };
+                q.state = QpState::Rts;
+            }
+            QpState::Sqd => {
+                q.req.sqd_notify = from == QpState::Rts && q.attr.en_sqd_async_notify;
+                q.state = QpState::Sqd;
+            }
+            s => q.state = s,
+        }
+        if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && from == QpState::Sqd {
+            q.size_responder();
+        }
+        self.qps[qpn as usize] = Some(q);
+        self.touch(qpn);
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: the attributes as set, the current state and the granted caps.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), Error> {
+        let q = self.qp(qpn)?;
+        let mut a = q.attr;
+        a.qp_state = q.state;
+        a.cur_qp_state = q.state;
+        a.cap = q.cap;
+        a.sq_draining = q.state == QpState::Sqd && !q.sq.wqes.is_empty();
+        let init = QpInitAttr {
+            pd: q.pd,
+            qp_type: q.ty,
+            send_cq: q.send_cq,
+            recv_cq: q.recv_cq,
+            srq: q.srq,
+            cap: q.cap,
+            sq_sig_all: q.sq_sig_all,
+        };
+        Ok((a, init))
+    }
+
+    /// Posts one send WR. Checked now (opcode vs QP type, SGE count, inline size, UD
+    /// length); lkeys are checked when the data is read. In ERR the WR completes at once with
+    /// IBV_WC_WR_FLUSH_ERR.
+    pub fn post_send(&mut self, now: Nanos, qpn: Qpn, wr: &SendWr<'_>) -> Result<(), Error> {
+        let _ = now;
+        let limits = self.sh.cfg.limits;
+        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return Err(Error::NotFound) };
+        req::post(q, &mut self.sh, wr, &limits)?;
+        self.touch(qpn);
+        Ok(())
+    }
+
+    pub fn post_recv(&mut self, qpn: Qpn, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return Err(Error::NotFound) };
+        if q.state == QpState::Reset {
+            return Err(Error::BadState);
+        }
+        let Some(rq) = q.rq.as_mut() else { return Err(Error::Invalid) };
+        if wr.sg_list.len() > rq.max_sge as usize {
+            return Err(Error::Invalid);
+        }
+        if !rq.push(wr) {
+            return Err(Error::NoMemory);
+        }
+        if q.state == QpState::Err {
+            comp::flush_recv(q, &mut self.sh);
+        }
+        Ok(())
+    }
+
+    // ---- inputs ------------------------------------------------------------------------
+
+    /// One received UDP datagram. Parsed, ICRC-checked and dispatched to the responder
+    /// (requests) or completer (responses) of its QP; dropped and counted otherwise.
+    pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
+        let c = &mut self.sh.counters;
+        c.rcvd_pkts += 1;
+        let p = match wire::parse(d.payload) {
+            Ok(p) => p,
+            Err(wire::WireError::UnknownOpcode(_) | wire::WireError::Unsupported(_) | wire::WireError::BadTver(_)) => {
+                c.opcode_errors += 1;
+                return;
+            }
+            Err(_) => {
+                c.length_errors += 1;
+                return;
+            }
+        };
+        let covered = p.icrc_covered(d.payload);
+        match d.icrc {
+            IcrcCheck::Full(ip) => {
+                if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
+                    c.icrc_errors += 1;
+                    return;
+                }
+            }
+            IcrcCheck::V4NoId { src, dst } => {
+                let ip = IpFields::v4_df(src.into(), dst.into());
+                if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
+                    c.icrc_unverified += 1;
+                }
+            }
+        }
+        let qpn = p.headers.bth.dest_qp;
+        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else {
+            c.unknown_qp += 1;
+            return;
+        };
+        let ok_transport = matches!(
+            (p.info.transport, q.ty),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        if !ok_transport {
+            c.opcode_errors += 1;
+            return;
+        }
+        if q.ty != QpType::Ud && q.dest.is_some_and(|a| a != d.src) {
+            c.unknown_qp += 1;
+            return;
+        }
+        match p.info.kind {
+            OpKind::Ack | OpKind::AtomicAck | OpKind::ReadResponse => {
+                comp::handle_response(q, &mut self.sh, now, &p);
+            }
+            _ if p.info.request => resp::handle_request(q, &mut self.sh, d, &p),
+            _ => c.opcode_errors += 1,
+        }
+        self.touch(qpn);
+    }
+
+    /// Runs every timer due at `now` (local ACK timeouts, RNR waits).
+    pub fn handle_timeout(&mut self, now: Nanos) {
+        while let Some((at, qpn)) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { continue };
+            if q.heap_at != Some(at) {
+                continue;
+            }
+            q.heap_at = None;
+            comp::on_timeout(q, &mut self.sh, now);
+            self.touch(qpn);
+        }
+    }
+
+    // ---- outputs -----------------------------------------------------------------------
+
+    /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes). QPs take
+    /// turns, so a long message does not starve the others; call until `None`.
+    pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if buf.len() < MAX_PACKET {
+            return None;
+        }
+        while let Some(qpn) = self.txq.pop_front() {
+            let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { continue };
+            match req::poll_transmit(q, &mut self.sh, now, buf) {
+                Some(t) => {
+                    self.sh.counters.sent_pkts += 1;
+                    self.txq.push_back(qpn);
+                    self.arm_timer(qpn);
+                    return Some(t);
+                }
+                None => {
+                    q.in_txq = false;
+                    self.arm_timer(qpn);
+                }
+            }
+        }
+        None
+    }
+
+    /// The earliest deadline at which `handle_timeout` has work (maybe spuriously early).
+    pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        while let Some((at, qpn)) = self.timers.peek() {
+            match self.qps.get(qpn as usize).and_then(|q| q.as_deref()) {
+                Some(q) if q.heap_at == Some(at) => return Some(at),
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        None
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.sh.events.pop_front()
+    }
+
+    // ---- scheduling --------------------------------------------------------------------
+
+    /// After anything happened to a QP: queue it for transmission and (re)arm its timer.
+    fn touch(&mut self, qpn: Qpn) {
+        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return };
+        if !q.in_txq && req::may_transmit(q) {
+            q.in_txq = true;
+            self.txq.push_back(qpn);
+        }
+        self.arm_timer(qpn);
+    }
+
+    fn arm_timer(&mut self, qpn: Qpn) {
+        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return };
+        if let Some(due) = q.timer_due() {
+            if q.heap_at.is_none_or(|h| due < h) {
+                q.heap_at = Some(due);
+                self.timers.push(due, qpn);
+            }
+        }
+    }
+}
+
+fn apply_attrs(q: &mut Qp, a: &QpAttr, mask: QpAttrMask) {
+    use QpAttrMask as A;
+    let t = &mut q.attr;
+    let m = |f| mask.contains(f);
+    if m(A::EN_SQD_ASYNC_NOTIFY) {
+        t.en_sqd_async_notify = a.en_sqd_async_notify;
+    }
+    if m(A::ACCESS_FLAGS) {
+        t.qp_access_flags = a.qp_access_flags;
+    }
+    if m(A::PKEY_INDEX) {
+        t.pkey_index = a.pkey_index;
+    }
+    if m(A::PORT) {
+        t.port_num = a.port_num;
+    }
+    if m(A::QKEY) {
+        t.qkey = a.qkey;
+    }
+    if m(A::AV) {
+        t.ah_attr = a.ah_attr;
+    }
+    if m(A::PATH_MTU) {
+        t.path_mtu = a.path_mtu;
+    }
+    if m(A::TIMEOUT) {
+        t.timeout = a.timeout;
+    }
+    if m(A::RETRY_CNT) {
+        t.retry_cnt = a.retry_cnt;
+        q.req.retry_left = a.retry_cnt;
+    }
+    if m(A::RNR_RETRY) {
+        t.rnr_retry = a.rnr_retry;
+        q.req.rnr_left = a.rnr_retry;
+    }
+    if m(A::RQ_PSN) {
+        t.rq_psn = a.rq_psn & 0xFF_FFFF;
+    }
+    if m(A::MAX_QP_RD_ATOMIC) {
+        t.max_rd_atomic = a.max_rd_atomic;
+    }
+    if m(A::ALT_PATH) {
+        t.alt_ah_attr = a.alt_ah_attr;
+        t.alt_pkey_index = a.alt_pkey_index;
+        t.alt_port_num = a.alt_port_num;
+        t.alt_timeout = a.alt_timeout;
+    }
+    if m(A::MIN_RNR_TIMER) {
+        t.min_rnr_timer = a.min_rnr_timer;
+    }
+    if m(A::SQ_PSN) {
+        t.sq_psn = a.sq_psn & 0xFF_FFFF;
+    }
+    if m(A::MAX_DEST_RD_ATOMIC) {
+        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if m(A::PATH_MIG_STATE) {
+        t.path_mig_state = a.path_mig_state;
+    }
+    if m(A::DEST_QPN) {
+        t.dest_qp_num = a.dest_qp_num;
+    }
+}

@@ -366,6 +366,15 @@ impl WrOpcode {
     }
 }
 
+/// What `Engine::reg_mr` returns: the MR handle and its keys (lkey = rkey =
+/// `(index << 8) | generation`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct MrHandle {
+    pub id: MrId,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
 /// Memory-window bind description (`struct ibv_mw_bind_info` + the MW being bound).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct MwBind {

@@ -1,0 +1,389 @@
+//! Completer (rxe_comp.c): ACK / NAK / RNR NAK / READ response / atomic ACK handling, the
+//! local ACK timer with retry_cnt, the RNR timer with rnr_retry, go-back-N, completions
+//! strictly in WR order, and the error/flush path shared by the whole QP.
+
+use super::qp::{Qp, WqeState};
+use super::req::{fail_wqe, scatter};
+use super::timer::{ack_timeout_nanos, rnr_nanos};
+use super::types::*;
+use super::Shared;
+use crate::wire::aeth::{NakCode, Syndrome};
+use crate::wire::opcode::{OpKind, Position};
+use crate::wire::{Parsed, Psn};
+
+fn wc_opcode(k: &WrKind) -> WcOpcode {
+    match k {
+        WrKind::Send | WrKind::SendWithImm { .. } | WrKind::SendWithInv { .. } => WcOpcode::Send,
+        WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. } => WcOpcode::RdmaWrite,
+        WrKind::RdmaRead { .. } => WcOpcode::RdmaRead,
+        WrKind::AtomicCmpSwp { .. } => WcOpcode::CompSwap,
+        WrKind::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
+        WrKind::LocalInv { .. } => WcOpcode::LocalInv,
+        WrKind::BindMw(_) => WcOpcode::BindMw,
+    }
+}
+
+/// Pops finished WQEs off the head of the send queue, in order, reporting signaled ones and
+/// every error. An error moves the QP to ERR (which flushes the rest).
+pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut Shared<M>) {
+    while let Some(w) = q.sq.wqes.front().copied() {
+        if w.state != WqeState::Done {
+            break;
+        }
+        q.sq.wqes.pop_front();
+        q.sq.release_slot(w.slot);
+        q.req.next = q.req.next.saturating_sub(1);
+        if w.signaled || w.status != WcStatus::Success {
+            let wc = WorkCompletion {
+                wr_id: w.wr_id,
+                status: w.status,
+                opcode: wc_opcode(&w.kind),
+                byte_len: w.len,
+                qp_num: q.qpn,
+                ..WorkCompletion::default()
+            };
+            sh.push_wc(q.send_cq, wc, false);
+        }
+        if w.status != WcStatus::Success && w.status != WcStatus::WrFlushErr {
+            enter_error(q, sh);
+            return;
+        }
+    }
+    if q.state == QpState::Sqd && q.req.sqd_notify && q.sq.wqes.iter().all(|w| w.npkts == 0) {
+        q.req.sqd_notify = false;
+        sh.async_event(AsyncEventType::SqDrained, AsyncElement::Qp(q.qpn));
+    }
+}
+
+/// Moves the QP to ERR: every outstanding send and receive WR completes with
+/// IBV_WC_WR_FLUSH_ERR, timers stop; an SRQ-attached QP reports LAST_WQE_REACHED.
+pub(crate) fn enter_error<M>(q: &mut Qp, sh: &mut Shared<M>) {
+    if q.state == QpState::Err {
+        return;
+    }
+    q.state = QpState::Err;
+    q.req.retx_at = None;
+    q.req.rnr_until = None;
+    q.req.rd_atomic_out = 0;
+    flush_send(q, sh);
+    flush_recv(q, sh);
+    if q.srq.is_some() && !q.last_wqe_reached {
+        q.last_wqe_reached = true;
+        sh.async_event(AsyncEventType::QpLastWqeReached, AsyncElement::Qp(q.qpn));
+    }
+}
+
+pub(crate) fn flush_send<M>(q: &mut Qp, sh: &mut Shared<M>) {
+    for w in q.sq.wqes.iter_mut() {
+        if w.state != WqeState::Done || w.status == WcStatus::Success && !w.signaled {
+            w.state = WqeState::Done;
+            if w.status == WcStatus::Success {
+                w.status = WcStatus::WrFlushErr;
+            }
+        }
+    }
+    while let Some(w) = q.sq.wqes.pop_front() {
+        q.sq.release_slot(w.slot);
+        let wc = WorkCompletion {
+            wr_id: w.wr_id,
+            status: w.status,
+            opcode: wc_opcode(&w.kind),
+            qp_num: q.qpn,
+            ..WorkCompletion::default()
+        };
+        sh.push_wc(q.send_cq, wc, false);
+    }
+    q.req.next = 0;
+}
+
+pub(crate) fn flush_recv<M>(q: &mut Qp, sh: &mut Shared<M>) {
+    let flush = |wr_id| WorkCompletion {
+        wr_id,
+        status: WcStatus::WrFlushErr,
+        opcode: WcOpcode::Recv,
+        qp_num: q.qpn,
+        ..WorkCompletion::default()
+    };
+    if q.resp.have_wqe {
+        q.resp.have_wqe = false;
+        sh.push_wc(q.recv_cq, flush(q.resp.wqe.wr_id), false);
+    }
+    if let Some(rq) = q.rq.as_mut() {
+        let cq = q.recv_cq;
+        rq.drain(|id| {
+            sh.push_wc(cq, flush(id), false);
+        });
+    }
+}
+
+/// Positions the requester to (re)send from `psn`: the WQE holding it, at the packet it
+/// names (go-back-N).
+pub(crate) fn position_at(q: &mut Qp, psn: Psn) {
+    q.req.psn = psn;
+    q.req.noack_pkts = 0;
+    for (i, w) in q.sq.wqes.iter_mut().enumerate() {
+        if w.state == WqeState::Done {
+            continue;
+        }
+        if w.npkts == 0 {
+            q.req.next = i;
+            return;
+        }
+        let d = psn.distance(w.first_psn);
+        if d >= 0 && (d as u32) < w.npkts {
+            q.req.next = i;
+            w.state = WqeState::Posted;
+            return;
+        }
+    }
+    q.req.next = q.sq.wqes.len();
+}
+
+/// Go-back-N from `psn`, at most once per loss however many NAKs report it.
+fn rewind(q: &mut Qp, psn: Psn) {
+    if q.req.rewound_at == Some(psn) {
+        return;
+    }
+    q.req.rewound_at = Some(psn);
+    position_at(q, psn);
+}
+
+/// Applies an acknowledgement of every PSN up to and including `p`. Returns false (after
+/// starting a retry) if a READ/atomic before `p` is still missing its response: the
+/// responder went past it, so the response was lost (implicit NAK).
+fn ack_through<M>(q: &mut Qp, sh: &mut Shared<M>, p: Psn, except: Option<usize>) -> bool {
+    let before = q.req.unacked;
+    let mut ok = true;
+    for (i, w) in q.sq.wqes.iter_mut().enumerate() {
+        if Some(i) == except {
+            break;
+        }
+        if w.state == WqeState::Done {
+            continue;
+        }
+        if w.npkts == 0 || w.first_psn.after(p) {
+            break;
+        }
+        if w.is_rd_atomic() {
+            ok = false;
+            break;
+        }
+        if !w.last_psn().after(p) {
+            w.state = WqeState::Done;
+            q.req.unacked = w.last_psn().next();
+        } else {
+            q.req.unacked = p.next();
+            break;
+        }
+    }
+    if q.req.unacked != before {
+        progress(q, sh);
+    }
+    if !ok {
+        let u = q.req.unacked;
+        rewind(q, u);
+    }
+    // If a retry had gone back before what is now acknowledged, skip ahead.
+    if q.req.psn.before(q.req.unacked) {
+        let u = q.req.unacked;
+        position_at(q, u);
+    }
+    ok
+}
+
+fn progress<M>(q: &mut Qp, _sh: &mut Shared<M>) {
+    q.req.retry_left = q.attr.retry_cnt;
+    q.req.rnr_left = q.attr.rnr_retry;
+    q.req.rewound_at = None;
+}
+
+/// Index of the first WQE not yet done (the one an error applies to).
+fn first_pending(q: &Qp) -> Option<usize> {
+    q.sq.wqes.iter().position(|w| w.state != WqeState::Done)
+}
+
+/// One response packet (ACK, atomic ACK, READ response) for this RC QP.
+pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, p: &Parsed<'_>) {
+    if q.ty != QpType::Rc || !matches!(q.state, QpState::Rts | QpState::Sqd) {
+        sh.counters.bad_state_drops += 1;
+        return;
+    }
+    let psn = p.headers.bth.psn;
+    // Only PSNs that are outstanding: [unacked, high_psn).
+    if psn.before(q.req.unacked) || !psn.before(q.req.high_psn) {
+        // A NAK or ACK for the PSN just before `unacked` is a harmless duplicate.
+        sh.counters.unexpected_responses += 1;
+        return;
+    }
+    match p.info.kind {
+        OpKind::Ack => {
+            let Some(aeth) = p.headers.aeth else { return };
+            match aeth.syndrome {
+                Syndrome::Ack { .. } => {
+                    ack_through(q, sh, psn, None);
+                }
+                Syndrome::RnrNak { timer } => {
+                    sh.counters.rnr_naks_rcvd += 1;
+                    if !ack_through(q, sh, psn.sub(1), None) {
+                        return;
+                    }
+                    if q.attr.rnr_retry != 7 {
+                        if q.req.rnr_left == 0 {
+                            sh.counters.rnr_retry_exceeded += 1;
+                            if let Some(i) = first_pending(q) {
+                                fail_wqe(q, sh, i, WcStatus::RnrRetryExcErr);
+                            }
+                            return;
+                        }
+                        q.req.rnr_left -= 1;
+                    }
+                    q.req.rnr_until = Some(now + rnr_nanos(timer.code()));
+                    q.req.retx_at = None;
+                    q.req.rewound_at = None;
+                    position_at(q, psn);
+                }
+                Syndrome::Nak(NakCode::PsnSequenceError) => {
+                    sh.counters.seq_naks_rcvd += 1;
+                    if ack_through(q, sh, psn.sub(1), None) {
+                        rewind(q, psn);
+                    }
+                }
+                Syndrome::Nak(code) => {
+                    ack_through(q, sh, psn.sub(1), None);
+                    let status = match code {
+                        NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                        NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                        NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                        NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
+                        _ => WcStatus::BadRespErr,
+                    };
+                    if let Some(i) = first_pending(q) {
+                        fail_wqe(q, sh, i, status);
+                    }
+                    return;
+                }
+                Syndrome::Reserved(_) => {
+                    sh.counters.unexpected_responses += 1;
+                    return;
+                }
+            }
+        }
+        OpKind::AtomicAck | OpKind::ReadResponse => read_or_atomic_response(q, sh, p),
+        _ => return,
+    }
+    after_progress(q, sh, now);
+}
+
+fn after_progress<M>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos) {
+    complete_ready(q, sh);
+    if q.state == QpState::Err {
+        return;
+    }
+    q.req.retx_at = if q.req.unacked.before(q.req.high_psn) && q.req.rnr_until.is_none() {
+        ack_timeout_nanos(q.attr.timeout).map(|d| now + d)
+    } else {
+        None
+    };
+}
+
+fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+    let psn = p.headers.bth.psn;
+    // The WQE this response belongs to.
+    let Some(j) = q.sq.wqes.iter().position(|w| {
+        w.state != WqeState::Done && w.npkts != 0 && {
+            let d = psn.distance(w.first_psn);
+            d >= 0 && (d as u32) < w.npkts
+        }
+    }) else {
+        sh.counters.unexpected_responses += 1;
+        return;
+    };
+    let w = q.sq.wqes[j];
+    let is_read = matches!(w.kind, WrKind::RdmaRead { .. });
+    if is_read != (p.info.kind == OpKind::ReadResponse) {
+        sh.counters.unexpected_responses += 1;
+        return;
+    }
+    // Responses arrive in order: everything before this WQE is acknowledged by it.
+    if !ack_through(q, sh, w.first_psn.sub(1), Some(j)) {
+        return;
+    }
+    if psn != q.req.unacked {
+        // A response went missing (or this one is early): retry from the first gap.
+        let u = q.req.unacked;
+        rewind(q, u);
+        return;
+    }
+    let i = psn.distance(w.first_psn) as u32;
+    let sges_base = w.slot as usize * q.sq.max_sge as usize;
+    let sges = &q.sq.sges[sges_base..sges_base + w.num_sge as usize];
+    let done;
+    if is_read {
+        // The PSN says where the data goes; a re-issued READ restarts at FIRST, so only
+        // "ends the message" is checked against the position.
+        let ends = matches!(p.info.position, Some(Position::Last | Position::Only));
+        let off = i * q.mtu;
+        let expect_len = (w.len - off.min(w.len)).min(q.mtu);
+        if ends != (i + 1 == w.npkts) || p.payload.len() as u32 != expect_len {
+            sh.counters.unexpected_responses += 1;
+            return;
+        }
+        if !p.payload.is_empty() && !scatter(sh, q.pd, sges, off as u64, p.payload) {
+            fail_wqe(q, sh, j, WcStatus::LocProtErr);
+            return;
+        }
+        done = ends;
+    } else {
+        let Some(ack) = p.headers.atomic_ack_eth else { return };
+        if !scatter(sh, q.pd, sges, 0, &ack.orig.to_ne_bytes()) {
+            fail_wqe(q, sh, j, WcStatus::LocProtErr);
+            return;
+        }
+        done = true;
+    }
+    q.req.unacked = psn.next();
+    progress(q, sh);
+    if done {
+        let wm = &mut q.sq.wqes[j];
+        wm.state = WqeState::Done;
+        if wm.rd_counted {
+            wm.rd_counted = false;
+            q.req.rd_atomic_out = q.req.rd_atomic_out.saturating_sub(1);
+        }
+    }
+    if q.req.psn.before(q.req.unacked) {
+        let u = q.req.unacked;
+        position_at(q, u);
+    }
+}
+
+/// The QP's timer fired (or may have: deadlines are checked here).
+pub(crate) fn on_timeout<M>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos) {
+    if let Some(t) = q.req.rnr_until {
+        if t <= now {
+            q.req.rnr_until = None;
+        }
+    }
+    let Some(t) = q.req.retx_at else { return };
+    if t > now {
+        return;
+    }
+    q.req.retx_at = None;
+    if !matches!(q.state, QpState::Rts | QpState::Sqd) || !q.req.unacked.before(q.req.high_psn) {
+        return;
+    }
+    sh.counters.ack_timeouts += 1;
+    if q.req.retry_left == 0 {
+        sh.counters.retry_exceeded += 1;
+        if let Some(i) = first_pending(q) {
+            fail_wqe(q, sh, i, WcStatus::RetryExcErr);
+        }
+        return;
+    }
+    q.req.retry_left -= 1;
+    q.req.rewound_at = None;
+    let u = q.req.unacked;
+    position_at(q, u);
+    // READ/atomic WQEs being re-requested stay counted in rd_atomic_out.
+    q.req.retx_at = ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
+}

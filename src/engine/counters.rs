@@ -1,0 +1,54 @@
+//! Engine counters, in the spirit of rxe's hw counters (`rxe_hw_counters.c`). Plain `u64`s the
+//! driver reads with `Engine::counters()`; the engine only ever increments them.
+
+/// Device-wide packet and error counters.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Counters {
+    /// Packets produced by `poll_transmit` (`sent_pkts`).
+    pub sent_pkts: u64,
+    /// Datagrams handed to `handle_datagram` (`rcvd_pkts`).
+    pub rcvd_pkts: u64,
+    /// Requester packets sent again after a NAK, RNR NAK or timeout.
+    pub retransmitted_pkts: u64,
+    /// Local ACK timeouts that led to a retry.
+    pub ack_timeouts: u64,
+    /// RNR NAKs sent by our responders (`rcvd_rnr_err` on the peer).
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs received by our requesters (`send_rnr_err`).
+    pub rnr_naks_rcvd: u64,
+    /// Out-of-sequence requests seen by a responder (`rcvd_seq_err`).
+    pub psn_seq_errs: u64,
+    /// PSN sequence error NAKs received by a requester.
+    pub seq_naks_rcvd: u64,
+    /// Duplicate requests seen by a responder (`duplicate_request`).
+    pub duplicate_requests: u64,
+    /// Packets dropped because the ICRC did not match.
+    pub icrc_errors: u64,
+    /// IPv4 packets whose ICRC could not be verified (IP ID unknown) and were accepted.
+    pub icrc_unverified: u64,
+    /// Packets dropped because a length was wrong (truncated, bad pad, payload size).
+    pub length_errors: u64,
+    /// Packets dropped or NAKed for an unknown, unsupported or out-of-place opcode.
+    pub opcode_errors: u64,
+    /// Packets for a QPN that does not exist, or from an address the QP is not connected to.
+    pub unknown_qp: u64,
+    /// Packets dropped because the QP's state does not accept them.
+    pub bad_state_drops: u64,
+    /// UD packets dropped for a Q_Key mismatch.
+    pub qkey_violations: u64,
+    /// UD/UC packets dropped for want of a receive WQE.
+    pub no_recv_wqe_drops: u64,
+    /// NAKs other than PSN sequence error sent by a responder (invalid request, remote
+    /// access, remote operational).
+    pub naks_sent: u64,
+    /// Responses that did not match anything outstanding (ghost/duplicate ACKs, late reads).
+    pub unexpected_responses: u64,
+    /// Send WRs completed with IBV_WC_RETRY_EXC_ERR (`completer_retry_err`).
+    pub retry_exceeded: u64,
+    /// Send WRs completed with IBV_WC_RNR_RETRY_EXC_ERR (`rnr_nak_retry_err`).
+    pub rnr_retry_exceeded: u64,
+    /// Completions lost because a CQ was full (the CQ then reports IBV_EVENT_CQ_ERR).
+    pub cq_overflows: u64,
+    /// Outgoing packets that did not fit the caller's buffer or could not be addressed.
+    pub tx_errors: u64,
+}

@@ -1,0 +1,89 @@
+//! Completion queues (rxe_cq.c): a preallocated ring of completions, one-shot notification
+//! arming, and overflow -> CQ error.
+
+use std::collections::VecDeque;
+
+use super::types::{WcStatus, WorkCompletion};
+
+pub(crate) struct Cq {
+    pub cap: usize,
+    ring: VecDeque<WorkCompletion>,
+    /// `Some(solicited_only)` while armed by `req_notify_cq`.
+    pub armed: Option<bool>,
+    /// Set once the CQ overflowed: it reports IBV_EVENT_CQ_ERR and accepts nothing more.
+    pub overflowed: bool,
+    /// QPs and SRQs referencing this CQ (destroy is EBUSY while non-zero).
+    pub refs: u32,
+}
+
+/// What pushing a completion caused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PushOutcome {
+    Stored {
+        notify: bool,
+    },
+    /// The CQ was full: the completion is lost and the CQ is in error.
+    Overflow {
+        first: bool,
+    },
+}
+
+impl Cq {
+    pub fn new(cap: usize) -> Cq {
+        Cq { cap, ring: VecDeque::with_capacity(cap), armed: None, overflowed: false, refs: 0 }
+    }
+
+    /// Stores a completion. `solicited` is the SE bit of a receive completion.
+    pub fn push(&mut self, wc: WorkCompletion, solicited: bool) -> PushOutcome {
+        if self.overflowed || self.ring.len() >= self.cap {
+            let first = !self.overflowed;
+            self.overflowed = true;
+            return PushOutcome::Overflow { first };
+        }
+        self.ring.push_back(wc);
+        let notify = match self.armed {
+            Some(only_solicited) => !only_solicited || solicited || wc.status != WcStatus::Success,
+            None => false,
+        };
+        if notify {
+            self.armed = None;
+        }
+        PushOutcome::Stored { notify }
+    }
+
+    pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let n = out.len().min(self.ring.len());
+        for (o, wc) in out.iter_mut().zip(self.ring.drain(..n)) {
+            *o = wc;
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_is_reported_once_and_keeps_old_entries() {
+        let mut cq = Cq::new(2);
+        let wc = WorkCompletion::default();
+        assert_eq!(cq.push(wc, false), PushOutcome::Stored { notify: false });
+        assert_eq!(cq.push(wc, false), PushOutcome::Stored { notify: false });
+        assert_eq!(cq.push(wc, false), PushOutcome::Overflow { first: true });
+        assert_eq!(cq.push(wc, false), PushOutcome::Overflow { first: false });
+        let mut out = [WorkCompletion::default(); 4];
+        assert_eq!(cq.poll(&mut out), 2);
+    }
+
+    #[test]
+    fn solicited_only_arming_ignores_unsolicited_success() {
+        let mut cq = Cq::new(8);
+        cq.armed = Some(true);
+        let wc = WorkCompletion::default();
+        assert_eq!(cq.push(wc, false), PushOutcome::Stored { notify: false });
+        assert_eq!(cq.push(wc, true), PushOutcome::Stored { notify: true });
+        // One-shot: disarmed now.
+        assert_eq!(cq.push(wc, true), PushOutcome::Stored { notify: false });
+    }
+}

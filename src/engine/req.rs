@@ -1,0 +1,477 @@
+//! Requester (rxe_req.c): turns send WQEs into packets — segmentation at the path MTU,
+//! PSN assignment, AckReq policy, the send window (unacknowledged PSNs, max_rd_atomic),
+//! fence, local operations (LOCAL_INV, BIND_MW) — and writes each packet into the caller's
+//! buffer with the payload copied once, from host memory straight into the buffer.
+
+use super::comp;
+use super::qp::{Qp, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
+use super::resp;
+use super::types::*;
+use super::Shared;
+use crate::wire::atomic_eth::AtomicEthRepr;
+use crate::wire::bth::BthRepr;
+use crate::wire::deth::DethRepr;
+use crate::wire::icrc::ROCEV2_PORT;
+use crate::wire::ieth::IethRepr;
+use crate::wire::immdt::ImmDtRepr;
+use crate::wire::opcode::{op, Position};
+use crate::wire::packet::finish;
+use crate::wire::reth::RethRepr;
+use crate::wire::{Headers, Psn};
+
+/// Immediate data as the verbs carry it (`__be32`, i.e. the wire bytes in memory order) to
+/// the value the wire layer emits.
+pub(crate) fn imm_to_wire(imm: u32) -> u32 {
+    u32::from_be_bytes(imm.to_ne_bytes())
+}
+
+/// Accepts a send WR into the send queue.
+pub(crate) fn post<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, wr: &SendWr<'_>, l: &Limits) -> Result<(), Error> {
+    match q.state {
+        QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
+        _ => return Err(Error::BadState),
+    }
+    let ok_kind = match (q.ty, &wr.kind) {
+        (QpType::Ud, WrKind::Send | WrKind::SendWithImm { .. }) => wr.ud.is_some(),
+        (QpType::Ud, _) => false,
+        (QpType::Uc, WrKind::Send | WrKind::SendWithImm { .. })
+        | (QpType::Uc, WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. })
+        | (QpType::Uc, WrKind::LocalInv { .. } | WrKind::BindMw(_)) => true,
+        (QpType::Uc, _) => false,
+        (QpType::Rc, _) => true,
+    };
+    if !ok_kind || wr.flags.unknown_bits() != 0 {
+        return Err(Error::Invalid);
+    }
+    if wr.sg_list.len() > q.sq.max_sge as usize {
+        return Err(Error::Invalid);
+    }
+    let len64: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
+    let inline = wr.flags.contains(SendFlags::INLINE)
+        && matches!(
+            wr.kind,
+            WrKind::Send
+                | WrKind::SendWithImm { .. }
+                | WrKind::SendWithInv { .. }
+                | WrKind::RdmaWrite { .. }
+                | WrKind::RdmaWriteWithImm { .. }
+        );
+    if inline && len64 > q.sq.max_inline as u64 {
+        return Err(Error::Invalid);
+    }
+    if len64 > l.max_msg_size as u64 {
+        return Err(Error::Invalid);
+    }
+    let len = match wr.kind {
+        WrKind::AtomicCmpSwp { remote_addr, .. } | WrKind::AtomicFetchAdd { remote_addr, .. } => {
+            if remote_addr % 8 != 0 || len64 < 8 {
+                return Err(Error::Invalid);
+            }
+            8
+        }
+        WrKind::LocalInv { .. } | WrKind::BindMw(_) => 0,
+        _ => len64 as u32,
+    };
+    if q.ty == QpType::Ud {
+        if len > q.mtu {
+            return Err(Error::Invalid);
+        }
+        let ah = wr.ud.map(|u| u.ah).unwrap_or(0);
+        if sh.ahs.get(ah).is_none() {
+            return Err(Error::Invalid);
+        }
+    }
+    let slot = q.sq.take_slot().ok_or(Error::NoMemory)?;
+    let base = slot as usize * q.sq.max_sge as usize;
+    q.sq.sges[base..base + wr.sg_list.len()].copy_from_slice(wr.sg_list);
+    if inline {
+        // Inline data is copied out of host memory now (the caller may reuse its buffer).
+        let ib = slot as usize * q.sq.max_inline as usize;
+        let mut at = ib;
+        for s in wr.sg_list {
+            let n = s.length as usize;
+            if sh.mem.read(s.addr, &mut q.sq.inline[at..at + n]).is_err() {
+                q.sq.release_slot(slot);
+                return Err(Error::Invalid);
+            }
+            at += n;
+        }
+    }
+    let signaled = q.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+    q.sq.wqes.push_back(SendWqe {
+        wr_id: wr.wr_id,
+        kind: wr.kind,
+        flags: wr.flags,
+        signaled,
+        ud: wr.ud,
+        slot,
+        num_sge: wr.sg_list.len() as u32,
+        inline,
+        len,
+        first_psn: Psn::new(0),
+        npkts: 0,
+        state: WqeState::Posted,
+        status: WcStatus::Success,
+        rd_counted: false,
+    });
+    if q.state == QpState::Err {
+        comp::flush_send(q, sh);
+    }
+    Ok(())
+}
+
+/// Whether the QP may have a packet to send (cheap; `poll_transmit` decides exactly).
+pub(crate) fn may_transmit(q: &Qp) -> bool {
+    if !q.resp.out.is_empty() {
+        return true;
+    }
+    matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.rnr_until.is_none() && q.req.next < q.sq.wqes.len()
+}
+
+/// Produces this QP's next packet: responder output first (ACKs and READ responses keep
+/// the peer's requester moving), then the requester's.
+pub(crate) fn poll_transmit<M: HostMemory>(
+    q: &mut Qp,
+    sh: &mut Shared<M>,
+    now: Nanos,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    if let Some(t) = resp::poll_out(q, sh, buf) {
+        return Some(t);
+    }
+    if !matches!(q.state, QpState::Rts | QpState::Sqd) || q.req.rnr_until.is_some() {
+        return None;
+    }
+    loop {
+        let idx = q.req.next;
+        let w = *q.sq.wqes.get(idx)?;
+        if w.state == WqeState::Done {
+            q.req.next += 1;
+            continue;
+        }
+        let fresh = w.npkts == 0;
+        if fresh {
+            if q.state == QpState::Sqd {
+                return None;
+            }
+            if w.flags.contains(SendFlags::FENCE) && q.req.rd_atomic_out > 0 {
+                return None;
+            }
+            if w.is_local() {
+                exec_local(q, sh, idx);
+                q.req.next += 1;
+                comp::complete_ready(q, sh);
+                if q.state == QpState::Err {
+                    return None;
+                }
+                continue;
+            }
+            if w.is_rd_atomic() && q.req.rd_atomic_out >= (q.attr.max_rd_atomic as u32).max(1) {
+                return None;
+            }
+        }
+        if q.ty == QpType::Rc && q.req.psn.distance(q.req.unacked) >= MAX_UNACKED_PSNS {
+            return None;
+        }
+        return emit_request(q, sh, now, idx, buf);
+    }
+}
+
+/// LOCAL_INV and BIND_MW run when the requester reaches them, in send-queue order.
+fn exec_local<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize) {
+    let w = q.sq.wqes[idx];
+    let status = match w.kind {
+        WrKind::LocalInv { invalidate_rkey } => match sh.keys.invalidate(invalidate_rkey, q.pd, None) {
+            Ok(()) => WcStatus::Success,
+            Err(_) => WcStatus::LocProtErr,
+        },
+        WrKind::BindMw(b) => match sh.keys.bind_mw(b.mw, b.rkey, q.pd, q.qpn, b.mr, b.addr, b.length, b.access) {
+            Ok(_) => WcStatus::Success,
+            Err(_) => WcStatus::MwBindErr,
+        },
+        _ => WcStatus::LocQpOpErr,
+    };
+    let w = &mut q.sq.wqes[idx];
+    w.state = WqeState::Done;
+    w.status = status;
+}
+
+fn npkts_for(len: u32, mtu: u32) -> u32 {
+    len.div_ceil(mtu).max(1)
+}
+
+fn position(i: u32, n: u32) -> Position {
+    match (i == 0, i + 1 == n) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, true) => Position::Last,
+        (false, false) => Position::Middle,
+    }
+}
+
+/// Opcode for a SEND / WRITE packet (RC/UC/UD base in `t`).
+fn data_opcode(t: u8, kind: &WrKind, pos: Position) -> u8 {
+    use Position::*;
+    let low = match (kind, pos) {
+        (WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. }, First) => op::RC_RDMA_WRITE_FIRST,
+        (WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. }, Middle) => op::RC_RDMA_WRITE_MIDDLE,
+        (WrKind::RdmaWrite { .. }, Last) => op::RC_RDMA_WRITE_LAST,
+        (WrKind::RdmaWriteWithImm { .. }, Last) => op::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (WrKind::RdmaWrite { .. }, Only) => op::RC_RDMA_WRITE_ONLY,
+        (WrKind::RdmaWriteWithImm { .. }, Only) => op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (_, First) => op::RC_SEND_FIRST,
+        (_, Middle) => op::RC_SEND_MIDDLE,
+        (WrKind::SendWithImm { .. }, Last) => op::RC_SEND_LAST_WITH_IMMEDIATE,
+        (WrKind::SendWithInv { .. }, Last) => op::RC_SEND_LAST_WITH_INVALIDATE,
+        (_, Last) => op::RC_SEND_LAST,
+        (WrKind::SendWithImm { .. }, Only) => op::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (WrKind::SendWithInv { .. }, Only) => op::RC_SEND_ONLY_WITH_INVALIDATE,
+        (_, Only) => op::RC_SEND_ONLY,
+    };
+    t | low
+}
+
+fn emit_request<M: HostMemory>(
+    q: &mut Qp,
+    sh: &mut Shared<M>,
+    now: Nanos,
+    idx: usize,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    let mtu = q.mtu;
+    {
+        let w = &mut q.sq.wqes[idx];
+        if w.npkts == 0 {
+            w.first_psn = q.req.psn;
+            w.npkts = match w.kind {
+                WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => 1,
+                _ if q.ty == QpType::Ud => 1,
+                _ => npkts_for(w.len, mtu),
+            };
+            q.req.noack_pkts = 0;
+        }
+    }
+    let w = q.sq.wqes[idx];
+    let i = q.req.psn.distance(w.first_psn);
+    if i < 0 || i as u32 >= w.npkts {
+        // Cannot happen if the completer positioned us right; fail the WR rather than panic.
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    }
+    let i = i as u32;
+    let pos = position(i, w.npkts);
+    let offset = i * mtu;
+    let t = match q.ty {
+        QpType::Rc => 0x00,
+        QpType::Uc => 0x20,
+        QpType::Ud => 0x60,
+    };
+    let (dst, dest_qp) = match (q.ty, w.ud) {
+        (QpType::Ud, Some(u)) => match sh.ahs.get(u.ah) {
+            Some(ah) => (ah.dst, u.remote_qpn),
+            None => {
+                fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+                return None;
+            }
+        },
+        _ => match q.dest {
+            Some(d) => (d, q.attr.dest_qp_num),
+            None => return None,
+        },
+    };
+    let mut h = Headers { bth: BthRepr { dest_qp, psn: q.req.psn, ..BthRepr::default() }, ..Headers::default() };
+    let mut payload_len = 0u32;
+    let mut consumes = 1u32;
+    let ends = pos.ends();
+    match w.kind {
+        WrKind::RdmaRead { remote_addr, rkey } => {
+            h.bth.opcode = op::RC_RDMA_READ_REQUEST;
+            h.reth = Some(RethRepr {
+                va: remote_addr.wrapping_add(offset as u64),
+                rkey,
+                dma_len: w.len.saturating_sub(offset),
+            });
+            consumes = w.npkts - i;
+        }
+        WrKind::AtomicCmpSwp { remote_addr, rkey, compare, swap } => {
+            h.bth.opcode = op::RC_COMPARE_SWAP;
+            h.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
+        }
+        WrKind::AtomicFetchAdd { remote_addr, rkey, add } => {
+            h.bth.opcode = op::RC_FETCH_ADD;
+            h.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
+        }
+        ref k => {
+            h.bth.opcode = data_opcode(t, k, pos);
+            payload_len = (w.len - offset).min(mtu);
+            if let (
+                WrKind::RdmaWrite { remote_addr, rkey } | WrKind::RdmaWriteWithImm { remote_addr, rkey, .. },
+                true,
+            ) = (k, pos.starts())
+            {
+                h.reth = Some(RethRepr { va: *remote_addr, rkey: *rkey, dma_len: w.len });
+            }
+            match k {
+                WrKind::SendWithImm { imm_data } | WrKind::RdmaWriteWithImm { imm_data, .. } if ends => {
+                    h.immdt = Some(ImmDtRepr { value: imm_to_wire(*imm_data) });
+                }
+                WrKind::SendWithInv { invalidate_rkey } if ends => {
+                    h.ieth = Some(IethRepr { rkey: *invalidate_rkey });
+                }
+                _ => {}
+            }
+            if let Some(u) = w.ud {
+                // Q_Key rule: a WR Q_Key with the high bit set means "use the QP's own".
+                let qkey = if u.remote_qkey & 0x8000_0000 != 0 { q.attr.qkey } else { u.remote_qkey };
+                h.deth = Some(DethRepr { qkey, src_qp: q.qpn });
+            }
+            h.bth.solicited = ends && w.flags.contains(SendFlags::SOLICITED) && !matches!(k, WrKind::RdmaWrite { .. });
+        }
+    }
+    q.req.noack_pkts += 1;
+    h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= ACK_EVERY);
+    if h.bth.ack_req {
+        q.req.noack_pkts = 0;
+    }
+    let Ok(hl) = h.emit(buf) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    if payload_len > 0 {
+        let dst_buf = &mut buf[hl..hl + payload_len as usize];
+        let ok = if w.inline {
+            let src = q.sq.inline_of(&w);
+            dst_buf.copy_from_slice(&src[offset as usize..(offset + payload_len) as usize]);
+            true
+        } else {
+            gather(sh, q.pd, q.sq.sges_of(&w), offset as u64, dst_buf)
+        };
+        if !ok {
+            fail_wqe(q, sh, idx, WcStatus::LocProtErr);
+            return None;
+        }
+    }
+    let Some(ip) = sh.tx_ip(dst) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    let sport = if q.ty == QpType::Ud { q.sport } else { q.sport };
+    let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
+        sh.counters.tx_errors += 1;
+        return None;
+    };
+    if q.req.psn.before(q.req.high_psn) {
+        sh.counters.retransmitted_pkts += 1;
+    }
+    q.req.psn = q.req.psn.add(consumes);
+    if q.req.psn.after(q.req.high_psn) {
+        q.req.high_psn = q.req.psn;
+    }
+    let finished = match w.kind {
+        WrKind::RdmaRead { .. } | WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => true,
+        _ => ends,
+    };
+    if finished {
+        q.req.next += 1;
+        let wm = &mut q.sq.wqes[idx];
+        if wm.is_rd_atomic() && !wm.rd_counted {
+            wm.rd_counted = true;
+            q.req.rd_atomic_out += 1;
+        }
+        if q.ty == QpType::Rc {
+            wm.state = WqeState::Sent;
+        } else {
+            // UC and UD complete once sent.
+            wm.state = WqeState::Done;
+            comp::complete_ready(q, sh);
+        }
+    }
+    if q.ty == QpType::Rc && q.req.retx_at.is_none() {
+        q.req.retx_at = super::timer::ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
+    }
+    Some(Transmit { dst, src_port: sport, len })
+}
+
+/// Copies `out.len()` bytes of the message described by `sges`, starting at message offset
+/// `off`, into `out` — checking each lkey (PD, bounds) before reading.
+fn gather<M: HostMemory>(sh: &Shared<M>, pd: PdId, sges: &[Sge], mut off: u64, out: &mut [u8]) -> bool {
+    let mut at = 0usize;
+    for s in sges {
+        if at == out.len() {
+            break;
+        }
+        let l = s.length as u64;
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = ((l - off) as usize).min(out.len() - at);
+        let va = s.addr.wrapping_add(off);
+        let Ok(r) = sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::EMPTY) else { return false };
+        if sh.mem.read(r.host, &mut out[at..at + n]).is_err() {
+            return false;
+        }
+        at += n;
+        off = 0;
+    }
+    at == out.len()
+}
+
+/// Scatters `data` into the message described by `sges` at message offset `off` (READ
+/// responses, atomic results, received SENDs), checking LOCAL_WRITE on every lkey first.
+pub(crate) fn scatter<M: HostMemory>(sh: &Shared<M>, pd: PdId, sges: &[Sge], off: u64, data: &[u8]) -> bool {
+    // Check everything before writing anything.
+    if !walk(sges, off, data.len(), |s, va, _, n| {
+        sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE).is_ok()
+    }) {
+        return false;
+    }
+    walk(sges, off, data.len(), |s, va, at, n| {
+        match sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE) {
+            Ok(r) => sh.mem.write(r.host, &data[at..at + n]).is_ok(),
+            Err(_) => false,
+        }
+    })
+}
+
+/// Visits the SGE pieces covering `len` bytes from message offset `off`:
+/// `f(sge, va, offset_in_data, n)`; false if they do not cover it or `f` fails.
+fn walk(sges: &[Sge], mut off: u64, len: usize, mut f: impl FnMut(&Sge, u64, usize, usize) -> bool) -> bool {
+    let mut at = 0usize;
+    for s in sges {
+        if at == len {
+            break;
+        }
+        let l = s.length as u64;
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let n = ((l - off) as usize).min(len - at);
+        if !f(s, s.addr.wrapping_add(off), at, n) {
+            return false;
+        }
+        at += n;
+        off = 0;
+    }
+    at == len
+}
+
+/// Marks a WQE failed (it completes in order with `status`, then the QP goes to ERR).
+pub(crate) fn fail_wqe<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize, status: WcStatus) {
+    if let Some(w) = q.sq.wqes.get_mut(idx) {
+        w.state = WqeState::Done;
+        w.status = status;
+    }
+    // Everything before it that was sent is still waiting for its ACK; an error completes
+    // once it reaches the head. Local errors are immediate (IBTA 10.8.3.1): flush now.
+    for w in q.sq.wqes.iter_mut().take(idx) {
+        if w.state != WqeState::Done {
+            w.state = WqeState::Done;
+            w.status = WcStatus::WrFlushErr;
+        }
+    }
+    comp::complete_ready(q, sh);
+}

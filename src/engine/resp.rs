@@ -1,0 +1,630 @@
+//! Responder (rxe_resp.c): PSN check, opcode-sequence check, access checks, receive-WQE
+//! consumption (RQ or SRQ) with RNR NAK, RDMA WRITE/READ, atomics with responder resources
+//! for duplicates, ACK coalescing and MSN; UC and UD receive.
+//!
+//! Each check is a small function returning a typed [`RespError`]; [`report`] is the ONE
+//! place that maps an error to its AETH NAK code, the receive completion status and the QP
+//! consequence. Every check runs before any byte reaches host memory.
+
+use std::net::IpAddr;
+
+use super::comp::enter_error;
+use super::qp::{InMsg, Qp, RdRes, ReadJob, RespOut};
+use super::req::scatter;
+use super::srq::TakenWqe;
+use super::types::*;
+use super::Shared;
+use crate::wire::aeth::{AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
+use crate::wire::atomic_ack_eth::AtomicAckEthRepr;
+use crate::wire::bth::BthRepr;
+use crate::wire::icrc::{IpFields, ROCEV2_PORT};
+use crate::wire::opcode::{op, OpKind, Position};
+use crate::wire::packet::finish;
+use crate::wire::{Headers, Parsed, Psn};
+
+/// Why the responder refuses a request.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RespError {
+    /// No receive WQE for a message that needs one.
+    RnrNoWqe,
+    /// Opcode out of sequence, not enabled on the QP, or a malformed length.
+    InvalidRequest,
+    /// The SEND does not fit the receive WQE.
+    LengthError,
+    /// R_Key, PD, bounds or access failure.
+    RemoteAccess,
+    /// A receive WQE whose SGEs cannot take the data (bad lkey), or an invalidation that
+    /// failed.
+    RemoteOp,
+    /// Not executed and not answered (responder resources exhausted): the requester retries.
+    Drop,
+}
+
+const ACK_OK: Syndrome = Syndrome::Ack { credits: CreditCode::UNLIMITED };
+
+fn wire_to_imm(v: u32) -> u32 {
+    u32::from_ne_bytes(v.to_be_bytes())
+}
+
+/// One request packet for this QP (all transports).
+pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
+    if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+        sh.counters.bad_state_drops += 1;
+        return;
+    }
+    if q.state == QpState::Rtr && !q.resp.comm_est_sent {
+        q.resp.comm_est_sent = true;
+        sh.async_event(AsyncEventType::CommEst, AsyncElement::Qp(q.qpn));
+    }
+    match q.ty {
+        QpType::Ud => ud_receive(q, sh, d, p),
+        QpType::Uc => uc_receive(q, sh, p),
+        QpType::Rc => rc_receive(q, sh, p),
+    }
+}
+
+fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+    let psn = p.headers.bth.psn;
+    let d = psn.distance(q.resp.epsn);
+    if d > 0 {
+        sh.counters.psn_seq_errs += 1;
+        if !q.resp.nak_sent_for_gap {
+            q.resp.nak_sent_for_gap = true;
+            let e = q.resp.epsn;
+            queue_ack(q, Syndrome::Nak(NakCode::PsnSequenceError), e);
+        }
+        return;
+    }
+    if d < 0 {
+        sh.counters.duplicate_requests += 1;
+        duplicate(q, sh, p);
+        return;
+    }
+    q.resp.nak_sent_for_gap = false;
+    match execute(q, sh, p) {
+        Ok(()) => {}
+        Err(e) => report(q, sh, e, psn),
+    }
+}
+
+/// The one place responder errors become wire NAKs, completion statuses and QP state.
+fn report<M>(q: &mut Qp, sh: &mut Shared<M>, e: RespError, psn: Psn) {
+    let (nak, wc_status, event) = match e {
+        RespError::Drop => return,
+        RespError::RnrNoWqe => {
+            sh.counters.rnr_naks_sent += 1;
+            let t = RnrTimer::new(q.attr.min_rnr_timer);
+            queue_ack(q, Syndrome::RnrNak { timer: t }, psn);
+            return;
+        }
+        RespError::InvalidRequest => (NakCode::InvalidRequest, WcStatus::RemInvReqErr, AsyncEventType::QpReqErr),
+        RespError::LengthError => (NakCode::InvalidRequest, WcStatus::LocLenErr, AsyncEventType::QpReqErr),
+        RespError::RemoteAccess => (NakCode::RemoteAccessError, WcStatus::RemAccessErr, AsyncEventType::QpAccessErr),
+        RespError::RemoteOp => (NakCode::RemoteOperationalError, WcStatus::LocProtErr, AsyncEventType::QpFatal),
+    };
+    sh.counters.naks_sent += 1;
+    queue_ack(q, Syndrome::Nak(nak), psn);
+    // IBTA 9.9.3: these are fatal to the responder's QP: the receive WQE in use completes
+    // with the error, the rest flush.
+    if q.resp.have_wqe {
+        q.resp.have_wqe = false;
+        let wc = WorkCompletion {
+            wr_id: q.resp.wqe.wr_id,
+            status: wc_status,
+            opcode: WcOpcode::Recv,
+            qp_num: q.qpn,
+            ..WorkCompletion::default()
+        };
+        sh.push_wc(q.recv_cq, wc, false);
+    }
+    q.resp.msg = InMsg::None;
+    sh.async_event(event, AsyncElement::Qp(q.qpn));
+    enter_error(q, sh);
+}
+
+/// Queues an ACK/NAK, coalescing with a plain ACK still waiting at the tail (a later ACK or
+/// a NAK says everything it said).
+fn queue_ack(q: &mut Qp, syndrome: Syndrome, psn: Psn) {
+    let item = RespOut::Ack { psn, syndrome, msn: q.resp.msn };
+    if let Some(RespOut::Ack { syndrome: s, .. }) = q.resp.out.back() {
+        if s.is_ack() {
+            if let Some(b) = q.resp.out.back_mut() {
+                *b = item;
+            }
+            return;
+        }
+    }
+    if q.resp.out.len() < q.resp.out_cap.max(1) {
+        q.resp.out.push_back(item);
+    }
+}
+
+/// Takes the next receive WQE (own RQ or SRQ) into `q.resp.wqe`.
+fn take_wqe<M>(q: &mut Qp, sh: &mut Shared<M>) -> bool {
+    if q.resp.have_wqe {
+        return true;
+    }
+    let got = match q.srq {
+        Some(id) => match sh.srqs.get_mut(id) {
+            Some(s) => {
+                let got = s.ring.pop_into(&mut q.resp.wqe);
+                if got && s.limit != 0 && (s.ring.len() as u32) < s.limit {
+                    s.limit = 0;
+                    sh.events.push_back(Event::Async(AsyncEvent {
+                        kind: AsyncEventType::SrqLimitReached,
+                        element: AsyncElement::Srq(id),
+                    }));
+                }
+                got
+            }
+            None => false,
+        },
+        None => q.rq.as_mut().is_some_and(|r| r.pop_into(&mut q.resp.wqe)),
+    };
+    q.resp.have_wqe = got;
+    got
+}
+
+fn check_opcode_sequence(msg: InMsg, kind: OpKind, pos: Option<Position>) -> Result<(), RespError> {
+    let starts = pos.is_some_and(|p| p.starts());
+    let ok = match (msg, kind) {
+        (InMsg::None, OpKind::Send | OpKind::Write) => starts,
+        (InMsg::Send { .. }, OpKind::Send) | (InMsg::Write { .. }, OpKind::Write) => !starts,
+        (InMsg::None, OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd) => true,
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RespError::InvalidRequest)
+    }
+}
+
+fn check_qp_access(q: &Qp, kind: OpKind) -> Result<(), RespError> {
+    let need = match kind {
+        OpKind::Write => AccessFlags::REMOTE_WRITE,
+        OpKind::ReadRequest => AccessFlags::REMOTE_READ,
+        OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+        _ => return Ok(()),
+    };
+    if q.ty == QpType::Uc && kind != OpKind::Write {
+        return Err(RespError::InvalidRequest);
+    }
+    if q.attr.qp_access_flags.contains(need) {
+        Ok(())
+    } else {
+        Err(RespError::InvalidRequest)
+    }
+}
+
+/// FIRST/MIDDLE carry exactly one MTU, LAST/ONLY at most one.
+fn check_payload_len(mtu: u32, pos: Option<Position>, len: usize) -> Result<(), RespError> {
+    let ok = match pos {
+        Some(Position::First | Position::Middle) => len as u32 == mtu,
+        _ => len as u32 <= mtu,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(RespError::InvalidRequest)
+    }
+}
+
+fn check_rkey<M>(sh: &Shared<M>, q: &Qp, rkey: u32, va: u64, len: u64, need: AccessFlags) -> Result<u64, RespError> {
+    if len == 0 {
+        // Zero-length transfers do not check the R_Key (IBTA 9.7.4.1.3).
+        return Ok(0);
+    }
+    sh.keys.check_rkey(rkey, q.pd, q.qpn, va, len, need).map(|r| r.host).map_err(|_| RespError::RemoteAccess)
+}
+
+/// Checks that `len` bytes at message offset `off` fit the receive WQE.
+fn check_wqe_room(wqe: &TakenWqe, off: u64, len: usize) -> Result<(), RespError> {
+    if off + len as u64 > wqe.total_len() {
+        Err(RespError::LengthError)
+    } else {
+        Ok(())
+    }
+}
+
+/// Executes the expected-PSN request (RC and UC). Updates ePSN/MSN and queues the response.
+fn execute<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let kind = p.info.kind;
+    let pos = p.info.position;
+    let psn = p.headers.bth.psn;
+    let ends = pos.is_some_and(|x| x.ends());
+    check_opcode_sequence(q.resp.msg, kind, pos).inspect_err(|_| sh.counters.opcode_errors += 1)?;
+    check_qp_access(q, kind)?;
+    match kind {
+        OpKind::Send => {
+            check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
+            if pos.is_some_and(|x| x.starts()) && !take_wqe(q, sh) {
+                return Err(RespError::RnrNoWqe);
+            }
+            let received = match q.resp.msg {
+                InMsg::Send { received } => received,
+                _ => 0,
+            };
+            check_wqe_room(&q.resp.wqe, received, p.payload.len())?;
+            if !p.payload.is_empty() && !scatter(sh, q.pd, &q.resp.wqe.sges, received, p.payload) {
+                return Err(RespError::RemoteOp);
+            }
+            let received = received + p.payload.len() as u64;
+            q.resp.msg = InMsg::Send { received };
+            if ends {
+                let mut flags = WcFlags::EMPTY;
+                let mut wc = WorkCompletion { opcode: WcOpcode::Recv, byte_len: received as u32, ..Default::default() };
+                if let Some(imm) = p.headers.immdt {
+                    flags |= WcFlags::WITH_IMM;
+                    wc.imm_data = wire_to_imm(imm.value);
+                }
+                if let Some(ieth) = p.headers.ieth {
+                    sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| RespError::RemoteOp)?;
+                    flags |= WcFlags::WITH_INV;
+                    wc.invalidated_rkey = ieth.rkey;
+                }
+                wc.wc_flags = flags;
+                finish_recv(q, sh, wc, p.headers.bth.solicited);
+                q.resp.msg = InMsg::None;
+                q.resp.msn = q.resp.msn.next();
+            }
+        }
+        OpKind::Write => {
+            check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
+            let (va, rkey, dma_len, received) = match (q.resp.msg, p.headers.reth) {
+                (InMsg::Write { va, rkey, dma_len, received }, _) => (va, rkey, dma_len, received),
+                (InMsg::None, Some(r)) => {
+                    check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_WRITE)?;
+                    (r.va, r.rkey, r.dma_len, 0)
+                }
+                _ => return Err(RespError::InvalidRequest),
+            };
+            let n = p.payload.len() as u32;
+            let total = received.checked_add(n).ok_or(RespError::InvalidRequest)?;
+            if total > dma_len || (ends && total != dma_len) {
+                sh.counters.length_errors += 1;
+                return Err(RespError::InvalidRequest);
+            }
+            if ends && p.headers.immdt.is_some() && !take_wqe(q, sh) {
+                // Nothing written yet for this packet: the retry after RNR redoes it.
+                q.resp.msg = InMsg::Write { va, rkey, dma_len, received };
+                return Err(RespError::RnrNoWqe);
+            }
+            if n > 0 {
+                let host =
+                    check_rkey(sh, q, rkey, va.wrapping_add(received as u64), n as u64, AccessFlags::REMOTE_WRITE)?;
+                sh.mem.write(host, p.payload).map_err(|_| RespError::RemoteAccess)?;
+            }
+            q.resp.msg = InMsg::Write { va, rkey, dma_len, received: total };
+            if ends {
+                if let Some(imm) = p.headers.immdt {
+                    let wc = WorkCompletion {
+                        opcode: WcOpcode::RecvRdmaWithImm,
+                        byte_len: dma_len,
+                        imm_data: wire_to_imm(imm.value),
+                        wc_flags: WcFlags::WITH_IMM,
+                        ..Default::default()
+                    };
+                    finish_recv(q, sh, wc, p.headers.bth.solicited);
+                }
+                q.resp.msg = InMsg::None;
+                q.resp.msn = q.resp.msn.next();
+            }
+        }
+        OpKind::ReadRequest => {
+            let r = p.headers.reth.ok_or(RespError::InvalidRequest)?;
+            check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ)?;
+            if q.resp.out.len() + 1 >= q.resp.out_cap {
+                return Err(RespError::Drop);
+            }
+            let n = r.dma_len.div_ceil(q.mtu).max(1);
+            save_resource(q, RdRes::Read { first: psn, last: psn.add(n - 1) });
+            q.resp.msn = q.resp.msn.next();
+            let job = ReadJob {
+                psn,
+                first_psn: psn,
+                va: r.va,
+                rkey: r.rkey,
+                left: r.dma_len,
+                len: r.dma_len,
+                msn: q.resp.msn,
+            };
+            q.resp.out.push_back(RespOut::Read(job));
+            q.resp.epsn = psn.add(n);
+            return Ok(());
+        }
+        OpKind::CompareSwap | OpKind::FetchAdd => {
+            let a = p.headers.atomic_eth.ok_or(RespError::InvalidRequest)?;
+            if a.va % 8 != 0 {
+                return Err(RespError::InvalidRequest);
+            }
+            let host = check_rkey(sh, q, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
+            if q.resp.out.len() + 1 >= q.resp.out_cap {
+                return Err(RespError::Drop);
+            }
+            let orig = if kind == OpKind::CompareSwap {
+                sh.mem.atomic_cmp_swap(host, a.compare, a.swap_add)
+            } else {
+                sh.mem.atomic_fetch_add(host, a.swap_add)
+            }
+            .map_err(|_| RespError::RemoteAccess)?;
+            save_resource(q, RdRes::Atomic { psn, orig });
+            q.resp.msn = q.resp.msn.next();
+            q.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: q.resp.msn });
+            q.resp.epsn = psn.next();
+            return Ok(());
+        }
+        _ => return Err(RespError::InvalidRequest),
+    }
+    q.resp.epsn = psn.next();
+    if q.ty == QpType::Rc && p.headers.bth.ack_req {
+        queue_ack(q, ACK_OK, psn);
+    }
+    Ok(())
+}
+
+fn save_resource(q: &mut Qp, r: RdRes) {
+    if q.resp.res.is_empty() {
+        return;
+    }
+    let i = q.resp.res_next % q.resp.res.len();
+    q.resp.res[i] = r;
+    q.resp.res_next = i + 1;
+}
+
+fn finish_recv<M>(q: &mut Qp, sh: &mut Shared<M>, mut wc: WorkCompletion, solicited: bool) {
+    wc.wr_id = q.resp.wqe.wr_id;
+    wc.qp_num = q.qpn;
+    if q.ty != QpType::Ud {
+        wc.src_qp = q.attr.dest_qp_num;
+    }
+    q.resp.have_wqe = false;
+    sh.push_wc(q.recv_cq, wc, solicited);
+}
+
+/// A request with a PSN we already executed (IBTA 9.9.2.2): SEND/WRITE are acknowledged
+/// again, a READ is re-executed from its resource, an atomic replays its saved result.
+fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+    let psn = p.headers.bth.psn;
+    match p.info.kind {
+        OpKind::Send | OpKind::Write => {
+            let last = q.resp.epsn.sub(1);
+            queue_ack(q, ACK_OK, last);
+        }
+        OpKind::ReadRequest => {
+            let Some(r) = p.headers.reth else { return };
+            let found = q.resp.res.iter().any(|x| match *x {
+                RdRes::Read { first, last } => !psn.before(first) && !psn.after(last),
+                _ => false,
+            });
+            if !found || q.resp.out.len() + 1 >= q.resp.out_cap {
+                return;
+            }
+            if check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ).is_err() {
+                return;
+            }
+            let job = ReadJob {
+                psn,
+                first_psn: psn,
+                va: r.va,
+                rkey: r.rkey,
+                left: r.dma_len,
+                len: r.dma_len,
+                msn: q.resp.msn,
+            };
+            q.resp.out.push_back(RespOut::Read(job));
+        }
+        OpKind::CompareSwap | OpKind::FetchAdd => {
+            let saved = q.resp.res.iter().find_map(|x| match *x {
+                RdRes::Atomic { psn: s, orig } if s == psn => Some(orig),
+                _ => None,
+            });
+            if let Some(orig) = saved {
+                if q.resp.out.len() < q.resp.out_cap {
+                    q.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: q.resp.msn });
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// UC: no ACKs; a PSN gap discards the message in progress until the next FIRST/ONLY.
+fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+    let psn = p.headers.bth.psn;
+    let starts = p.info.position.is_some_and(|x| x.starts());
+    if psn != q.resp.epsn || q.resp.uc_discard {
+        if psn != q.resp.epsn {
+            sh.counters.psn_seq_errs += 1;
+        }
+        if starts {
+            q.resp.msg = InMsg::None;
+            q.resp.uc_discard = false;
+        } else {
+            q.resp.msg = InMsg::None;
+            q.resp.uc_discard = true;
+            q.resp.epsn = psn.next();
+            return;
+        }
+    }
+    if starts && q.resp.msg != InMsg::None {
+        // A new message while one was in progress (its LAST was lost in a gap-free way
+        // cannot happen; be safe): drop the old one, keep the receive WQE.
+        q.resp.msg = InMsg::None;
+    }
+    match execute(q, sh, p) {
+        Ok(()) => {}
+        Err(e) => {
+            if e == RespError::RnrNoWqe {
+                sh.counters.no_recv_wqe_drops += 1;
+            }
+            // UC errors drop the message silently; the receive WQE is reused.
+            q.resp.msg = InMsg::None;
+            q.resp.uc_discard = !p.info.position.is_some_and(|x| x.ends());
+            q.resp.epsn = psn.next();
+        }
+    }
+}
+
+/// UD: DETH Q_Key check, one-packet messages, the 40-byte GRH area at the head of the
+/// receive buffer (IPv4 header in bytes 20..40, or the IPv6 header), IBV_WC_GRH.
+fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
+    let Some(deth) = p.headers.deth else {
+        sh.counters.opcode_errors += 1;
+        return;
+    };
+    if p.info.kind != OpKind::Send {
+        sh.counters.opcode_errors += 1;
+        return;
+    }
+    if deth.qkey != q.attr.qkey {
+        sh.counters.qkey_violations += 1;
+        return;
+    }
+    if p.payload.len() as u32 > q.mtu {
+        sh.counters.length_errors += 1;
+        return;
+    }
+    if !take_wqe(q, sh) {
+        sh.counters.no_recv_wqe_drops += 1;
+        return;
+    }
+    let grh = grh_bytes(d);
+    let total = 40 + p.payload.len();
+    let mut wc = WorkCompletion {
+        opcode: WcOpcode::Recv,
+        byte_len: total as u32,
+        src_qp: deth.src_qp,
+        wc_flags: WcFlags::GRH,
+        ..Default::default()
+    };
+    if let Some(imm) = p.headers.immdt {
+        wc.imm_data = wire_to_imm(imm.value);
+        wc.wc_flags |= WcFlags::WITH_IMM;
+    }
+    let fits = check_wqe_room(&q.resp.wqe, 0, total).is_ok();
+    if !fits {
+        wc.status = WcStatus::LocLenErr;
+    } else if !scatter(sh, q.pd, &q.resp.wqe.sges, 0, &grh) || !scatter(sh, q.pd, &q.resp.wqe.sges, 40, p.payload) {
+        wc.status = WcStatus::LocProtErr;
+    }
+    finish_recv(q, sh, wc, p.headers.bth.solicited);
+}
+
+/// The 40 bytes rdma-core expects at the head of a UD receive buffer on RoCEv2.
+fn grh_bytes(d: &Datagram<'_>) -> [u8; 40] {
+    let mut g = [0u8; 40];
+    let udp_len = 8 + d.payload.len();
+    match (d.src, d.dst) {
+        (IpAddr::V4(s), IpAddr::V4(t)) => {
+            let (id, ff) = match d.icrc {
+                IcrcCheck::Full(IpFields::V4 { id, flags_frag, .. }) => (id, flags_frag),
+                _ => (0, crate::wire::icrc::IPV4_DF),
+            };
+            let h = &mut g[20..40];
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+            h[4..6].copy_from_slice(&id.to_be_bytes());
+            h[6..8].copy_from_slice(&ff.to_be_bytes());
+            h[8] = 64;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&t.octets());
+            let mut sum = 0u32;
+            for c in h.chunks(2) {
+                sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+            }
+            while sum >> 16 != 0 {
+                sum = (sum & 0xFFFF) + (sum >> 16);
+            }
+            h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        }
+        (s, t) => {
+            let s6 = match s {
+                IpAddr::V6(a) => a,
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+            };
+            let t6 = match t {
+                IpAddr::V6(a) => a,
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+            };
+            g[0] = 0x60;
+            g[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+            g[6] = 17;
+            g[7] = 64;
+            g[8..24].copy_from_slice(&s6.octets());
+            g[24..40].copy_from_slice(&t6.octets());
+        }
+    }
+    g
+}
+
+/// The responder's next outgoing packet (ACK, NAK, atomic ACK, READ response), if any.
+pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, buf: &mut [u8]) -> Option<Transmit> {
+    let dst = q.dest?;
+    let ip = sh.tx_ip(dst)?;
+    loop {
+        let item = *q.resp.out.front()?;
+        let mut h =
+            Headers { bth: BthRepr { dest_qp: q.attr.dest_qp_num, ..BthRepr::default() }, ..Headers::default() };
+        let mut payload = 0usize;
+        match item {
+            RespOut::Ack { psn, syndrome, msn } => {
+                q.resp.out.pop_front();
+                h.bth.opcode = op::RC_ACKNOWLEDGE;
+                h.bth.psn = psn;
+                h.aeth = Some(AethRepr { syndrome, msn });
+            }
+            RespOut::AtomicAck { psn, orig, msn } => {
+                q.resp.out.pop_front();
+                h.bth.opcode = op::RC_ATOMIC_ACKNOWLEDGE;
+                h.bth.psn = psn;
+                h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
+                h.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+            }
+            RespOut::Read(mut job) => {
+                let n = job.len.div_ceil(q.mtu).max(1);
+                let i = job.psn.distance(job.first_psn).max(0) as u32;
+                let pos = match (i == 0, i + 1 >= n) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, true) => Position::Last,
+                    (false, false) => Position::Middle,
+                };
+                h.bth.opcode = match pos {
+                    Position::First => op::RC_RDMA_READ_RESPONSE_FIRST,
+                    Position::Middle => op::RC_RDMA_READ_RESPONSE_MIDDLE,
+                    Position::Last => op::RC_RDMA_READ_RESPONSE_LAST,
+                    Position::Only => op::RC_RDMA_READ_RESPONSE_ONLY,
+                };
+                h.bth.psn = job.psn;
+                if pos != Position::Middle {
+                    h.aeth = Some(AethRepr { syndrome: ACK_OK, msn: job.msn });
+                }
+                payload = job.left.min(q.mtu) as usize;
+                let va = job.va.wrapping_add((job.len - job.left) as u64);
+                let hl = h.header_len();
+                // Re-checked per packet: the MR may have gone since the request.
+                let host = check_rkey(sh, q, job.rkey, va, payload as u64, AccessFlags::REMOTE_READ);
+                let ok = match host {
+                    Ok(host) => payload == 0 || sh.mem.read(host, &mut buf[hl..hl + payload]).is_ok(),
+                    Err(_) => false,
+                };
+                if !ok {
+                    q.resp.out.pop_front();
+                    continue;
+                }
+                job.left -= payload as u32;
+                job.psn = job.psn.next();
+                if pos.ends() {
+                    q.resp.out.pop_front();
+                } else if let Some(RespOut::Read(j)) = q.resp.out.front_mut() {
+                    *j = job;
+                }
+            }
+        }
+        let hl = h.emit(buf).ok()?;
+        let len = finish(buf, hl, payload, &ip, q.sport, ROCEV2_PORT).ok()?;
+        return Some(Transmit { dst, src_port: q.sport, len });
+    }
+}
