@@ -361,6 +361,16 @@ impl SendBatch {
         self.len == self.spans.len() || self.used + slot_bytes > self.data.len()
     }
 
+    /// The queued packets, back to back (a GSO train when they are equal-sized).
+    pub fn data(&self) -> &[u8] {
+        &self.data[..self.used]
+    }
+
+    /// Length of the last queued packet.
+    pub fn last_len(&self) -> Option<usize> {
+        self.len.checked_sub(1).map(|i| self.spans[i].1)
+    }
+
     /// Space to write the next packet into.
     pub fn next_buf(&mut self) -> &mut [u8] {
         &mut self.data[self.used..]
