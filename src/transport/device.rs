@@ -271,7 +271,7 @@ impl Device {
         let waker = Waker::new(poll.registry(), WAKE)?;
         poll.registry().register(&mut SourceFd(&rx.raw_fd()), RX, Interest::READABLE | Interest::WRITABLE)?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process.
-        let stats = bind_stats_listener();
+        let stats = bind_stats_listener(local);
         let mut stats = stats.ok();
         if let Some(l) = stats.as_mut() {
             poll.registry().register(l, STATS, Interest::READABLE)?;
@@ -366,14 +366,17 @@ impl Drop for Device {
     }
 }
 
-/// Name of the stats socket of process `pid` (abstract namespace).
-pub fn stats_socket_name(pid: u32) -> String {
-    format!("urxe-stat-{pid}")
+/// Prefix of the stats sockets (abstract namespace): `urxe-stat-<pid>-<address>`.
+pub const STATS_SOCKET_PREFIX: &str = "urxe-stat-";
+
+/// Name of the stats socket of the device of process `pid` on `addr`.
+pub fn stats_socket_name(pid: u32, addr: IpAddr) -> String {
+    format!("{STATS_SOCKET_PREFIX}{pid}-{addr}")
 }
 
-fn bind_stats_listener() -> io::Result<UnixListener> {
+fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(stats_socket_name(std::process::id()))?;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(stats_socket_name(std::process::id(), local))?;
     let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
     l.set_nonblocking(true)?;
     Ok(UnixListener::from_std(l))
