@@ -1,1 +1,315 @@
-fn main() {}
+//! The `urxe` command: `check` (capture verifier), and the tools around the drop-in library.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use urxe::check::{check_file, Format, Options, Totals};
+
+const USAGE: &str = "\
+usage: urxe <command> [options]
+
+commands:
+  check [--verbose | --json | --quiet] [--flows] FILE...
+        Verify every RoCEv2 (UDP 4791) packet of pcap/pcapng captures: ICRC, header rules,
+        UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
+        --verbose  every header field      --json   one JSON object per packet
+        --quiet    only failures + totals  --flows  per-flow PSN report (gaps, retransmissions, NAKs)
+  run [--addr IP|IFACE] [--lib DIR] -- PROGRAM [ARGS...]
+        Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
+        LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
+  devinfo [--addr IP|IFACE]
+        Describe the urxe device as verbs programs see it (runs ibv_devinfo -v over urxe).
+  stat [PID...]
+        Counters of the urxe devices of running processes (all of them without PID).
+  help  this text
+
+environment:
+  URXE_ADDR     IPv4/IPv6 address or interface name the device uses (default: a private
+                127.x.y.z loopback address per process, so processes on one host reach
+                each other with no setting)
+  URXE_LIB_DIR  directory holding urxe's libibverbs.so.1 (default: found beside this binary)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    match cmd.as_str() {
+        "check" => cmd_check(&args[1..]),
+        "run" => cmd_run(&args[1..]),
+        "devinfo" => cmd_devinfo(&args[1..]),
+        "stat" => cmd_stat(&args[1..]),
+        "help" | "-h" | "--help" => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("urxe: unknown command '{other}'\n");
+            eprint!("{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cmd_check(args: &[String]) -> ExitCode {
+    let mut opts = Options::default();
+    let mut files = Vec::new();
+    for a in args {
+        match a.as_str() {
+            "--verbose" | "-v" => opts.format = Format::Verbose,
+            "--json" => opts.format = Format::Json,
+            "--quiet" | "-q" => opts.format = Format::Quiet,
+            "--flows" => opts.flows = true,
+            s if s.starts_with('-') => {
+                eprintln!("urxe check: unknown option '{s}'");
+                return ExitCode::from(2);
+            }
+            f => files.push(PathBuf::from(f)),
+        }
+    }
+    if files.is_empty() {
+        eprintln!("urxe check: no capture file given");
+        return ExitCode::from(2);
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut all_ok = true;
+    let mut grand = Totals::default();
+    for f in &files {
+        if files.len() > 1 && opts.format != Format::Json {
+            let _ = writeln!(out, "== {}", f.display());
+        }
+        match check_file(f, opts, &mut out) {
+            Ok(t) => {
+                let verdict = if t.passed() { "PASS" } else { "FAIL" };
+                let line = format!("{}: {verdict}: {}", f.display(), t.line());
+                if opts.format == Format::Json {
+                    eprintln!("{line}");
+                } else {
+                    let _ = writeln!(out, "{line}");
+                }
+                if t.rocev2 == 0 {
+                    let _ = out.flush();
+                    eprintln!("urxe check: {}: no RoCEv2 packets (UDP port 4791)", f.display());
+                }
+                all_ok &= t.passed();
+                add(&mut grand, &t);
+            }
+            Err(e) => {
+                let _ = out.flush();
+                eprintln!("urxe check: {}: {e}", f.display());
+                all_ok = false;
+            }
+        }
+    }
+    if files.len() > 1 {
+        let line = format!("total: {}: {}", if all_ok { "PASS" } else { "FAIL" }, grand.line());
+        if opts.format == Format::Json {
+            eprintln!("{line}");
+        } else {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    let _ = out.flush();
+    if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn add(g: &mut Totals, t: &Totals) {
+    g.frames += t.frames;
+    g.rocev2 += t.rocev2;
+    g.ok += t.ok;
+    g.bad += t.bad;
+    g.icrc_bad += t.icrc_bad;
+    g.header_errors += t.header_errors;
+    g.udp_checksum_bad += t.udp_checksum_bad;
+    g.ip_checksum_bad += t.ip_checksum_bad;
+    g.malformed_frames += t.malformed_frames;
+    g.other += t.other;
+    g.retransmissions += t.retransmissions;
+    g.naks += t.naks;
+    g.rnr_naks += t.rnr_naks;
+    g.gaps += t.gaps;
+}
+
+/// Where urxe's libibverbs.so.1 is: $URXE_LIB_DIR, else beside this binary (cargo's
+/// `target/<profile>/urxe` -> `target/urxe/lib`; an install's `bin/urxe` -> `lib/urxe`).
+fn find_lib_dir(explicit: Option<&str>) -> Result<PathBuf, String> {
+    let check = |d: PathBuf| -> Option<PathBuf> { d.join("libibverbs.so.1").is_file().then_some(d) };
+    if let Some(d) = explicit {
+        return check(PathBuf::from(d)).ok_or_else(|| format!("--lib {d}: no libibverbs.so.1 there"));
+    }
+    if let Ok(d) = std::env::var("URXE_LIB_DIR") {
+        return check(PathBuf::from(&d)).ok_or_else(|| format!("URXE_LIB_DIR={d}: no libibverbs.so.1 there"));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the urxe binary: {e}"))?;
+    let bin = exe.parent().unwrap_or(std::path::Path::new("."));
+    let candidates = [bin.join("../urxe/lib"), bin.join("../lib/urxe"), bin.join("../../target/urxe/lib")];
+    candidates.iter().find_map(|c| check(c.clone())).ok_or_else(|| {
+        "urxe's libibverbs.so.1 not found beside this binary; build it with `bash provider/build.sh` \
+         or set URXE_LIB_DIR"
+            .to_string()
+    })
+}
+
+fn exec_with_urxe(lib: &std::path::Path, addr: Option<&str>, prog: &str, args: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let mut path = lib.canonicalize().unwrap_or_else(|_| lib.to_path_buf()).into_os_string();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|v| !v.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args).env("LD_LIBRARY_PATH", path);
+    if let Some(a) = addr {
+        cmd.env("URXE_ADDR", a);
+    }
+    let err = cmd.exec();
+    eprintln!("urxe run: cannot execute {prog}: {err}");
+    ExitCode::from(127)
+}
+
+/// Parses `[--addr X] [--lib D]` from the front of `args`; returns them and the rest.
+fn common_opts(args: &[String]) -> Result<(Option<String>, Option<String>, &[String]), String> {
+    let (mut addr, mut lib) = (None, None);
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--addr" | "--lib" => {
+                let v = args.get(i + 1).ok_or_else(|| format!("{} needs a value", args[i]))?.clone();
+                if args[i] == "--addr" {
+                    addr = Some(v);
+                } else {
+                    lib = Some(v);
+                }
+                i += 2;
+            }
+            "--" => return Ok((addr, lib, &args[i + 1..])),
+            _ => return Ok((addr, lib, &args[i..])),
+        }
+    }
+    Ok((addr, lib, &args[i..]))
+}
+
+fn cmd_run(args: &[String]) -> ExitCode {
+    let (addr, lib, rest) = match common_opts(args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("urxe run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some((prog, pargs)) = rest.split_first() else {
+        eprintln!("urxe run: no program given (urxe run [--addr A] -- PROGRAM ARGS...)");
+        return ExitCode::from(2);
+    };
+    match find_lib_dir(lib.as_deref()) {
+        Ok(d) => exec_with_urxe(&d, addr.as_deref(), prog, pargs),
+        Err(e) => {
+            eprintln!("urxe run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cmd_devinfo(args: &[String]) -> ExitCode {
+    let (addr, lib, rest) = match common_opts(args) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("urxe devinfo: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !rest.is_empty() {
+        eprintln!("urxe devinfo: unexpected argument '{}'", rest[0]);
+        return ExitCode::from(2);
+    }
+    match find_lib_dir(lib.as_deref()) {
+        Ok(d) => exec_with_urxe(&d, addr.as_deref(), "ibv_devinfo", &["-v".to_string()]),
+        Err(e) => {
+            eprintln!("urxe devinfo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Stats sockets of running urxe devices, from /proc/net/unix (abstract names show as
+/// `@name`): `(pid, socket name)`.
+fn stat_sockets() -> Vec<(u32, String)> {
+    use urxe::transport::device::STATS_SOCKET_PREFIX;
+    let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let mut v: Vec<(u32, String)> = text
+        .lines()
+        .filter_map(|l| {
+            let name = l.split_whitespace().last()?.strip_prefix('@')?;
+            let pid = name.strip_prefix(STATS_SOCKET_PREFIX)?.split('-').next()?.parse().ok()?;
+            Some((pid, name.to_string()))
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn read_stats(name: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+    let mut s = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn cmd_stat(args: &[String]) -> ExitCode {
+    let mut pids = Vec::new();
+    for a in args {
+        match a.parse::<u32>() {
+            Ok(p) => pids.push(p),
+            Err(_) => {
+                eprintln!("urxe stat: '{a}' is not a process id");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let socks: Vec<(u32, String)> =
+        stat_sockets().into_iter().filter(|(p, _)| pids.is_empty() || pids.contains(p)).collect();
+    if socks.is_empty() && pids.is_empty() {
+        println!("no running process has a urxe device open");
+    }
+    let mut answered: Vec<u32> = Vec::new();
+    let mut ok = true;
+    for (pid, name) in socks {
+        match read_stats(&name) {
+            Ok(t) => {
+                print!("{t}");
+                answered.push(pid);
+            }
+            // The device closed between listing and connecting: it is simply gone.
+            Err(e)
+                if matches!(e.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset) => {}
+            Err(e) => {
+                eprintln!("urxe stat: process {pid}: {e}");
+                ok = false;
+            }
+        }
+    }
+    for p in &pids {
+        if !answered.contains(p) {
+            eprintln!("urxe stat: process {p} has no urxe device open");
+            ok = false;
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -12,6 +12,7 @@ pub mod atomic_eth;
 pub mod bth;
 pub mod cnp;
 pub mod deth;
+pub mod fuzzing;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages urxe's build, demo and tests use. Idempotent; apt-get update first.
+set -euo pipefail
+PKGS=(gcc libc6-dev libibverbs-dev ibverbs-utils ibverbs-providers perftest rdmacm-utils rdma-core
+      python3-pyverbs tshark nftables iperf3 sockperf iproute2 valgrind)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # tshark asks whether non-root users may capture; answer it up front.
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

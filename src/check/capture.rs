@@ -1,0 +1,361 @@
+//! Reading capture files (pcap and pcapng, via the pcap-file crate) and peeling the link layer
+//! and IP/UDP headers (via etherparse) down to RoCEv2 UDP payloads.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::Path;
+use std::time::Duration;
+
+use etherparse::{EtherType, NetSlice, SlicedPacket, TransportSlice};
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::DataLink;
+
+/// Why a capture could not be read at all (as opposed to a packet failing a check).
+#[derive(Debug)]
+pub enum CaptureError {
+    Io(std::io::Error),
+    Empty,
+    NotACapture,
+    /// The container is broken part-way (e.g. truncated).
+    Corrupt {
+        frame: u64,
+        why: String,
+    },
+    UnknownLinkType(String),
+}
+
+impl fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CaptureError::Io(e) => write!(f, "cannot read: {e}"),
+            CaptureError::Empty => f.write_str("empty file"),
+            CaptureError::NotACapture => f.write_str("not a pcap or pcapng capture"),
+            CaptureError::Corrupt { frame, why } => write!(f, "capture is corrupt after frame {frame}: {why}"),
+            CaptureError::UnknownLinkType(l) => {
+                write!(f, "unsupported link type {l} (supported: Ethernet, Linux cooked SLL/SLL2, raw IP, loopback)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+/// One captured frame.
+pub struct Frame {
+    /// 1-based frame number in the file.
+    pub number: u64,
+    pub timestamp: Duration,
+    pub link: DataLink,
+    /// Bytes on the wire at capture time (may exceed `data.len()` when the snap length cut it).
+    pub orig_len: u32,
+    pub data: Vec<u8>,
+}
+
+enum Inner {
+    Pcap(PcapReader<BufReader<File>>),
+    PcapNg(PcapNgReader<BufReader<File>>),
+}
+
+/// Iterates the frames of one capture file.
+pub struct Capture {
+    inner: Inner,
+    count: u64,
+    link: DataLink,
+}
+
+const PCAP_MAGICS: [[u8; 4]; 4] =
+    [[0xD4, 0xC3, 0xB2, 0xA1], [0xA1, 0xB2, 0xC3, 0xD4], [0x4D, 0x3C, 0xB2, 0xA1], [0xA1, 0xB2, 0x3C, 0x4D]];
+const PCAPNG_MAGIC: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+
+impl Capture {
+    pub fn open(path: &Path) -> Result<Capture, CaptureError> {
+        let mut f = File::open(path).map_err(CaptureError::Io)?;
+        let mut magic = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match f.read(&mut magic[got..]).map_err(CaptureError::Io)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        if got == 0 {
+            return Err(CaptureError::Empty);
+        }
+        if got < 4 {
+            return Err(CaptureError::NotACapture);
+        }
+        let f = File::open(path).map_err(CaptureError::Io)?;
+        let r = BufReader::with_capacity(1 << 16, f);
+        let corrupt = |e: pcap_file::PcapError| CaptureError::Corrupt { frame: 0, why: e.to_string() };
+        if PCAP_MAGICS.contains(&magic) {
+            let rd = PcapReader::new(r).map_err(corrupt)?;
+            let link = rd.header().datalink;
+            check_link(link)?;
+            Ok(Capture { inner: Inner::Pcap(rd), count: 0, link })
+        } else if magic == PCAPNG_MAGIC {
+            let rd = PcapNgReader::new(r).map_err(corrupt)?;
+            Ok(Capture { inner: Inner::PcapNg(rd), count: 0, link: DataLink::ETHERNET })
+        } else {
+            Err(CaptureError::NotACapture)
+        }
+    }
+
+    /// The next frame, `None` at the end of the file.
+    pub fn next_frame(&mut self) -> Option<Result<Frame, CaptureError>> {
+        let frame = self.count;
+        let corrupt = |e: pcap_file::PcapError| CaptureError::Corrupt { frame, why: e.to_string() };
+        loop {
+            match &mut self.inner {
+                Inner::Pcap(rd) => {
+                    let p = match rd.next_packet()? {
+                        Ok(p) => p,
+                        Err(e) => return Some(Err(corrupt(e))),
+                    };
+                    self.count += 1;
+                    return Some(Ok(Frame {
+                        number: self.count,
+                        timestamp: p.timestamp,
+                        link: self.link,
+                        orig_len: p.orig_len,
+                        data: p.data.into_owned(),
+                    }));
+                }
+                Inner::PcapNg(rd) => {
+                    let block = match rd.next_block()? {
+                        Ok(b) => b,
+                        Err(e) => return Some(Err(corrupt(e))),
+                    };
+                    let (iface, ts, orig_len, data) = match block {
+                        Block::EnhancedPacket(p) => (p.interface_id, p.timestamp, p.original_len, p.data.into_owned()),
+                        Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data.into_owned()),
+                        Block::Packet(p) => (
+                            p.interface_id as u32,
+                            Duration::from_nanos(p.timestamp),
+                            p.original_len,
+                            p.data.into_owned(),
+                        ),
+                        _ => continue,
+                    };
+                    let link = match rd.interfaces().get(iface as usize) {
+                        Some(i) => i.linktype,
+                        None => {
+                            return Some(Err(CaptureError::Corrupt {
+                                frame,
+                                why: format!("packet names interface {iface}, which is not described"),
+                            }))
+                        }
+                    };
+                    if let Err(e) = check_link(link) {
+                        return Some(Err(e));
+                    }
+                    self.count += 1;
+                    return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data }));
+                }
+            }
+        }
+    }
+}
+
+fn check_link(link: DataLink) -> Result<(), CaptureError> {
+    match link {
+        DataLink::ETHERNET
+        | DataLink::LINUX_SLL
+        | DataLink::LINUX_SLL2
+        | DataLink::RAW
+        | DataLink::IPV4
+        | DataLink::IPV6
+        | DataLink::NULL
+        | DataLink::LOOP => Ok(()),
+        other => Err(CaptureError::UnknownLinkType(format!("{other:?}"))),
+    }
+}
+
+/// A UDP datagram found in a frame, with the header bytes the ICRC covers.
+pub struct UdpDatagram<'a> {
+    /// The IP header exactly as captured (options / extension headers included).
+    pub ip_header: &'a [u8],
+    /// The 8-byte UDP header.
+    pub udp_header: &'a [u8],
+    pub payload: &'a [u8],
+    pub src: std::net::IpAddr,
+    pub dst: std::net::IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    /// IPv4 header checksum verdict (`None` for IPv6).
+    pub ip_checksum_ok: Option<bool>,
+    pub udp_checksum: UdpChecksum,
+}
+
+/// What a frame holds, from the checker's point of view.
+pub enum Decoded<'a> {
+    Udp(UdpDatagram<'a>),
+    /// Not UDP over IP (ARP, TCP, …): not a RoCEv2 packet.
+    Other,
+    /// The frame claims more than was captured, or a header is malformed.
+    Malformed(String),
+}
+
+/// Peels link and IP/UDP headers from a frame.
+pub fn decode(frame: &Frame) -> Decoded<'_> {
+    if (frame.data.len() as u64) < frame.orig_len as u64 {
+        return Decoded::Malformed(format!(
+            "frame truncated by the capture: {} of {} bytes",
+            frame.data.len(),
+            frame.orig_len
+        ));
+    }
+    let d = &frame.data[..];
+    let sliced = match frame.link {
+        DataLink::ETHERNET => SlicedPacket::from_ethernet(d),
+        DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(d),
+        DataLink::LINUX_SLL2 => {
+            // SLL2: 20-byte header, protocol type (an EtherType) in bytes 0-1.
+            if d.len() < 20 {
+                return Decoded::Malformed("short Linux SLL2 header".into());
+            }
+            SlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([d[0], d[1]])), &d[20..])
+        }
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(d),
+        DataLink::NULL | DataLink::LOOP => {
+            if d.len() < 4 {
+                return Decoded::Malformed("short loopback header".into());
+            }
+            SlicedPacket::from_ip(&d[4..])
+        }
+        _ => return Decoded::Other,
+    };
+    let p = match sliced {
+        Ok(p) => p,
+        Err(e) => return Decoded::Malformed(e.to_string()),
+    };
+    // Offsets into `d`, so the returned slices borrow the frame, not etherparse's views.
+    let offset = |sub: &[u8]| (sub.as_ptr() as usize).wrapping_sub(d.as_ptr() as usize);
+    let (ip_off, ip_len, src, dst, ip_checksum_ok, pseudo) = match &p.net {
+        Some(NetSlice::Ipv4(v4)) => {
+            let h = v4.header();
+            if v4.payload().fragmented {
+                return Decoded::Malformed("fragmented IPv4 packet".into());
+            }
+            let ok = ipv4_header_checksum_ok(h.slice());
+            let (s, t) = (h.source(), h.destination());
+            (offset(h.slice()), h.slice().len(), s.into(), t.into(), Some(ok), Pseudo::V4(s, t))
+        }
+        Some(NetSlice::Ipv6(v6)) => {
+            if v6.payload().fragmented {
+                return Decoded::Malformed("fragmented IPv6 packet".into());
+            }
+            let h = v6.header();
+            // The ICRC covers the IPv6 header and any extension headers before UDP.
+            let len = h.slice().len() + v6.extensions().slice().len();
+            let (s, t) = (h.source(), h.destination());
+            (offset(h.slice()), len, s.into(), t.into(), None, Pseudo::V6(s, t))
+        }
+        _ => return Decoded::Other,
+    };
+    let udp = match &p.transport {
+        Some(TransportSlice::Udp(u)) => u,
+        _ => return Decoded::Other,
+    };
+    let udp_off = offset(udp.slice());
+    let udp_len = udp.slice().len();
+    let payload_len = udp.payload().len();
+    let (sport, dport, csum) = (udp.source_port(), udp.destination_port(), udp.checksum());
+    let (Some(ip_header), Some(udp_all)) = (d.get(ip_off..ip_off + ip_len), d.get(udp_off..udp_off + udp_len)) else {
+        return Decoded::Malformed("inconsistent header offsets".into());
+    };
+    let udp_header = &udp_all[..8];
+    let payload = &udp_all[8..8 + payload_len.min(udp_len - 8)];
+    let udp_checksum = match csum {
+        0 => UdpChecksum::Zero,
+        _ => udp_checksum(&pseudo, udp_all, csum),
+    };
+    Decoded::Udp(UdpDatagram { ip_header, udp_header, payload, src, dst, sport, dport, ip_checksum_ok, udp_checksum })
+}
+
+enum Pseudo {
+    V4([u8; 4], [u8; 4]),
+    V6([u8; 16], [u8; 16]),
+}
+
+fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
+    let mut chunks = data.chunks_exact(2);
+    for c in &mut chunks {
+        acc += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    if let [last] = chunks.remainder() {
+        acc += (*last as u32) << 8;
+    }
+    acc
+}
+
+fn fold(mut acc: u32) -> u16 {
+    while acc > 0xFFFF {
+        acc = (acc & 0xFFFF) + (acc >> 16);
+    }
+    acc as u16
+}
+
+fn ipv4_header_checksum_ok(h: &[u8]) -> bool {
+    fold(ones_complement_sum(0, h)) == 0xFFFF
+}
+
+/// Verdict on a UDP checksum field.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum UdpChecksum {
+    /// 0: not computed (what RoCEv2 senders normally send).
+    Zero,
+    Ok,
+    /// The field holds only the pseudo-header sum: the packet was captured on the sending host
+    /// before checksum offload filled it in (tshark: "maybe caused by UDP checksum offload").
+    /// The checksum the wire carried cannot be known from the capture.
+    OffloadPending,
+    Bad,
+}
+
+/// Verifies a nonzero UDP checksum over the pseudo-header and the whole datagram (`udp` =
+/// header + payload with the checksum as sent).
+fn udp_checksum(p: &Pseudo, udp: &[u8], stored: u16) -> UdpChecksum {
+    let len = udp.len() as u32;
+    let mut acc = 0u32;
+    match p {
+        Pseudo::V4(s, d) => {
+            acc = ones_complement_sum(acc, s);
+            acc = ones_complement_sum(acc, d);
+            acc += 17 + len;
+        }
+        Pseudo::V6(s, d) => {
+            acc = ones_complement_sum(acc, s);
+            acc = ones_complement_sum(acc, d);
+            acc += (len >> 16) + (len & 0xFFFF) + 17;
+        }
+    }
+    let pseudo_only = fold(acc);
+    acc = ones_complement_sum(acc, udp);
+    if fold(acc) == 0xFFFF {
+        UdpChecksum::Ok
+    } else if stored == pseudo_only {
+        UdpChecksum::OffloadPending
+    } else {
+        UdpChecksum::Bad
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_checksum_of_a_known_header() {
+        // RFC 1071 style example header with a correct checksum.
+        let h = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xB8, 0x61, 0xC0, 0xA8, 0x00, 0x01, 0xC0, 0xA8,
+            0x00, 0xC7,
+        ];
+        assert!(ipv4_header_checksum_ok(&h));
+        let mut bad = h;
+        bad[8] = 0x3F;
+        assert!(!ipv4_header_checksum_ok(&bad));
+    }
+}

@@ -1,0 +1,377 @@
+//! Checks one RoCEv2 packet found in a capture and describes it.
+
+use std::net::IpAddr;
+
+use super::capture::{UdpChecksum, UdpDatagram};
+use crate::wire::aeth::{NakCode, Syndrome};
+use crate::wire::icrc::{icrc_from_headers, ROCEV2_PORT};
+use crate::wire::opcode::{OpKind, Opcode, Transport};
+use crate::wire::{parse, Parsed, WireError};
+
+/// A rule a packet broke.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Problem {
+    /// The stored ICRC differs from the computed one.
+    IcrcMismatch { stored: u32, computed: u32 },
+    /// The packet does not parse as RoCEv2 (lengths, TVer, opcode, pad).
+    Wire(WireError),
+    /// UDP checksum present and wrong.
+    UdpChecksum,
+    /// IPv4 header checksum wrong.
+    IpChecksum,
+    /// Reserved bits or bytes not zero.
+    ReservedBits,
+    /// QP1 (GSI) only carries UD SENDs.
+    NotUdOnQp1,
+    /// The IP header does not fit the ICRC computation.
+    IpHeader(String),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::IcrcMismatch { stored, computed } => {
+                write!(f, "ICRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
+            }
+            Problem::Wire(e) => write!(f, "{e}"),
+            Problem::UdpChecksum => f.write_str("UDP checksum wrong (RoCEv2 senders use 0 or a correct one)"),
+            Problem::IpChecksum => f.write_str("IPv4 header checksum wrong"),
+            Problem::ReservedBits => f.write_str("reserved bits set"),
+            Problem::NotUdOnQp1 => f.write_str("QP1 packet is not a UD SEND"),
+            Problem::IpHeader(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// ICRC verdict of one packet.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum IcrcVerdict {
+    Ok,
+    Bad,
+    /// Not computed: the packet did not parse far enough.
+    NotChecked,
+}
+
+impl IcrcVerdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IcrcVerdict::Ok => "ok",
+            IcrcVerdict::Bad => "BAD",
+            IcrcVerdict::NotChecked => "n/a",
+        }
+    }
+}
+
+/// Everything `check` knows about one RoCEv2 packet.
+#[derive(Clone, Debug)]
+pub struct PacketReport<'a> {
+    pub frame: u64,
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+    pub parsed: Option<Parsed<'a>>,
+    /// Opcode byte even when parsing failed (first payload byte), if any.
+    pub opcode: Option<u8>,
+    pub udp_len: usize,
+    pub icrc: IcrcVerdict,
+    pub udp_checksum: UdpChecksum,
+    pub problems: Vec<Problem>,
+}
+
+impl PacketReport<'_> {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// True for a datagram `check` treats as RoCEv2.
+pub fn is_rocev2(d: &UdpDatagram<'_>) -> bool {
+    d.dport == ROCEV2_PORT
+}
+
+/// Runs every per-packet check.
+pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
+    let mut problems = Vec::new();
+    let payload = d.payload;
+    let mut icrc = IcrcVerdict::NotChecked;
+    let parsed = match parse(payload) {
+        Ok(p) => {
+            match icrc_from_headers(d.ip_header, d.udp_header, p.icrc_covered(payload)) {
+                Ok(c) if c == p.icrc => icrc = IcrcVerdict::Ok,
+                Ok(c) => {
+                    icrc = IcrcVerdict::Bad;
+                    problems.push(Problem::IcrcMismatch { stored: p.icrc, computed: c });
+                }
+                Err(e) => problems.push(Problem::IpHeader(e.to_string())),
+            }
+            if p.reserved_nonzero {
+                problems.push(Problem::ReservedBits);
+            }
+            if p.headers.bth.dest_qp == 1 && p.info.transport != Transport::Ud {
+                problems.push(Problem::NotUdOnQp1);
+            }
+            Some(p)
+        }
+        Err(e) => {
+            problems.push(Problem::Wire(e));
+            None
+        }
+    };
+    if d.udp_checksum == UdpChecksum::Bad {
+        problems.push(Problem::UdpChecksum);
+    }
+    if d.ip_checksum_ok == Some(false) {
+        problems.push(Problem::IpChecksum);
+    }
+    PacketReport {
+        frame,
+        src: d.src,
+        dst: d.dst,
+        sport: d.sport,
+        dport: d.dport,
+        opcode: payload.first().copied(),
+        parsed,
+        udp_len: payload.len(),
+        icrc,
+        udp_checksum: d.udp_checksum,
+        problems,
+    }
+}
+
+fn addr(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+/// Short AETH description, e.g. `ACK`, `RNR_NAK(t=14)`, `NAK(PSN_SEQ_ERR)`.
+pub fn syndrome_str(s: Syndrome) -> String {
+    match s {
+        Syndrome::Ack { .. } => "ACK".into(),
+        Syndrome::RnrNak { timer } => format!("RNR_NAK(t={})", timer.code()),
+        Syndrome::Nak(c) => format!(
+            "NAK({})",
+            match c {
+                NakCode::PsnSequenceError => "PSN_SEQ_ERR".to_string(),
+                NakCode::InvalidRequest => "INV_REQ".to_string(),
+                NakCode::RemoteAccessError => "REM_ACCESS_ERR".to_string(),
+                NakCode::RemoteOperationalError => "REM_OP_ERR".to_string(),
+                NakCode::InvalidRdRequest => "INV_RD_REQ".to_string(),
+                NakCode::Reserved(c) => format!("code {c}"),
+            }
+        ),
+        Syndrome::Reserved(b) => format!("RSVD({b:#04x})"),
+    }
+}
+
+/// One summary line, in the spirit of tshark's.
+pub fn summary_line(r: &PacketReport<'_>) -> String {
+    let mut s = format!("{} {} > {} ", r.frame, addr(r.src, r.sport), addr(r.dst, r.dport));
+    match &r.parsed {
+        Some(p) => {
+            let b = &p.headers.bth;
+            let info = p.info;
+            s.push_str(&format!(
+                "{} {} qp={:#08x} psn={:#08x} len={}",
+                info.transport.name(),
+                info.name,
+                b.dest_qp,
+                b.psn.value(),
+                p.payload.len()
+            ));
+            if b.ack_req {
+                s.push_str(" A");
+            }
+            if let Some(a) = p.headers.aeth {
+                s.push_str(&format!(" {} msn={}", syndrome_str(a.syndrome), a.msn.value()));
+            }
+            if let Some(r) = p.headers.reth {
+                s.push_str(&format!(" va={:#x} rkey={:#x} dlen={}", r.va, r.rkey, r.dma_len));
+            }
+            if let Some(d) = p.headers.deth {
+                s.push_str(&format!(" qkey={:#x} srcqp={:#x}", d.qkey, d.src_qp));
+            }
+            if let Some(a) = p.headers.atomic_eth {
+                s.push_str(&format!(" va={:#x} rkey={:#x}", a.va, a.rkey));
+            }
+            if let Some(a) = p.headers.atomic_ack_eth {
+                s.push_str(&format!(" orig={:#x}", a.orig));
+            }
+        }
+        None => match r.opcode {
+            Some(o) => s.push_str(&format!("{} len={}", Opcode(o), r.udp_len)),
+            None => s.push_str("empty UDP payload"),
+        },
+    }
+    s.push_str(&format!(" icrc={}", r.icrc.as_str()));
+    match r.udp_checksum {
+        UdpChecksum::Zero | UdpChecksum::Bad => {}
+        UdpChecksum::Ok => s.push_str(" udpcsum=ok"),
+        UdpChecksum::OffloadPending => s.push_str(" udpcsum=offload"),
+    }
+    for p in &r.problems {
+        if !matches!(p, Problem::IcrcMismatch { .. }) {
+            s.push_str(&format!(" [{p}]"));
+        }
+    }
+    s
+}
+
+/// Every field, one per line (`--verbose`).
+pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
+    let mut v = vec![summary_line(r)];
+    if let Some(p) = &r.parsed {
+        let b = &p.headers.bth;
+        v.push(format!(
+            "    BTH: opcode={:#04x} ({}) se={} m={} pad={} tver={} pkey={:#06x} fecn={} becn={} destqp={:#08x} ackreq={} psn={:#08x}",
+            b.opcode,
+            Opcode(b.opcode),
+            b.solicited as u8,
+            b.mig_req as u8,
+            b.pad_cnt,
+            b.tver,
+            b.pkey,
+            b.fecn as u8,
+            b.becn as u8,
+            b.dest_qp,
+            b.ack_req as u8,
+            b.psn.value()
+        ));
+        let h = &p.headers;
+        if let Some(x) = h.reth {
+            v.push(format!("    RETH: va={:#018x} rkey={:#010x} dmalen={}", x.va, x.rkey, x.dma_len));
+        }
+        if let Some(x) = h.aeth {
+            v.push(format!(
+                "    AETH: syndrome={:#04x} ({}) msn={}",
+                x.syndrome.encode(),
+                syndrome_str(x.syndrome),
+                x.msn.value()
+            ));
+        }
+        if let Some(x) = h.deth {
+            v.push(format!("    DETH: qkey={:#010x} srcqp={:#08x}", x.qkey, x.src_qp));
+        }
+        if let Some(x) = h.immdt {
+            v.push(format!("    ImmDt: {:#010x}", x.value));
+        }
+        if let Some(x) = h.ieth {
+            v.push(format!("    IETH: rkey={:#010x}", x.rkey));
+        }
+        if let Some(x) = h.atomic_eth {
+            v.push(format!(
+                "    AtomicETH: va={:#018x} rkey={:#010x} swap_add={:#x} compare={:#x}",
+                x.va, x.rkey, x.swap_add, x.compare
+            ));
+        }
+        if let Some(x) = h.atomic_ack_eth {
+            v.push(format!("    AtomicAckETH: orig={:#x}", x.orig));
+        }
+        v.push(format!(
+            "    payload={} pad={} icrc={:#010x} ({})",
+            p.payload.len(),
+            b.pad_cnt,
+            p.icrc,
+            r.icrc.as_str()
+        ));
+    }
+    for p in &r.problems {
+        v.push(format!("    PROBLEM: {p}"));
+    }
+    v
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// One JSON object (`--json`).
+pub fn json_line(r: &PacketReport<'_>) -> String {
+    let mut f: Vec<(String, String)> = vec![
+        ("frame".into(), r.frame.to_string()),
+        ("src".into(), json_str(&r.src.to_string())),
+        ("sport".into(), r.sport.to_string()),
+        ("dst".into(), json_str(&r.dst.to_string())),
+        ("dport".into(), r.dport.to_string()),
+        ("ok".into(), r.ok().to_string()),
+        ("icrc".into(), json_str(r.icrc.as_str())),
+        ("udp_checksum".into(), json_str(&format!("{:?}", r.udp_checksum).to_lowercase())),
+    ];
+    if let Some(p) = &r.parsed {
+        let b = &p.headers.bth;
+        f.push(("transport".into(), json_str(p.info.transport.name())));
+        f.push(("opcode".into(), b.opcode.to_string()));
+        f.push(("opcode_name".into(), json_str(p.info.name)));
+        f.push(("se".into(), b.solicited.to_string()));
+        f.push(("mig_req".into(), b.mig_req.to_string()));
+        f.push(("pad".into(), b.pad_cnt.to_string()));
+        f.push(("pkey".into(), b.pkey.to_string()));
+        f.push(("fecn".into(), b.fecn.to_string()));
+        f.push(("becn".into(), b.becn.to_string()));
+        f.push(("dest_qp".into(), b.dest_qp.to_string()));
+        f.push(("ack_req".into(), b.ack_req.to_string()));
+        f.push(("psn".into(), b.psn.value().to_string()));
+        f.push(("payload_len".into(), p.payload.len().to_string()));
+        f.push(("icrc_value".into(), p.icrc.to_string()));
+        let h = &p.headers;
+        if let Some(x) = h.reth {
+            f.push(("reth".into(), format!("{{\"va\":{},\"rkey\":{},\"dma_len\":{}}}", x.va, x.rkey, x.dma_len)));
+        }
+        if let Some(x) = h.aeth {
+            f.push((
+                "aeth".into(),
+                format!(
+                    "{{\"syndrome\":{},\"kind\":{},\"msn\":{}}}",
+                    x.syndrome.encode(),
+                    json_str(&syndrome_str(x.syndrome)),
+                    x.msn.value()
+                ),
+            ));
+        }
+        if let Some(x) = h.deth {
+            f.push(("deth".into(), format!("{{\"qkey\":{},\"src_qp\":{}}}", x.qkey, x.src_qp)));
+        }
+        if let Some(x) = h.immdt {
+            f.push(("imm_data".into(), x.value.to_string()));
+        }
+        if let Some(x) = h.ieth {
+            f.push(("ieth_rkey".into(), x.rkey.to_string()));
+        }
+        if let Some(x) = h.atomic_eth {
+            f.push((
+                "atomic_eth".into(),
+                format!(
+                    "{{\"va\":{},\"rkey\":{},\"swap_add\":{},\"compare\":{}}}",
+                    x.va, x.rkey, x.swap_add, x.compare
+                ),
+            ));
+        }
+        if let Some(x) = h.atomic_ack_eth {
+            f.push(("atomic_ack_orig".into(), x.orig.to_string()));
+        }
+    } else if let Some(o) = r.opcode {
+        f.push(("opcode".into(), o.to_string()));
+    }
+    let probs: Vec<String> = r.problems.iter().map(|p| json_str(&p.to_string())).collect();
+    f.push(("problems".into(), format!("[{}]", probs.join(","))));
+    let body: Vec<String> = f.into_iter().map(|(k, v)| format!("{}:{}", json_str(&k), v)).collect();
+    format!("{{{}}}", body.join(","))
+}
+
+/// Does this opcode start a request the responder must answer (for the flow report)?
+pub fn is_request_kind(k: OpKind) -> bool {
+    matches!(k, OpKind::Send | OpKind::Write | OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd)
+}

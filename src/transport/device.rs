@@ -1,0 +1,438 @@
+//! One urxe device: an engine behind a mutex, its UDP sockets, and a progress thread.
+//!
+//! Who moves packets:
+//! - The caller's thread, on the fast path: [`Device::post_send`] transmits what the engine
+//!   produces before returning (a NIC doorbell), and [`Device::poll_cq`] receives whatever is
+//!   queued on the socket, runs due timers and transmits responses before reading the CQ. An
+//!   application that busy-polls its CQ therefore never pays a thread hand-off.
+//! - The progress thread, blocked in `mio::Poll` on the receive socket, a waker and the
+//!   engine's next deadline. It covers what nobody polls for: ACKs and responses while the
+//!   application sleeps, retransmission timers, completion-channel events. It never spins.
+//!
+//! Time is read here (the only place) and handed to the engine as nanoseconds.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::net::UnixListener;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::memory::ProcessMemory;
+use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, ROCE_PORT};
+use crate::engine::{Counters, Datagram, Engine, EngineConfig, Event, IcrcCheck, Nanos, MAX_PACKET};
+use crate::wire::icrc::IpFields;
+
+const RX: Token = Token(0);
+const WAKE: Token = Token(1);
+const STATS: Token = Token(2);
+
+/// Where engine events (completion notifications, async events) go. Called with the device
+/// lock held: it must be quick and must not call back into the device.
+pub type EventSink = Box<dyn FnMut(Event) + Send>;
+
+/// Counters of the transport itself (the engine has its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    pub tx_datagrams: u64,
+    pub tx_gso_sends: u64,
+    pub tx_mmsg_sends: u64,
+    pub tx_errors: u64,
+    pub tx_would_block: u64,
+    pub rx_datagrams: u64,
+    pub rx_batches: u64,
+    pub rx_errors: u64,
+    /// Datagrams from a non-RoCE source port arrangement we could not attribute (no source).
+    pub rx_unaddressed: u64,
+    pub progress_wakeups: u64,
+}
+
+/// The engine and everything the data path touches, behind one lock.
+pub struct Core {
+    pub engine: Engine<ProcessMemory>,
+    rx: RoceSocket,
+    tx_socks: HashMap<u16, RoceSocket>,
+    local: IpAddr,
+    recv: RecvBatch,
+    send: SendBatch,
+    /// Flow of the packets in `send`.
+    send_key: Option<SendKey>,
+    sink: EventSink,
+    epoch: Instant,
+    pub counters: TransportCounters,
+}
+
+/// The flow a send batch belongs to. With `gso` the batch is a train of `seg`-byte packets
+/// (the last may be shorter) sent in one call; otherwise single datagrams via sendmmsg.
+#[derive(Clone, Copy)]
+struct SendKey {
+    sport: u16,
+    dst: IpAddr,
+    seg: usize,
+    gso: bool,
+}
+
+struct Shared {
+    core: Mutex<Core>,
+    waker: Waker,
+    stop: AtomicBool,
+    /// Deadline (ns) the progress thread sleeps until; `u64::MAX` = no deadline.
+    thread_deadline: AtomicU64,
+}
+
+/// A running device. Dropping it stops the progress thread.
+pub struct Device {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    local: IpAddr,
+}
+
+const TX_SLOT: usize = MAX_PACKET;
+
+impl Core {
+    fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// Receives everything queued on the socket (bounded per call) and feeds the engine.
+    fn receive(&mut self, now: Nanos) {
+        for _ in 0..16 {
+            let n = match self.rx.recv_batch(&mut self.recv) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(_) => {
+                    self.counters.rx_errors += 1;
+                    return;
+                }
+            };
+            self.counters.rx_batches += 1;
+            let local = self.local;
+            for (src, pkt) in self.recv.packets() {
+                let Some(src) = src else {
+                    self.counters.rx_unaddressed += 1;
+                    continue;
+                };
+                self.counters.rx_datagrams += 1;
+                let icrc = match (src.ip(), local) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
+                    (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),
+                    _ => {
+                        self.counters.rx_unaddressed += 1;
+                        continue;
+                    }
+                };
+                let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt };
+                self.engine.handle_datagram(now, &d);
+            }
+            if n < super::socket::RECV_BATCH {
+                return;
+            }
+        }
+    }
+
+    /// One socket per flow source port, as rxe varies the port per QP pair. If the port is
+    /// taken on this address, packets go from 4791 instead (any source port is valid).
+    fn open_tx_socket(&mut self, sport: u16) {
+        if !self.tx_socks.contains_key(&sport) {
+            if let Ok(s) = RoceSocket::bind(SocketAddr::new(self.local, sport)) {
+                self.tx_socks.insert(sport, s);
+            }
+        }
+    }
+
+    /// Sends what is batched. Returns false if the socket would block (packets stay queued).
+    fn flush_send(&mut self) -> bool {
+        let Some(key) = self.send_key else { return true };
+        while !self.send.is_empty() {
+            let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
+            let n = self.send.len();
+            self.open_tx_socket(key.sport);
+            let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
+            let res = if n > 1 && key.gso {
+                // Built as a train: equal segments, only the last may be shorter.
+                let r = sock.send_gso(self.send.data(), key.seg as u16, dst_sa).map(|_| n);
+                if r.is_ok() {
+                    self.counters.tx_gso_sends += 1;
+                }
+                r
+            } else {
+                let r = sock.send_mmsg(&mut self.send);
+                if r.is_ok() {
+                    self.counters.tx_mmsg_sends += 1;
+                }
+                r
+            };
+            match res {
+                Ok(k) => {
+                    self.counters.tx_datagrams += k as u64;
+                    self.send.consume(k);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.counters.tx_would_block += 1;
+                    return false;
+                }
+                Err(_) => {
+                    // Unreachable peer, no route...: the packet is lost as on a wire; RC
+                    // retransmission covers it.
+                    self.counters.tx_errors += 1;
+                    self.send.consume(if key.gso { n } else { 1 });
+                }
+            }
+        }
+        self.send_key = None;
+        true
+    }
+
+    /// Moves every packet the engine has into the socket. Returns false if the socket is full
+    /// (the rest stays queued in the engine or the batch).
+    fn transmit(&mut self, now: Nanos) -> bool {
+        if !self.flush_send() {
+            return false;
+        }
+        loop {
+            if self.send.is_full(TX_SLOT) && !self.flush_send() {
+                return false;
+            }
+            let Some(t) = self.engine.poll_transmit(now, &mut self.send.next_buf()[..TX_SLOT]) else { break };
+            let extends = match self.send_key {
+                Some(k) if k.sport == t.src_port && k.dst == t.dst => {
+                    !k.gso
+                        || (t.len <= k.seg
+                            && self.send.last_len() == Some(k.seg)
+                            && self.send.data().len() + t.len <= MAX_GSO_BYTES
+                            && self.send.len() < MAX_GSO_SEGMENTS)
+                }
+                _ => false,
+            };
+            if !extends && self.send_key.is_some() {
+                // Another flow or the end of a train: send what we have first. The new packet
+                // sits after the batch in the buffer; keep it aside while the batch goes.
+                let mut tmp = [0u8; TX_SLOT];
+                tmp[..t.len].copy_from_slice(&self.send.next_buf()[..t.len]);
+                let flushed = self.flush_send();
+                self.send.next_buf()[..t.len].copy_from_slice(&tmp[..t.len]);
+                if !flushed {
+                    // Keep order: queue it behind the blocked batch, sent as single datagrams.
+                    if let Some(k) = self.send_key.as_mut() {
+                        k.gso = false;
+                    }
+                    self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
+                    return false;
+                }
+            }
+            if self.send_key.is_none() {
+                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.rx.gso_to(t.dst) });
+            }
+            self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
+        }
+        self.flush_send()
+    }
+
+    fn deliver_events(&mut self) {
+        while let Some(ev) = self.engine.poll_event() {
+            (self.sink)(ev);
+        }
+    }
+
+    /// One full progress step: receive, timers, transmit, events.
+    fn progress(&mut self) -> bool {
+        let now = self.now();
+        self.receive(now);
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+        let sent_all = self.transmit(now);
+        self.deliver_events();
+        sent_all
+    }
+
+    /// Counters as `name value` lines (what `urxe stat` prints).
+    pub fn stats_text(&self) -> String {
+        let c: &Counters = self.engine.counters();
+        let mut s = format!("{c:#?}\n{:#?}\n", self.counters);
+        s.retain(|ch| ch != ',' && ch != '{' && ch != '}');
+        s
+    }
+}
+
+impl Device {
+    /// Binds `local`:4791 and starts the progress thread. `EADDRINUSE` means the address and
+    /// port belong to someone else (another urxe process or kernel rxe).
+    pub fn open(local: IpAddr, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+        let rx = RoceSocket::bind(SocketAddr::new(local, ROCE_PORT))?;
+        cfg.local_addr = local;
+        let engine = Engine::new(cfg, ProcessMemory);
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKE)?;
+        poll.registry().register(&mut SourceFd(&rx.raw_fd()), RX, Interest::READABLE | Interest::WRITABLE)?;
+        // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process.
+        let stats = bind_stats_listener(local);
+        let mut stats = stats.ok();
+        if let Some(l) = stats.as_mut() {
+            poll.registry().register(l, STATS, Interest::READABLE)?;
+        }
+        let core = Core {
+            engine,
+            rx,
+            tx_socks: HashMap::new(),
+            local,
+            recv: RecvBatch::new(),
+            send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
+            send_key: None,
+            sink,
+            epoch: Instant::now(),
+            counters: TransportCounters::default(),
+        };
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            waker,
+            stop: AtomicBool::new(false),
+            thread_deadline: AtomicU64::new(u64::MAX),
+        });
+        let sh = shared.clone();
+        let thread =
+            std::thread::Builder::new().name("urxe-progress".into()).spawn(move || progress_thread(sh, poll, stats))?;
+        Ok(Device { shared, thread: Some(thread), local })
+    }
+
+    pub fn local_addr(&self) -> IpAddr {
+        self.local
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock is caught at the FFI boundary; the engine's state is
+        // still consistent enough to keep serving (no invariant spans a panic point), so
+        // recover the guard rather than poisoning every later call.
+        self.shared.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs a control-path command on the engine, then transmits whatever it produced and
+    /// delivers its events (e.g. a QP moved to ERR flushes its WRs).
+    pub fn with<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> R) -> R {
+        let mut c = self.lock();
+        let now = c.now();
+        let r = f(&mut c.engine, now);
+        let sent_all = c.transmit(now);
+        c.deliver_events();
+        self.kick_if_needed(&mut c, sent_all);
+        r
+    }
+
+    /// Posting path: like [`Device::with`] (the closure posts), transmitting in this thread.
+    pub fn post<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> R) -> R {
+        self.with(f)
+    }
+
+    /// Polling path: receive and progress in the caller's thread, then read the CQ.
+    pub fn poll<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R) -> R {
+        let mut c = self.lock();
+        let sent_all = c.progress();
+        let r = f(&mut c.engine);
+        c.deliver_events();
+        self.kick_if_needed(&mut c, sent_all);
+        r
+    }
+
+    /// Wakes the progress thread if it sleeps past the engine's new deadline or the socket
+    /// has a backlog to drain.
+    fn kick_if_needed(&self, c: &mut Core, sent_all: bool) {
+        let due = c.engine.poll_timeout().unwrap_or(u64::MAX);
+        if !sent_all || due < self.shared.thread_deadline.load(Ordering::Acquire) {
+            let _ = self.shared.waker.wake();
+        }
+    }
+
+    pub fn stats_text(&self) -> String {
+        self.lock().stats_text()
+    }
+
+    pub fn transport_counters(&self) -> TransportCounters {
+        self.lock().counters
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.shared.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Prefix of the stats sockets (abstract namespace): `urxe-stat-<pid>-<address>`.
+pub const STATS_SOCKET_PREFIX: &str = "urxe-stat-";
+
+/// Name of the stats socket of the device of process `pid` on `addr`.
+pub fn stats_socket_name(pid: u32, addr: IpAddr) -> String {
+    format!("{STATS_SOCKET_PREFIX}{pid}-{addr}")
+}
+
+fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(stats_socket_name(std::process::id(), local))?;
+    let l = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    l.set_nonblocking(true)?;
+    Ok(UnixListener::from_std(l))
+}
+
+fn serve_stats(shared: &Shared, l: &UnixListener) {
+    use std::io::Write;
+    // Bounded: at most a few clients per wakeup.
+    for _ in 0..8 {
+        match l.accept() {
+            Ok((s, _)) => {
+                let text = {
+                    let c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
+                    format!("pid {}\naddress {}\n{}", std::process::id(), c.local, c.stats_text())
+                };
+                // The client reads to EOF; a blocking write of a few KiB to a fresh socket.
+                let mut s = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(s));
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
+                let _ = s.write_all(text.as_bytes());
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListener>) {
+    let mut events = Events::with_capacity(16);
+    let mut timeout: Option<Duration> = None;
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                // Cannot wait: back off rather than spin.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(l) = &stats {
+            if events.iter().any(|e| e.token() == STATS) {
+                serve_stats(&shared, l);
+            }
+        }
+        let mut c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
+        c.counters.progress_wakeups += 1;
+        let sent_all = c.progress();
+        let now = c.now();
+        let due = c.engine.poll_timeout();
+        // If the socket is full, WRITABLE (edge-triggered) wakes us when it drains.
+        let _ = sent_all;
+        timeout = due.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+        shared.thread_deadline.store(due.unwrap_or(u64::MAX), Ordering::Release);
+        drop(c);
+    }
+}

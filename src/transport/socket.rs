@@ -1,0 +1,527 @@
+//! UDP sockets for RoCEv2: options that make the wire right, and batched send/receive.
+//!
+//! - IPv4: `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on unconnected sockets, so Linux sends DF=1 and
+//!   IP ID 0 — the ICRC covers the ID, and 0 is the only value a sender can know in advance.
+//! - IPv6: `UDP_NO_CHECK6_TX/RX`, UDP checksum 0 as RoCEv2 sends it.
+//! - Send: UDP GSO (`UDP_SEGMENT`) for runs of equal-size packets to one peer on loopback;
+//!   `sendmmsg` otherwise. GSO is kept to loopback because segmentation assigns consecutive IP
+//!   IDs to the segments, which a peer verifying the ICRC with the real ID (kernel rxe, NICs)
+//!   would reject; on loopback nobody sees the ID.
+//! - Receive: `recvmmsg` with `UDP_GRO`, so GSO trains arrive as one buffer plus a segment
+//!   size.
+//!
+//! All buffers are allocated once; nothing here allocates per packet.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// UDP port of RoCEv2.
+pub const ROCE_PORT: u16 = 4791;
+/// Largest GSO super-packet (IPv4 UDP payload limit).
+pub const MAX_GSO_BYTES: usize = 65507;
+/// Most segments per GSO send (UDP_MAX_SEGMENTS).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+/// Datagrams per recvmmsg call.
+pub const RECV_BATCH: usize = 32;
+/// Bytes per receive slot: a whole GRO super-packet.
+pub const RECV_SLOT: usize = 65536;
+
+const SOL_UDP: libc::c_int = 17;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+const UDP_NO_CHECK6_TX: libc::c_int = 101;
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: `v` lives across the call and its size is passed; the kernel copies it.
+    let r = unsafe {
+        libc::setsockopt(fd, level, name, &v as *const _ as *const libc::c_void, size_of::<libc::c_int>() as u32)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One RoCEv2 UDP socket.
+pub struct RoceSocket {
+    sock: Socket,
+    local: SocketAddr,
+    gso: bool,
+    gro: bool,
+}
+
+impl RoceSocket {
+    /// Binds `local` (port 4791 for the receive socket, a flow port for send sockets).
+    /// `EADDRINUSE` means another process (or kernel rxe, which holds 4791 on its addresses)
+    /// owns that address and port.
+    pub fn bind(local: SocketAddr) -> io::Result<RoceSocket> {
+        let domain = if local.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+        let fd = sock.as_raw_fd();
+        match local {
+            SocketAddr::V4(_) => {
+                setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            }
+            SocketAddr::V6(_) => {
+                sock.set_only_v6(true)?;
+                setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_TX, 1)?;
+                setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
+                setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            }
+        }
+        // Large buffers: even loopback drops when a receive buffer overflows. FORCE works as
+        // root; otherwise the plain option is capped by rmem_max/wmem_max.
+        for (force, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+            if setsockopt_int(fd, libc::SOL_SOCKET, force, 16 << 20).is_err() {
+                let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, 16 << 20);
+            }
+        }
+        sock.bind(&SockAddr::from(local))?;
+        let local = sock.local_addr()?.as_socket().unwrap_or(local);
+        // Probe GSO with a harmless zero (= off) setting; GRO is a receive option.
+        let gso = setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
+        let gro = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        Ok(RoceSocket { sock, local, gso, gro })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// GSO may be used to send to `dst`.
+    pub fn gso_to(&self, dst: IpAddr) -> bool {
+        self.gso && dst.is_loopback() && self.local.ip().is_loopback()
+    }
+
+    /// Sends one datagram.
+    pub fn send_to(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        self.sock.send_to(buf, &SockAddr::from(dst))
+    }
+
+    /// Sends `buf` as segments of `seg` bytes (the last may be shorter) in one GSO call.
+    pub fn send_gso(&self, buf: &[u8], seg: u16, dst: SocketAddr) -> io::Result<()> {
+        let addr = SockAddr::from(dst);
+        let mut iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
+        // cmsg space for one u16: CMSG_SPACE(2) = 16 + 8 on 64-bit Linux.
+        let mut cbuf = [0u64; 4];
+        // SAFETY: msghdr is plain data; every pointer set below refers to locals that outlive the
+        // sendmsg call, and the cmsg is written inside `cbuf` using the CMSG_* helpers.
+        unsafe {
+            let mut msg: libc::msghdr = zeroed();
+            msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+            msg.msg_namelen = addr.len();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
+            let r = libc::sendmsg(self.sock.as_raw_fd(), &msg, 0);
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends up to `n` datagrams described by `batch` in one `sendmmsg`; returns how many went.
+    pub fn send_mmsg(&self, batch: &mut SendBatch) -> io::Result<usize> {
+        let n = batch.len;
+        if n == 0 {
+            return Ok(0);
+        }
+        for i in 0..n {
+            batch.iov[i] = libc::iovec {
+                iov_base: batch.data[batch.spans[i].0..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: batch.spans[i].1,
+            };
+            // SAFETY: zeroed msghdr, then pointers into `batch`, which is borrowed mutably for the
+            // whole call so none of them moves.
+            unsafe {
+                let mut m: libc::mmsghdr = zeroed();
+                m.msg_hdr.msg_name = &mut batch.addrs[i] as *mut _ as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = batch.addr_lens[i];
+                m.msg_hdr.msg_iov = &mut batch.iov[i];
+                m.msg_hdr.msg_iovlen = 1;
+                batch.hdrs[i] = m;
+            }
+        }
+        // SAFETY: `hdrs[..n]` are initialised above and point into `batch`.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), batch.hdrs.as_mut_ptr(), n as u32, 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+
+    /// Receives up to [`RECV_BATCH`] datagrams (each possibly a GRO train) without blocking.
+    /// Returns 0 when nothing is queued.
+    pub fn recv_batch(&self, b: &mut RecvBatch) -> io::Result<usize> {
+        for i in 0..RECV_BATCH {
+            b.iov[i] =
+                libc::iovec { iov_base: b.bufs[i * RECV_SLOT..].as_mut_ptr() as *mut libc::c_void, iov_len: RECV_SLOT };
+            // SAFETY: as in send_mmsg; `b` is borrowed mutably across the call.
+            unsafe {
+                let mut m: libc::mmsghdr = zeroed();
+                m.msg_hdr.msg_name = &mut b.addrs[i] as *mut _ as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+                m.msg_hdr.msg_iov = &mut b.iov[i];
+                m.msg_hdr.msg_iovlen = 1;
+                m.msg_hdr.msg_control = b.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
+                m.msg_hdr.msg_controllen = size_of::<[u64; 8]>();
+                b.hdrs[i] = m;
+            }
+        }
+        // SAFETY: hdrs initialised above; MSG_DONTWAIT keeps the call non-blocking.
+        let r = unsafe {
+            libc::recvmmsg(
+                self.sock.as_raw_fd(),
+                b.hdrs.as_mut_ptr(),
+                RECV_BATCH as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                b.count = 0;
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        let n = r as usize;
+        for i in 0..n {
+            let h = &b.hdrs[i];
+            let len = h.msg_len as usize;
+            let mut seg = len;
+            if self.gro {
+                // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_* walk within them.
+                unsafe {
+                    let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                    while !c.is_null() {
+                        if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+                            let s = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u16) as usize;
+                            if s > 0 {
+                                seg = s;
+                            }
+                        }
+                        c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                    }
+                }
+            }
+            b.meta[i] = RecvMeta { len, seg, src: sockaddr_to_std(&b.addrs[i]) };
+        }
+        b.count = n;
+        Ok(n)
+    }
+}
+
+fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match s.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: family says the storage holds a sockaddr_in.
+            let a: &libc::sockaddr_in = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: family says the storage holds a sockaddr_in6.
+            let a: &libc::sockaddr_in6 = unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn std_to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> u32 {
+    let s = SockAddr::from(a);
+    let len = s.len() as usize;
+    // SAFETY: SockAddr holds a valid sockaddr of `len` bytes; storage is large enough for any.
+    unsafe { std::ptr::copy_nonoverlapping(s.as_ptr() as *const u8, out as *mut _ as *mut u8, len) };
+    len as u32
+}
+
+/// Where one received datagram sits in a [`RecvBatch`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecvMeta {
+    /// Bytes received (a GRO train may hold several packets).
+    pub len: usize,
+    /// Segment size: each packet of the train is `seg` bytes, the last possibly shorter.
+    pub seg: usize,
+    pub src: Option<SocketAddr>,
+}
+
+/// Preallocated receive state for `recvmmsg`.
+pub struct RecvBatch {
+    bufs: Box<[u8]>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    addrs: Vec<libc::sockaddr_storage>,
+    cmsgs: Vec<[u64; 8]>,
+    meta: Vec<RecvMeta>,
+    count: usize,
+}
+
+// SAFETY: the raw pointers inside iov/hdrs are rebuilt before every use and only ever point
+// into this struct's own buffers; nothing is shared.
+unsafe impl Send for RecvBatch {}
+
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RecvBatch {
+    pub fn new() -> RecvBatch {
+        RecvBatch {
+            bufs: vec![0u8; RECV_BATCH * RECV_SLOT].into_boxed_slice(),
+            // SAFETY: all-zero is a valid value for these C structs.
+            iov: (0..RECV_BATCH).map(|_| unsafe { zeroed() }).collect(),
+            hdrs: (0..RECV_BATCH).map(|_| unsafe { zeroed() }).collect(),
+            addrs: (0..RECV_BATCH).map(|_| unsafe { zeroed() }).collect(),
+            cmsgs: vec![[0u64; 8]; RECV_BATCH],
+            meta: vec![RecvMeta::default(); RECV_BATCH],
+            count: 0,
+        }
+    }
+
+    /// Datagrams of the last receive, each split into its packets:
+    /// `(source, packet bytes)`.
+    pub fn packets(&self) -> impl Iterator<Item = (Option<SocketAddr>, &[u8])> + '_ {
+        (0..self.count).flat_map(move |i| {
+            let m = self.meta[i];
+            let data = &self.bufs[i * RECV_SLOT..i * RECV_SLOT + m.len];
+            data.chunks(m.seg.max(1)).map(move |c| (m.src, c))
+        })
+    }
+}
+
+/// Preallocated send state for `sendmmsg`: packets are written straight into `data`.
+pub struct SendBatch {
+    data: Box<[u8]>,
+    spans: Vec<(usize, usize)>,
+    addrs: Vec<libc::sockaddr_storage>,
+    addr_lens: Vec<u32>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    len: usize,
+    used: usize,
+}
+
+// SAFETY: as for RecvBatch.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    /// Room for `slots` packets of up to `slot_bytes` each.
+    pub fn new(slots: usize, slot_bytes: usize) -> SendBatch {
+        SendBatch {
+            data: vec![0u8; slots * slot_bytes].into_boxed_slice(),
+            spans: vec![(0, 0); slots],
+            // SAFETY: all-zero is valid for these C structs.
+            addrs: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            addr_lens: vec![0; slots],
+            iov: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            hdrs: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            len: 0,
+            used: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn is_full(&self, slot_bytes: usize) -> bool {
+        self.len == self.spans.len() || self.used + slot_bytes > self.data.len()
+    }
+
+    /// The queued packets, back to back (a GSO train when they are equal-sized).
+    pub fn data(&self) -> &[u8] {
+        &self.data[..self.used]
+    }
+
+    /// Length of the last queued packet.
+    pub fn last_len(&self) -> Option<usize> {
+        self.len.checked_sub(1).map(|i| self.spans[i].1)
+    }
+
+    /// Space to write the next packet into.
+    pub fn next_buf(&mut self) -> &mut [u8] {
+        &mut self.data[self.used..]
+    }
+
+    /// Records the packet just written into `next_buf()`.
+    pub fn push(&mut self, len: usize, dst: SocketAddr) {
+        let i = self.len;
+        self.spans[i] = (self.used, len);
+        self.addr_lens[i] = std_to_sockaddr(dst, &mut self.addrs[i]);
+        self.used += len;
+        self.len += 1;
+    }
+
+    /// Drops the first `n` packets (sent), keeping the rest in order.
+    pub fn consume(&mut self, n: usize) {
+        if n >= self.len {
+            self.len = 0;
+            self.used = 0;
+            return;
+        }
+        let start = self.spans[n].0;
+        self.data.copy_within(start..self.used, 0);
+        for i in n..self.len {
+            self.spans[i - n] = (self.spans[i].0 - start, self.spans[i].1);
+            self.addrs[i - n] = self.addrs[i];
+            self.addr_lens[i - n] = self.addr_lens[i];
+        }
+        self.len -= n;
+        self.used -= start;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (RoceSocket, RoceSocket) {
+        // Port 0: let the kernel pick, so parallel tests do not collide.
+        let a = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        (a, b)
+    }
+
+    fn recv_all(s: &RoceSocket, want: usize) -> Vec<Vec<u8>> {
+        let mut b = RecvBatch::new();
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            s.recv_batch(&mut b).unwrap();
+            got.extend(b.packets().map(|(_, p)| p.to_vec()));
+            if got.len() >= want {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        got
+    }
+
+    #[test]
+    fn gso_train_arrives_as_its_packets_in_order() {
+        let (a, b) = pair();
+        assert!(a.gso_to(b.local_addr().ip()));
+        let mut buf = Vec::new();
+        for i in 0..10u8 {
+            buf.extend(std::iter::repeat_n(i, if i == 9 { 100 } else { 1000 }));
+        }
+        a.send_gso(&buf, 1000, b.local_addr()).unwrap();
+        let got = recv_all(&b, 10);
+        assert_eq!(got.len(), 10);
+        for (i, p) in got.iter().enumerate() {
+            assert_eq!(p.len(), if i == 9 { 100 } else { 1000 });
+            assert!(p.iter().all(|&x| x == i as u8));
+        }
+    }
+
+    #[test]
+    fn sendmmsg_batch_sends_every_packet_and_consume_keeps_order() {
+        let (a, b) = pair();
+        let mut s = SendBatch::new(8, 2048);
+        for i in 0..5u8 {
+            let buf = s.next_buf();
+            buf[..64].fill(i);
+            s.push(64, b.local_addr());
+        }
+        s.consume(2);
+        assert_eq!(s.len(), 3);
+        let sent = a.send_mmsg(&mut s).unwrap();
+        assert_eq!(sent, 3);
+        let got = recv_all(&b, 3);
+        assert_eq!(got.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 3, 4]);
+        assert!(got.iter().all(|p| p.len() == 64));
+    }
+
+    #[test]
+    fn binding_a_taken_address_reports_addr_in_use() {
+        let a = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let e = RoceSocket::bind(a.local_addr()).err().unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE));
+    }
+
+    #[test]
+    fn ipv6_socket_binds_with_zero_checksum_options() {
+        let s = RoceSocket::bind("[::1]:0".parse().unwrap()).unwrap();
+        let r = RoceSocket::bind("[::1]:0".parse().unwrap()).unwrap();
+        s.send_to(&[1, 2, 3, 4], r.local_addr()).unwrap();
+        assert_eq!(recv_all(&r, 1), vec![vec![1, 2, 3, 4]]);
+    }
+}
+
+#[cfg(test)]
+mod wire_fields {
+    //! What the kernel puts in the IPv4 header of our packets, seen through a raw socket
+    //! (root, as the project's machines run).
+    use super::*;
+
+    /// Reads raw IPv4 copies of UDP packets to `port` on loopback; returns (id, flags) per packet.
+    fn raw_headers(port: u16, want: usize, send: impl FnOnce()) -> Vec<(u16, u16)> {
+        let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::UDP)).expect("raw socket (tests run as root)");
+        raw.set_read_timeout(Some(std::time::Duration::from_millis(200))).unwrap();
+        send();
+        let mut out = Vec::new();
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 70000];
+        for _ in 0..200 {
+            let Ok(n) = raw.recv(&mut buf) else { break };
+            // SAFETY: recv initialised the first n bytes.
+            let b: Vec<u8> = buf[..n].iter().map(|x| unsafe { x.assume_init() }).collect();
+            let ihl = ((b[0] & 0xF) * 4) as usize;
+            if b.len() >= ihl + 8 && u16::from_be_bytes([b[ihl + 2], b[ihl + 3]]) == port {
+                out.push((u16::from_be_bytes([b[4], b[5]]), u16::from_be_bytes([b[6], b[7]])));
+            }
+            if out.len() >= want {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn ipv4_packets_leave_with_df_and_id_zero() {
+        let a = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let dst = b.local_addr();
+        let hdrs = raw_headers(dst.port(), 3, || {
+            for _ in 0..3 {
+                a.send_to(&[0u8; 64], dst).unwrap();
+            }
+        });
+        assert_eq!(hdrs.len(), 3);
+        for (id, flags) in hdrs {
+            assert_eq!(id, 0);
+            assert_eq!(flags, 0x4000, "DF set, no fragment offset");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! `urxe check` and the wire layer against the golden kernel-rxe captures in tests/captures.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+use pcap_file::pcapng::PcapNgWriter;
+use pcap_file::DataLink;
+use urxe::check::capture::{decode, Capture, Decoded, Frame};
+use urxe::check::{check_file, Format, Options};
+use urxe::wire::icrc::IpFields;
+use urxe::wire::packet::finish;
+use urxe::wire::parse;
+
+fn captures() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pcap"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn frames(path: &Path) -> Vec<Frame> {
+    let mut c = Capture::open(path).unwrap();
+    let mut v = Vec::new();
+    while let Some(f) = c.next_frame() {
+        v.push(f.unwrap());
+    }
+    v
+}
+
+fn quiet() -> Options {
+    Options { format: Format::Quiet, flows: false }
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("urxe-check-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes Ethernet frames as a classic pcap.
+fn write_pcap(path: &Path, link: DataLink, frames: &[Vec<u8>]) {
+    let hdr = PcapHeader { datalink: link, ..Default::default() };
+    let mut w = PcapWriter::with_header(File::create(path).unwrap(), hdr).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        w.write_packet(&PcapPacket::new(Duration::from_micros(i as u64), f.len() as u32, f)).unwrap();
+    }
+}
+
+fn bytes_of(path: &Path) -> Vec<Vec<u8>> {
+    frames(path).into_iter().map(|f| f.data).collect()
+}
+
+#[test]
+fn every_captured_packet_passes() {
+    let mut total = 0;
+    for p in captures() {
+        let mut out = Vec::new();
+        let t = check_file(&p, quiet(), &mut out).unwrap();
+        assert!(t.passed(), "{}: {}\n{}", p.display(), t.line(), String::from_utf8_lossy(&out));
+        assert_eq!(t.ok, t.rocev2);
+        total += t.rocev2;
+    }
+    assert_eq!(total, 943, "the README of tests/captures counts 943 RoCEv2 packets");
+}
+
+#[test]
+fn parse_then_emit_reproduces_every_captured_packet() {
+    let mut n = 0;
+    for p in captures() {
+        for f in frames(&p) {
+            let Decoded::Udp(d) = decode(&f) else { panic!("frame {} of {} is not UDP", f.number, p.display()) };
+            let parsed = parse(d.payload).unwrap();
+            let ip = match d.ip_header[0] >> 4 {
+                4 => IpFields::V4 {
+                    src: d.ip_header[12..16].try_into().unwrap(),
+                    dst: d.ip_header[16..20].try_into().unwrap(),
+                    id: u16::from_be_bytes([d.ip_header[4], d.ip_header[5]]),
+                    flags_frag: u16::from_be_bytes([d.ip_header[6], d.ip_header[7]]),
+                },
+                _ => unreachable!("captures are IPv4"),
+            };
+            let mut buf = vec![0u8; d.payload.len() + 8];
+            let hl = parsed.headers.emit(&mut buf).unwrap();
+            assert_eq!(hl, parsed.header_len);
+            buf[hl..hl + parsed.payload.len()].copy_from_slice(parsed.payload);
+            let len = finish(&mut buf, hl, parsed.payload.len(), &ip, d.sport, d.dport).unwrap();
+            assert_eq!(&buf[..len], d.payload, "{} frame {}", p.display(), f.number);
+            n += 1;
+        }
+    }
+    assert_eq!(n, 943);
+}
+
+/// Flips one bit at `at` (offset in the Ethernet frame) of frame `idx` of rc_send.pcap.
+fn flipped(idx: usize, at: usize, mask: u8) -> (PathBuf, u64) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send.pcap");
+    let mut fr = bytes_of(&src);
+    fr[idx][at] ^= mask;
+    let d = tmpdir("flip");
+    let out = d.join(format!("flip-{idx}-{at}-{mask}.pcap"));
+    write_pcap(&out, DataLink::ETHERNET, &fr);
+    (out, idx as u64 + 1)
+}
+
+const ETH: usize = 14;
+const IP_TOS: usize = ETH + 1;
+const IP_ID: usize = ETH + 4;
+const IP_TTL: usize = ETH + 8;
+const BTH: usize = ETH + 20 + 8;
+
+#[test]
+fn a_flipped_covered_bit_fails_naming_the_packet() {
+    for (what, at) in [("payload", BTH + 12 + 100), ("BTH PSN", BTH + 11), ("IPv4 ID", IP_ID + 1)] {
+        let (file, frame) = flipped(1, at, 0x01); // a SEND_MIDDLE with 1024 bytes
+        let mut out = Vec::new();
+        let t = check_file(&file, Options { format: Format::Summary, flows: false }, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(!t.passed(), "{what}");
+        assert_eq!((t.bad, t.icrc_bad), (1, 1), "{what}: exactly one packet with a bad ICRC");
+        let line = text.lines().find(|l| l.starts_with(&format!("{frame} "))).unwrap();
+        assert!(line.contains("icrc=BAD"), "{what}: {line}");
+        // The CLI exits nonzero and names the packet.
+        let o = Command::new(env!("CARGO_BIN_EXE_urxe")).args(["check", "--quiet"]).arg(&file).output().unwrap();
+        assert!(!o.status.success(), "{what}");
+        let stdout = String::from_utf8(o.stdout).unwrap();
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&format!("{frame} ")) && l.contains("icrc=BAD")),
+            "{what}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn a_flipped_masked_bit_keeps_the_icrc_verdict() {
+    for (what, at) in [("IPv4 TTL", IP_TTL), ("IPv4 TOS", IP_TOS)] {
+        let (file, frame) = flipped(1, at, 0x04);
+        let mut out = Vec::new();
+        let t = check_file(&file, Options { format: Format::Summary, flows: false }, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let line = text.lines().find(|l| l.starts_with(&format!("{frame} "))).unwrap();
+        assert!(line.contains("icrc=ok"), "{what}: {line}");
+        assert_eq!(t.icrc_bad, 0, "{what}");
+        // The IPv4 header checksum still catches it.
+        assert_eq!(t.ip_checksum_bad, 1, "{what}");
+    }
+}
+
+#[test]
+fn pcapng_and_cooked_link_types_are_read() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rdma_read.pcap");
+    let eth = bytes_of(&src);
+    let d = tmpdir("links");
+
+    // pcapng with an Ethernet interface
+    let ng = d.join("read.pcapng");
+    {
+        let mut w = PcapNgWriter::new(File::create(&ng).unwrap()).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 0xFFFF)).unwrap();
+        for f in &eth {
+            let b = EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: Duration::ZERO,
+                original_len: f.len() as u32,
+                data: Cow::Borrowed(f),
+                options: vec![],
+            };
+            w.write_pcapng_block(b).unwrap();
+        }
+    }
+    // Linux cooked v1: 16-byte header, protocol at 14..16
+    let sll: Vec<Vec<u8>> = eth
+        .iter()
+        .map(|f| {
+            let mut h = vec![0, 0, 0, 1, 0, 6, 0x52, 0x54, 0, 0x77, 0, 3, 0, 0, 0x08, 0x00];
+            h.extend_from_slice(&f[ETH..]);
+            h
+        })
+        .collect();
+    let sll_path = d.join("read-sll.pcap");
+    write_pcap(&sll_path, DataLink::LINUX_SLL, &sll);
+    // Linux cooked v2: 20-byte header, protocol at 0..2
+    let sll2: Vec<Vec<u8>> = eth
+        .iter()
+        .map(|f| {
+            let mut h = vec![0x08, 0x00, 0, 0, 0, 0, 0, 2, 0, 1, 0, 6, 0x52, 0x54, 0, 0x77, 0, 3, 0, 0];
+            h.extend_from_slice(&f[ETH..]);
+            h
+        })
+        .collect();
+    let sll2_path = d.join("read-sll2.pcap");
+    write_pcap(&sll2_path, DataLink::LINUX_SLL2, &sll2);
+    // raw IP
+    let raw: Vec<Vec<u8>> = eth.iter().map(|f| f[ETH..].to_vec()).collect();
+    let raw_path = d.join("read-raw.pcap");
+    write_pcap(&raw_path, DataLink::RAW, &raw);
+    // Ethernet with an 802.1Q tag
+    let vlan: Vec<Vec<u8>> = eth
+        .iter()
+        .map(|f| {
+            let mut v = f[..12].to_vec();
+            v.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+            v.extend_from_slice(&f[12..]);
+            v
+        })
+        .collect();
+    let vlan_path = d.join("read-vlan.pcap");
+    write_pcap(&vlan_path, DataLink::ETHERNET, &vlan);
+
+    for p in [&ng, &sll_path, &sll2_path, &raw_path, &vlan_path] {
+        let t = check_file(p, quiet(), &mut Vec::new()).unwrap();
+        assert!(t.passed(), "{}: {}", p.display(), t.line());
+        assert_eq!(t.rocev2, 100, "{}", p.display());
+    }
+}
+
+fn run_check(args: &[&str], file: &Path) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_urxe")).arg("check").args(args).arg(file).output().unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8(o.stdout).unwrap(), String::from_utf8(o.stderr).unwrap())
+}
+
+#[test]
+fn bad_files_get_one_clear_message_and_a_nonzero_exit() {
+    let d = tmpdir("bad");
+    let empty = d.join("empty.pcap");
+    std::fs::write(&empty, b"").unwrap();
+    let text = d.join("notes.txt");
+    std::fs::write(&text, b"this is not a capture at all\n").unwrap();
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send.pcap");
+    let whole = std::fs::read(&good).unwrap();
+    let trunc = d.join("truncated.pcap");
+    std::fs::write(&trunc, &whole[..whole.len() - 100]).unwrap();
+    let header_only = d.join("header-only.pcap");
+    std::fs::write(&header_only, &whole[..24]).unwrap();
+    let mut unknown = whole.clone();
+    unknown[20] = 147; // LINKTYPE_USER0
+    let unk = d.join("unknown-link.pcap");
+    std::fs::write(&unk, &unknown).unwrap();
+    let missing = d.join("does-not-exist.pcap");
+
+    for (file, expect) in [
+        (&empty, "empty file"),
+        (&text, "not a pcap or pcapng capture"),
+        (&trunc, "corrupt"),
+        (&header_only, "empty file"),
+        (&unk, "unsupported link type"),
+        (&missing, "cannot read"),
+    ] {
+        let (code, _out, err) = run_check(&[], file);
+        assert_eq!(code, 1, "{}: {err}", file.display());
+        assert!(err.contains(expect), "{}: expected '{expect}' in: {err}", file.display());
+        assert!(!err.contains("panicked"), "{err}");
+        assert_eq!(err.lines().filter(|l| l.starts_with("urxe check:")).count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn json_and_verbose_outputs_describe_every_packet() {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/atomic.pcap");
+    let (code, out, _) = run_check(&["--json"], &f);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 40);
+    assert!(lines.iter().all(|l| l.starts_with('{') && l.ends_with('}') && l.contains("\"icrc\":\"ok\"")));
+    assert!(lines[0].contains("\"opcode_name\":\"FETCH_ADD\"") && lines[0].contains("\"atomic_eth\":{"));
+    assert!(lines.iter().any(|l| l.contains("\"atomic_ack_orig\":")));
+    let (code, out, _) = run_check(&["--verbose"], &f);
+    assert_eq!(code, 0);
+    assert!(out.contains("    BTH: opcode=0x14 (RC FETCH_ADD)"));
+    assert!(out.contains("    AtomicETH: va="));
+    assert!(out.contains("    AETH: syndrome=0x1f (ACK)"));
+}
+
+#[test]
+fn flow_report_counts_retransmissions_and_naks() {
+    // Build a capture with a retransmitted SEND and a NAK from rc_send_only: duplicate frame 1
+    // (a request) at the end, and turn one ACK into a PSN-sequence NAK (fixing its ICRC).
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send_only.pcap");
+    let mut fr = bytes_of(&src);
+    let dup = fr[0].clone();
+    fr.push(dup);
+    let ack = fr.iter().position(|f| f[BTH] == 0x11).unwrap();
+    fr[ack][BTH + 12] = 0x60; // AETH syndrome: NAK, PSN sequence error
+    let f = fr[ack].clone();
+    let ip = IpFields::V4 {
+        src: f[ETH + 12..ETH + 16].try_into().unwrap(),
+        dst: f[ETH + 16..ETH + 20].try_into().unwrap(),
+        id: u16::from_be_bytes([f[ETH + 4], f[ETH + 5]]),
+        flags_frag: u16::from_be_bytes([f[ETH + 6], f[ETH + 7]]),
+    };
+    let sport = u16::from_be_bytes([f[ETH + 20], f[ETH + 21]]);
+    let udp = &mut fr[ack][BTH..];
+    let n = udp.len();
+    finish(udp, 16, 0, &ip, sport, 4791).unwrap();
+    assert_eq!(n, 20);
+    let d = tmpdir("flows");
+    let file = d.join("flows.pcap");
+    write_pcap(&file, DataLink::ETHERNET, &fr);
+    let mut out = Vec::new();
+    let t = check_file(&file, Options { format: Format::Quiet, flows: true }, &mut out).unwrap();
+    assert!(t.passed(), "{}", t.line());
+    assert_eq!((t.retransmissions, t.naks, t.rnr_naks), (1, 1, 0));
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("retrans"), "{text}");
+}

@@ -1,0 +1,243 @@
+//! Two transport devices in one process, on two loopback addresses, moving data over real UDP
+//! sockets with the process-memory accessor: SEND/RECV, RDMA WRITE, RDMA READ and atomics on
+//! RC, byte for byte, in the caller's thread (fast path) and through the progress thread.
+
+use std::net::IpAddr;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use urxe::engine::*;
+use urxe::transport::Device;
+
+struct Side {
+    dev: Device,
+    pd: PdId,
+    cq: CqId,
+    qpn: Qpn,
+}
+
+fn gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn cfg() -> EngineConfig {
+    EngineConfig { local_addr: "127.0.0.1".parse().unwrap(), max_mtu: Mtu::Mtu4096, limits: Limits::default(), seed: 1 }
+}
+
+/// A free loopback address of our own for this test (tests run in parallel).
+fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
+    let (tx, rx) = mpsc::channel();
+    for b in 0..200u8 {
+        let ip: IpAddr = format!("127.{}.{}.{}", 90, b, last).parse().unwrap();
+        let t = tx.clone();
+        if let Ok(d) = Device::open(ip, cfg(), Box::new(move |e| drop(t.send(e)))) {
+            return (d, rx);
+        }
+    }
+    panic!("no free loopback address");
+}
+
+fn side(dev: Device, ty: QpType) -> Side {
+    let (pd, cq, qpn) = dev.with(|e, _| {
+        let pd = e.alloc_pd().unwrap();
+        let (cq, _) = e.create_cq(256).unwrap();
+        let cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
+        let init = QpInitAttr { pd, qp_type: ty, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false };
+        let (qpn, _) = e.create_qp(&init).unwrap();
+        (pd, cq, qpn)
+    });
+    Side { dev, pd, cq, qpn }
+}
+
+fn connect(me: &Side, peer: &Side, my_psn: u32, peer_psn: u32) {
+    use QpAttrMask as A;
+    let dgid = gid(peer.dev.local_addr());
+    let access =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    me.dev.with(|e, _| {
+        let a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
+        e.modify_qp(me.qpn, &a, A::STATE | A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS).unwrap();
+        let a = QpAttr {
+            qp_state: QpState::Rtr,
+            path_mtu: Some(Mtu::Mtu1024),
+            dest_qp_num: peer.qpn,
+            rq_psn: peer_psn,
+            max_dest_rd_atomic: 16,
+            min_rnr_timer: 1,
+            ah_attr: AhAttr {
+                is_global: true,
+                grh: GlobalRoute { dgid, hop_limit: 64, ..Default::default() },
+                port_num: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let m = A::STATE | A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER;
+        e.modify_qp(me.qpn, &a, m).unwrap();
+        let a = QpAttr {
+            qp_state: QpState::Rts,
+            sq_psn: my_psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 16,
+            ..Default::default()
+        };
+        let m = A::STATE | A::SQ_PSN | A::TIMEOUT | A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC;
+        e.modify_qp(me.qpn, &a, m).unwrap();
+    });
+}
+
+fn reg(s: &Side, buf: &mut [u8]) -> MrHandle {
+    let addr = buf.as_mut_ptr() as u64;
+    let access =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    s.dev.with(|e, _| e.reg_mr(s.pd, addr, buf.len() as u64, addr, access).unwrap())
+}
+
+/// Busy-polls `s`'s CQ (the fast path) for one completion, bounded in time.
+fn wait_wc(s: &Side) -> WorkCompletion {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut wc = [WorkCompletion::default(); 1];
+    while Instant::now() < deadline {
+        if s.dev.poll(|e| e.poll_cq(s.cq, &mut wc).unwrap()) == 1 {
+            return wc[0];
+        }
+    }
+    panic!("no completion within 10 s");
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn rc_send_write_read_atomic_over_loopback_udp() {
+    let (da, _ea) = open(1);
+    let (db, _eb) = open(2);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 0xFFFF00, 0x000100);
+    connect(&b, &a, 0x000100, 0xFFFF00);
+
+    // SEND of 100 KiB (100 packets at MTU 1024), received into a posted buffer.
+    let n = 100 * 1024;
+    let mut src = pattern(n, 7);
+    let mut dst = vec![0u8; n];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    let rsge = [Sge { addr: dst.as_mut_ptr() as u64, length: n as u32, lkey: dmr.lkey }];
+    b.dev.with(|e, _| e.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &rsge }).unwrap());
+    let ssge = [Sge { addr: src.as_ptr() as u64, length: n as u32, lkey: smr.lkey }];
+    let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    let wc = wait_wc(&a);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode), (1, WcStatus::Success, WcOpcode::Send));
+    let wc = wait_wc(&b);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode, wc.byte_len), (9, WcStatus::Success, WcOpcode::Recv, n as u32));
+    assert_eq!(dst, src);
+
+    // RDMA WRITE of 64 KiB into b's buffer, then READ it back into a fresh buffer on a.
+    let w = pattern(65536, 99);
+    src[..65536].copy_from_slice(&w);
+    let sge = [Sge { addr: src.as_ptr() as u64, length: 65536, lkey: smr.lkey }];
+    let kind = WrKind::RdmaWrite { remote_addr: dst.as_ptr() as u64 + 4096, rkey: dmr.rkey };
+    let wr = SendWr { wr_id: 2, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(&dst[4096..4096 + 65536], &w[..]);
+
+    let mut back = vec![0u8; 65536];
+    let bmr = reg(&a, &mut back);
+    let sge = [Sge { addr: back.as_mut_ptr() as u64, length: 65536, lkey: bmr.lkey }];
+    let kind = WrKind::RdmaRead { remote_addr: dst.as_ptr() as u64 + 4096, rkey: dmr.rkey };
+    let wr = SendWr { wr_id: 3, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    let wc = wait_wc(&a);
+    assert_eq!((wc.wr_id, wc.status, wc.opcode), (3, WcStatus::Success, WcOpcode::RdmaRead));
+    assert_eq!(back, w);
+
+    // FETCH_ADD then CMP_SWAP on an 8-byte aligned word of b's buffer.
+    let mut word = vec![0u64; 2];
+    word[0] = 40;
+    let word_addr = word.as_mut_ptr() as u64;
+    let wmr = b.dev.with(|e, _| {
+        e.reg_mr(b.pd, word_addr, 16, word_addr, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC).unwrap()
+    });
+    let mut orig = vec![0u64; 1];
+    let omr = reg(&a, bytemuck(&mut orig));
+    let sge = [Sge { addr: orig.as_mut_ptr() as u64, length: 8, lkey: omr.lkey }];
+    let kind = WrKind::AtomicFetchAdd { remote_addr: word_addr, rkey: wmr.rkey, add: 2 };
+    let wr = SendWr { wr_id: 4, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    // SAFETY: plain reads of our own Vec after the completion (the engine wrote it).
+    assert_eq!(unsafe { std::ptr::read_volatile(orig.as_ptr()) }, 40);
+    assert_eq!(unsafe { std::ptr::read_volatile(word.as_ptr()) }, 42);
+    let kind = WrKind::AtomicCmpSwp { remote_addr: word_addr, rkey: wmr.rkey, compare: 42, swap: 7 };
+    let wr = SendWr { wr_id: 5, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(unsafe { std::ptr::read_volatile(word.as_ptr()) }, 7);
+
+    let ca = a.dev.transport_counters();
+    assert!(ca.tx_datagrams >= 100 + 64 + 2, "{ca:?}");
+    assert!(ca.tx_gso_sends > 0, "loopback trains use GSO: {ca:?}");
+}
+
+fn bytemuck(v: &mut [u64]) -> &mut [u8] {
+    let len = std::mem::size_of_val(v);
+    // SAFETY: u64 has no padding and any byte pattern is a valid u64; same allocation.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, len) }
+}
+
+#[test]
+fn progress_thread_completes_work_and_signals_armed_cq() {
+    // Nobody polls b: its progress thread must receive, place the data and ACK, and the armed
+    // CQ must produce a completion event.
+    let (da, _ea) = open(3);
+    let (db, eb) = open(4);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 10, 20);
+    connect(&b, &a, 20, 10);
+    let mut src = pattern(5000, 3);
+    let mut dst = vec![0u8; 5000];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    let rsge = [Sge { addr: dst.as_mut_ptr() as u64, length: 5000, lkey: dmr.lkey }];
+    b.dev.with(|e, _| {
+        e.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &rsge }).unwrap();
+        e.req_notify_cq(b.cq, false).unwrap();
+    });
+    let ssge = [Sge { addr: src.as_ptr() as u64, length: 5000, lkey: smr.lkey }];
+    let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    let ev = eb.recv_timeout(Duration::from_secs(10)).expect("completion event from b's progress thread");
+    assert_eq!(ev, Event::Completion(b.cq));
+    assert_eq!(wait_wc(&a).status, WcStatus::Success);
+    assert_eq!(wait_wc(&b).byte_len, 5000);
+    assert_eq!(dst, src);
+    assert!(b.dev.transport_counters().progress_wakeups > 0);
+}
+
+#[test]
+fn urxe_stat_reads_counters_of_a_running_device() {
+    let (d, _e) = open(5);
+    let s = side(d, QpType::Rc);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_urxe"))
+        .args(["stat", &std::process::id().to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
+    assert!(text.contains(&format!("address {}", s.dev.local_addr())), "{text}");
+    assert!(text.contains("sent_pkts") && text.contains("rcvd_pkts") && text.contains("tx_datagrams"), "{text}");
+    // Without a PID it finds every process with a device, this one included.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_urxe")).arg("stat").output().unwrap();
+    assert!(String::from_utf8(out.stdout).unwrap().contains(&format!("pid {}", std::process::id())));
+}
