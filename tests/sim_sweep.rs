@@ -57,6 +57,9 @@ fn pick_size(rng: &mut Rng, left: u64) -> u32 {
     }
 }
 
+/// A receive completion as checked: (wr_id, byte_len, immediate).
+type RecvSeen = (u64, u32, Option<u32>);
+
 /// What one seed must end with.
 struct Expect {
     /// (node, addr, bytes)
@@ -64,7 +67,7 @@ struct Expect {
     /// (node, cq) -> wr_ids of send completions
     send_ids: BTreeMap<(usize, CqId), Vec<u64>>,
     /// (node, cq) -> (wr_id, byte_len, imm) of receive completions
-    recv: BTreeMap<(usize, CqId), Vec<(u64, u32, Option<u32>)>>,
+    recv: BTreeMap<(usize, CqId), Vec<RecvSeen>>,
 }
 
 /// What a seed exercised (summed over the sweep and printed).
@@ -203,7 +206,7 @@ fn run_seed(seed: u64) -> Result<Seen, String> {
             sends.sort();
             return Err(format!("node {} send completions {:?}, expected {:?}", k.0, sends, want));
         }
-        let recvs: Vec<(u64, u32, Option<u32>)> = wcs
+        let recvs: Vec<RecvSeen> = wcs
             .iter()
             .filter(|w| (w.opcode as u32) >= 128)
             .map(|w| (w.wr_id, w.byte_len, w.wc_flags.contains(WcFlags::WITH_IMM).then_some(w.imm_data)))

@@ -59,7 +59,7 @@ impl HostMemory for FuzzHost {
         Ok(())
     }
     fn atomic_cmp_swap(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
-        assert!(addr % 8 == 0, "misaligned atomic at {addr:#x}");
+        assert!(addr.is_multiple_of(8), "misaligned atomic at {addr:#x}");
         let r = self.check(addr, 8);
         let mut m = self.mem.borrow_mut();
         let old = u64::from_ne_bytes(m[r.clone()].try_into().unwrap_or([0; 8]));
@@ -69,7 +69,7 @@ impl HostMemory for FuzzHost {
         Ok(old)
     }
     fn atomic_fetch_add(&self, addr: u64, add: u64) -> Result<u64, MemError> {
-        assert!(addr % 8 == 0, "misaligned atomic at {addr:#x}");
+        assert!(addr.is_multiple_of(8), "misaligned atomic at {addr:#x}");
         let r = self.check(addr, 8);
         let mut m = self.mem.borrow_mut();
         let old = u64::from_ne_bytes(m[r.clone()].try_into().unwrap_or([0; 8]));

@@ -72,7 +72,7 @@ impl HostMemory for SimHost {
         Ok(())
     }
     fn atomic_cmp_swap(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned { addr });
         }
         let r = self.range(addr, 8)?;
@@ -84,7 +84,7 @@ impl HostMemory for SimHost {
         Ok(old)
     }
     fn atomic_fetch_add(&self, addr: u64, add: u64) -> Result<u64, MemError> {
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned { addr });
         }
         let r = self.range(addr, 8)?;
