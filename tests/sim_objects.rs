@@ -431,7 +431,9 @@ fn sqd_stops_new_work_and_rts_resumes_it() {
     e.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, 8, smr)])).unwrap();
     net.run_idle(MS);
     assert_eq!(net.stats.sent, 0);
-    assert!(net.nodes[0].eng.query_qp(a.qpn).unwrap().0.sq_draining);
+    assert!(!net.nodes[0].eng.query_qp(a.qpn).unwrap().0.sq_draining, "nothing was in flight");
+    let drained = Event::Async(AsyncEvent { kind: AsyncEventType::SqDrained, element: AsyncElement::Qp(a.qpn) });
+    assert_eq!(net.nodes[0].eng.poll_event(), Some(drained));
     net.nodes[0]
         .eng
         .modify_qp(a.qpn, &QpAttr { qp_state: QpState::Rts, ..Default::default() }, QpAttrMask::STATE)

@@ -49,7 +49,8 @@ pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut Shared<M>) {
             return;
         }
     }
-    if q.state == QpState::Sqd && q.req.sqd_notify && q.sq.wqes.iter().all(|w| w.npkts == 0) {
+    // Drained: nothing started is still outstanding (IBTA 11.2.5.2, SQD).
+    if q.state == QpState::Sqd && q.req.sqd_notify && q.sq.wqes.iter().all(|w| w.npkts == 0 && !w.is_local()) {
         q.req.sqd_notify = false;
         sh.async_event(AsyncEventType::SqDrained, AsyncElement::Qp(q.qpn));
     }

@@ -281,7 +281,9 @@ impl Rig {
             _ => WrKind::AtomicCmpSwp { remote_addr: inp.u64() & !7, rkey: inp.u32(), compare: 0, swap: 1 },
         };
         let ud = Some(UdDest { ah: 1, remote_qpn: PEER_QPN, remote_qkey: inp.u32() });
-        let flags = SendFlags(inp.u8() as u32 & 0xF);
+        // No INLINE: inline data is read from wherever the caller points, by design, which is
+        // not registered memory.
+        let flags = SendFlags(inp.u8() as u32 & 0x7);
         let wr = SendWr { wr_id: 7, kind, flags, sg_list: &sg, ud };
         let _ = self.eng.post_send(self.now, qpn, &wr);
     }
