@@ -254,13 +254,24 @@ impl Net {
     }
 
     fn build(n: usize, seed: u64, link: LinkCfg, mem: usize, v6: bool) -> Net {
-        let nodes = (0..n)
+        let addrs: Vec<IpAddr> = (0..n)
             .map(|i| {
-                let addr = if v6 {
+                if v6 {
                     IpAddr::V6(std::net::Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 1))
                 } else {
                     IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1))
-                };
+                }
+            })
+            .collect();
+        Net::with_addrs(&addrs, seed, link, mem)
+    }
+
+    /// Nodes with the given addresses.
+    pub fn with_addrs(addrs: &[IpAddr], seed: u64, link: LinkCfg, mem: usize) -> Net {
+        let nodes = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, &addr)| {
                 let cfg = EngineConfig {
                     local_addr: addr,
                     max_mtu: Mtu::Mtu4096,
