@@ -511,3 +511,96 @@ fn max_rd_atomic_bounds_reads_in_flight() {
     net.run_idle(10 * MS);
     assert_eq!(net.poll_all(0, a.cq).len(), 4);
 }
+
+#[test]
+fn acks_are_coalesced_and_carry_the_msn() {
+    let mut net = Net::new(2, 19, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    for i in 0..10u64 {
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: i, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(i, WrKind::Send, &[sge(src, 8, smr)])).unwrap();
+    }
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq).len(), 10);
+    // All ten SEND_ONLYs arrive together: one ACK, for the last PSN, with MSN 10.
+    let acks = sent_with(&net, op::RC_ACKNOWLEDGE);
+    assert_eq!(acks.len(), 1);
+    let p = urxe::wire::parse(&acks[0].1.data).unwrap();
+    assert_eq!(acks[0].1.psn(), QpOpts::default().a_psn + 9);
+    assert_eq!(p.headers.aeth.unwrap().msn.value(), 10);
+}
+
+#[test]
+fn bad_receive_lkey_is_a_remote_operational_error_and_fatal_to_the_receiver() {
+    let mut net = Net::new(2, 20, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    let bad = Sge { addr: dst, length: 64, lkey: dmr.lkey ^ 0x100 };
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &[bad] }).unwrap();
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, 8, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::RemOpErr);
+    let wb = net.poll_all(1, b.cq);
+    assert_eq!((wb[0].wr_id, wb[0].status), (1, WcStatus::LocProtErr));
+    assert_eq!(
+        net.nodes[1].eng.poll_event(),
+        Some(Event::Async(AsyncEvent { kind: AsyncEventType::QpFatal, element: AsyncElement::Qp(b.qpn) }))
+    );
+}
+
+#[test]
+fn an_rkey_of_another_pd_is_a_remote_access_error() {
+    let mut net = Net::new(2, 21, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let e = &mut net.nodes[1].eng;
+    let other_pd = e.alloc_pd().unwrap();
+    let dst = e.memory().alloc(64);
+    let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mr = e.reg_mr(other_pd, dst, 64, dst, all).unwrap();
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: mr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, 8, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::RemAccessErr);
+    let _ = b;
+}
+
+#[test]
+fn automatic_path_migration_is_reported_unsupported() {
+    let mut net = Net::new(2, 22, LinkCfg::default());
+    let (a, _b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let e = &mut net.nodes[0].eng;
+    let attr = QpAttr { path_mig_state: MigState::Rearm, ..QpAttr::default() };
+    e.modify_qp(a.qpn, &attr, QpAttrMask::PATH_MIG_STATE).unwrap();
+    assert_eq!(
+        e.poll_event(),
+        Some(Event::Async(AsyncEvent { kind: AsyncEventType::PathMigErr, element: AsyncElement::Qp(a.qpn) }))
+    );
+}
+
+#[test]
+fn rnr_timer_codes_are_honoured_for_several_values() {
+    for code in [1u8, 5, 12, 18] {
+        let mut net = Net::new(2, 23, LinkCfg::default());
+        net.trace = Some(Vec::new());
+        let o = QpOpts { min_rnr_timer: code, ..QpOpts::default() };
+        let (a, b) = connect(&mut net, 0, 1, &o);
+        let (src, smr) = buffer(&mut net, a, 64);
+        let (dst, dmr) = buffer(&mut net, b, 64);
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, 8, smr)])).unwrap();
+        // Post the receive right after the first RNR NAK left.
+        net.run_until(MS, |n| n.nodes[1].eng.counters().rnr_naks_sent == 1);
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+        net.run_idle(2_000 * MS);
+        assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
+        let sends = sent_with(&net, op::RC_SEND_ONLY);
+        let naks = sent_with(&net, op::RC_ACKNOWLEDGE);
+        assert_eq!(naks[0].1.syndrome(), Some(0x20 | code));
+        let waited = sends[1].0 - naks[0].0;
+        assert!(waited >= rnr_nanos(code) && waited < rnr_nanos(code) + 10_000, "code {code}: {waited} ns");
+    }
+}
