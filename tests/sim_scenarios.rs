@@ -604,3 +604,20 @@ fn rnr_timer_codes_are_honoured_for_several_values() {
         assert!(waited >= rnr_nanos(code) && waited < rnr_nanos(code) + 10_000, "code {code}: {waited} ns");
     }
 }
+
+#[test]
+fn link_mtu_below_path_mtu_drops_big_packets_only() {
+    // A 1500-byte link: path MTU 1024 fits, 4096 does not (the RoCE MTU rule in Mtu::for_netdev).
+    for (mtu, ok) in [(Mtu::Mtu1024, true), (Mtu::Mtu4096, false)] {
+        let mut net = Net::new(2, 24, LinkCfg { mtu: 1500, ..LinkCfg::default() });
+        let o = QpOpts { mtu, retry_cnt: 1, ..QpOpts::default() };
+        let (a, b) = connect(&mut net, 0, 1, &o);
+        let (src, smr) = buffer(&mut net, a, 8192);
+        let (dst, dmr) = buffer(&mut net, b, 8192);
+        let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, 8192, smr)])).unwrap();
+        net.run_idle(100 * MS);
+        let want = if ok { WcStatus::Success } else { WcStatus::RetryExcErr };
+        assert_eq!(net.poll_all(0, a.cq)[0].status, want, "{mtu:?}");
+    }
+}

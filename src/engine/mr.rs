@@ -82,6 +82,7 @@ pub(crate) struct KeyTable {
     slots: Vec<(u8, Slot)>,
     free: VecDeque<u32>,
     max: u32,
+    live: usize,
 }
 
 /// Index 0 is never used so that key 0 (a common uninitialised value) is always invalid.
@@ -91,7 +92,7 @@ const MAX_INDEX: u32 = 0x00FF_FFFF;
 
 impl KeyTable {
     pub fn new(max: u32) -> KeyTable {
-        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max: max.min(MAX_INDEX) }
+        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max: max.min(MAX_INDEX), live: 0 }
     }
 
     fn alloc(&mut self, make: impl FnOnce(u32) -> Slot) -> Option<u32> {
@@ -107,6 +108,7 @@ impl KeyTable {
         let gen = self.slots[idx as usize].0;
         let key = (idx << 8) | gen as u32;
         self.slots[idx as usize].1 = make(key);
+        self.live += 1;
         Some(idx)
     }
 
@@ -115,11 +117,13 @@ impl KeyTable {
             s.0 = s.0.wrapping_add(1);
             s.1 = Slot::Free;
             self.free.push_back(idx);
+            self.live = self.live.saturating_sub(1);
         }
     }
 
+    /// MRs + MWs alive.
     pub fn count(&self) -> usize {
-        self.slots.iter().filter(|s| !matches!(s.1, Slot::Free)).count()
+        self.live
     }
 
     pub fn add_mr(&mut self, mr: Mr) -> Option<(MrId, u32)> {
