@@ -514,7 +514,8 @@ fn max_rd_atomic_bounds_reads_in_flight() {
 
 #[test]
 fn acks_are_coalesced_and_carry_the_msn() {
-    let mut net = Net::new(2, 19, LinkCfg::default());
+    // Infinite bandwidth: the ten packets arrive in the same instant.
+    let mut net = Net::new(2, 19, LinkCfg { gbps: 0, ..LinkCfg::default() });
     net.trace = Some(Vec::new());
     let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
     let (src, smr) = buffer(&mut net, a, 64);
@@ -620,4 +621,38 @@ fn link_mtu_below_path_mtu_drops_big_packets_only() {
         let want = if ok { WcStatus::Success } else { WcStatus::RetryExcErr };
         assert_eq!(net.poll_all(0, a.cq)[0].status, want, "{mtu:?}");
     }
+}
+
+#[test]
+fn duplicate_read_requests_restart_the_queued_reply_instead_of_multiplying_it() {
+    let mut net = Net::new(2, 25, LinkCfg { gbps: 0, ..LinkCfg::default() });
+    net.trace = Some(Vec::new());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let len = 16 * 1024;
+    let (loc, lmr) = buffer(&mut net, a, len as u64);
+    let (rem, rmr) = buffer(&mut net, b, len as u64);
+    let data = pattern(len, 25);
+    net.nodes[1].mem().set(rem, &data);
+    let copy: Rc<RefCell<Option<Packet>>> = Rc::new(RefCell::new(None));
+    let c2 = copy.clone();
+    net.interceptor = Some(Box::new(move |p: &mut Packet| {
+        if p.opcode() == op::RC_RDMA_READ_REQUEST && c2.borrow().is_none() {
+            *c2.borrow_mut() = Some(p.clone());
+        }
+        Verdict::Pass
+    }));
+    let r = WrKind::RdmaRead { remote_addr: rem, rkey: rmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, r, &[sge(loc, len as u32, lmr)])).unwrap();
+    net.pump_tx();
+    let req = copy.borrow_mut().take().unwrap();
+    // Three copies land in the same instant as the original (link delay, no jitter).
+    for _ in 0..3 {
+        net.inject(req.clone(), LinkCfg::default().delay);
+    }
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
+    assert_eq!(net.nodes[0].mem().get(loc, len), data);
+    assert_eq!(net.nodes[1].eng.counters().duplicate_requests, 3);
+    let responses = net.trace.as_ref().unwrap().iter().filter(|(_, p)| (0x0d..=0x10).contains(&p.opcode())).count();
+    assert_eq!(responses, 16, "one reply, not four");
 }

@@ -23,6 +23,8 @@ const LINK: LinkCfg = LinkCfg {
     jitter: 2_000,
     bitflip: 0.0,
     mtu: 9000,
+    gbps: 100,
+    queue_ns: 100_000,
 };
 
 /// Bytes moved per seed at most (a 1 MiB op still fits).
@@ -30,15 +32,31 @@ const BUDGET: u64 = 1_200_000;
 
 fn describe() -> String {
     format!(
-        "loss {:.0}%, dup {:.0}%, reorder {:.0}% within {} µs, delay {} µs + jitter {} µs, path MTU 256..4096, sizes 0 B..1 MiB, ≤ {} KiB per seed",
+        "loss {:.0}%, dup {:.0}%, reorder {:.0}% within {} µs, delay {} µs + jitter {} µs, {} Gbit/s with {} µs of queue, path MTU 256..4096, sizes 0 B..1 MiB in 1..4 SGEs, ≤ {} KiB per seed",
         LINK.loss * 100.0,
         LINK.dup * 100.0,
         LINK.reorder * 100.0,
         LINK.reorder_window / 1000,
         LINK.delay / 1000,
         LINK.jitter / 1000,
+        LINK.gbps,
+        LINK.queue_ns / 1000,
         BUDGET / 1024
     )
+}
+
+/// Splits `[addr, addr+len)` into 1..=4 SGEs at random points (some possibly empty).
+fn split(rng: &mut Rng, addr: u64, len: u32, mr: MrHandle) -> Vec<Sge> {
+    let k = 1 + rng.below(4) as usize;
+    let mut cuts: Vec<u32> = (1..k).map(|_| rng.below(len as u64 + 1) as u32).collect();
+    cuts.sort();
+    let mut out = Vec::with_capacity(k);
+    let mut at = 0;
+    for c in cuts.into_iter().chain(std::iter::once(len)) {
+        out.push(sge(addr + at as u64, c - at, mr));
+        at = c;
+    }
+    out
 }
 
 fn pick_size(rng: &mut Rng, left: u64) -> u32 {
@@ -164,12 +182,12 @@ fn run_seed(seed: u64) -> Result<Seen, String> {
             };
             if matches!(kind, 0 | 1 | 3) {
                 // The responder consumes a receive WQE, in message order.
-                let sg = if kind == 3 { vec![] } else { vec![sge(dst, len, dmr)] };
+                let sg = if kind == 3 { vec![] } else { split(&mut rng, dst, len, dmr) };
                 net.nodes[resp.node].eng.post_recv(resp.qpn, &RecvWr { wr_id: id, sg_list: &sg }).unwrap();
                 let imm = (kind != 0).then_some(imm);
                 exp.recv.entry((resp.node, resp.cq)).or_default().push((id, len, imm));
             }
-            let sg = if kind == 4 { [sge(dst, len, dmr)] } else { [sge(src, len, smr)] };
+            let sg = if kind == 4 { split(&mut rng, dst, len, dmr) } else { split(&mut rng, src, len, smr) };
             net.nodes[req.node].eng.post_send(net.now, req.qpn, &send_wr(id, wk, &sg)).unwrap();
         }
     }

@@ -393,13 +393,12 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
         }
         OpKind::ReadRequest => {
             let Some(r) = p.headers.reth else { return };
-            let found = q.resp.res.iter().any(|x| match *x {
-                RdRes::Read { first, last } => !psn.before(first) && !psn.after(last),
-                _ => false,
-            });
-            if !found || q.resp.out.len() + 1 >= q.resp.out_cap {
+            let Some((first, last)) = q.resp.res.iter().find_map(|x| match *x {
+                RdRes::Read { first, last } if !psn.before(first) && !psn.after(last) => Some((first, last)),
+                _ => None,
+            }) else {
                 return;
-            }
+            };
             if check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ).is_err() {
                 return;
             }
@@ -412,7 +411,20 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
                 len: r.dma_len,
                 msn: q.resp.msn,
             };
-            q.resp.out.push_back(RespOut::Read(job));
+            // A reply for this READ still queued or in progress restarts from the requested
+            // PSN instead of being joined by a second full copy: duplicated or repeated READ
+            // requests must not multiply the response traffic (and starve what follows).
+            let queued = q.resp.out.iter_mut().find_map(|o| match o {
+                RespOut::Read(j) if !j.psn.before(first) && !j.psn.after(last.next()) => Some(j),
+                _ => None,
+            });
+            if let Some(j) = queued {
+                *j = ReadJob { msn: j.msn, ..job };
+                return;
+            }
+            if q.resp.out.len() + 1 < q.resp.out_cap {
+                q.resp.out.push_back(RespOut::Read(job));
+            }
         }
         OpKind::CompareSwap | OpKind::FetchAdd => {
             let saved = q.resp.res.iter().find_map(|x| match *x {

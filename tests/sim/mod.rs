@@ -144,6 +144,10 @@ pub struct LinkCfg {
     pub bitflip: f64,
     /// Largest UDP payload the link carries; bigger packets are dropped.
     pub mtu: usize,
+    /// Link bandwidth in Gbit/s (serialisation delay per packet); 0 = infinite.
+    pub gbps: u64,
+    /// Most queueing delay the sending side buffers before it tail-drops (0 = unbounded).
+    pub queue_ns: u64,
 }
 
 impl Default for LinkCfg {
@@ -157,6 +161,8 @@ impl Default for LinkCfg {
             jitter: 0,
             bitflip: 0.0,
             mtu: 9000,
+            gbps: 100,
+            queue_ns: 100_000,
         }
     }
 }
@@ -216,6 +222,7 @@ pub struct NetStats {
     pub duplicated: u64,
     pub corrupted: u64,
     pub intercepted: u64,
+    pub queue_drops: u64,
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
@@ -231,6 +238,10 @@ pub struct Net {
     /// Every packet put on the wire (after the interceptor), when enabled.
     pub trace: Option<Vec<(u64, Packet)>>,
     queue: BinaryHeap<Reverse<(Slot, usize)>>,
+    /// Per directed link (from * n + to): when the last packet finished leaving, and the
+    /// earliest arrival time that keeps the link FIFO.
+    link_free: Vec<u64>,
+    fifo_floor: Vec<u64>,
     store: Vec<Option<Packet>>,
     free: Vec<usize>,
     seq: u64,
@@ -291,6 +302,8 @@ impl Net {
             interceptor: None,
             trace: None,
             queue: BinaryHeap::new(),
+            link_free: vec![0; addrs.len() * addrs.len()],
+            fifo_floor: vec![0; addrs.len() * addrs.len()],
             store: Vec::new(),
             free: Vec::new(),
             seq: 0,
@@ -359,10 +372,24 @@ impl Net {
         } else {
             1
         };
+        // The link serialises packets (bandwidth) and is FIFO: jitter delays a packet but does
+        // not let it overtake the one before; only the `reorder` fraction is held back (and
+        // overtaken).
+        let ser = if l.gbps == 0 { 0 } else { (p.data.len() as u64 * 8).div_ceil(l.gbps) };
+        let li = p.from * self.nodes.len() + p.to;
+        if l.queue_ns != 0 && self.link_free[li] > self.now + l.queue_ns {
+            // The sender's queue is full: tail drop, as a NIC or switch buffer would.
+            self.stats.queue_drops += 1;
+            return;
+        }
+        let depart = self.now.max(self.link_free[li]) + ser;
+        self.link_free[li] = depart;
         for c in 0..copies {
-            let mut at = self.now + l.delay + self.rng.below(l.jitter + 1);
+            let mut at = (depart + l.delay + self.rng.below(l.jitter + 1)).max(self.fifo_floor[li]);
             if self.rng.chance(l.reorder) {
-                at += self.rng.below(l.reorder_window + 1);
+                at += 1 + self.rng.below(l.reorder_window + 1);
+            } else {
+                self.fifo_floor[li] = at;
             }
             let q = if c + 1 == copies {
                 std::mem::replace(&mut p, Packet { from: 0, to: 0, src_port: 0, data: Vec::new() })
