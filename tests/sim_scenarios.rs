@@ -656,3 +656,40 @@ fn duplicate_read_requests_restart_the_queued_reply_instead_of_multiplying_it() 
     let responses = net.trace.as_ref().unwrap().iter().filter(|(_, p)| (0x0d..=0x10).contains(&p.opcode())).count();
     assert_eq!(responses, 16, "one reply, not four");
 }
+
+#[test]
+fn long_messages_ask_for_acks_periodically_and_at_the_end() {
+    let mut net = Net::new(2, 26, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let o = QpOpts { mtu: Mtu::Mtu256, ..QpOpts::default() };
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let len = 100 * 256;
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
+    let reqs: Vec<Packet> =
+        net.trace.as_ref().unwrap().iter().filter(|(_, p)| p.from == 0).map(|x| x.1.clone()).collect();
+    assert_eq!(reqs.len(), 100);
+    let ackreq: Vec<usize> = reqs.iter().enumerate().filter(|(_, p)| p.data[8] & 0x80 != 0).map(|(i, _)| i).collect();
+    assert_eq!(ackreq, vec![63, 99]);
+}
+
+#[test]
+fn requester_keeps_at_most_128_psns_unacknowledged() {
+    let mut net = Net::new(2, 27, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let o = QpOpts { mtu: Mtu::Mtu256, timeout: 10, ..QpOpts::default() };
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    net.nodes[1].vanished = true;
+    let len = 1000 * 256;
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let w = WrKind::RdmaWrite { remote_addr: 0x1000, rkey: 1 };
+    let _ = b;
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    // Well before the first local ACK timeout (4.096 µs << 10 = 4.2 ms).
+    net.run_until(MS, |_| false);
+    assert_eq!(net.stats.sent, 128);
+}
