@@ -11,7 +11,8 @@
 #    (a Rust cdylib would leave the symbols unversioned; see docs/DESIGN.md).
 #
 # Output: $TARGET/urxe/lib/libibverbs.so.1 (+ libibverbs.map next to it), where TARGET is
-# $CARGO_TARGET_DIR or <workspace>/target. Use it with LD_LIBRARY_PATH=$TARGET/urxe/lib.
+# $CARGO_TARGET_DIR or <workspace>/target; URXE_OUT=<dir> puts it elsewhere (the tests use
+# $TARGET/urxe/test-lib). Use it with LD_LIBRARY_PATH=$TARGET/urxe/lib.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROFILE=release
@@ -22,7 +23,7 @@ case "${1:-}" in
 esac
 FLAGS=(); [ "$PROFILE" = release ] && FLAGS=(--release)
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
-OUT=$TARGET/urxe/lib
+OUT=${URXE_OUT:-$TARGET/urxe/lib}
 mkdir -p "$OUT"
 cargo build -q -p urxe-provider --lib "${FLAGS[@]}"
 cargo run -q -p urxe-provider --example version_script "${FLAGS[@]}" > "$OUT/libibverbs.map.tmp"
