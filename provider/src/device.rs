@@ -182,8 +182,11 @@ fn netdev_mtu(ifname: &str) -> Option<u32> {
     let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
     // SAFETY: fd is ours.
     unsafe { libc::close(fd) };
+    if rc != 0 {
+        return None;
+    }
     // SAFETY: after a successful SIOCGIFMTU the union holds the MTU.
-    (rc == 0).then(|| unsafe { req.ifr_ifru.ifru_mtu } as u32)
+    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
 }
 
 fn build_device() -> Result<DevPtr, (String, i32)> {

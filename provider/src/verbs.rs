@@ -1454,8 +1454,9 @@ mod tests {
         wc.sl = 2;
         let a = ah_attr_from_grh(&g, &wc, 1).unwrap();
         // SAFETY: byte view of a union.
+        let dgid = unsafe { a.grh.dgid.raw };
         assert_eq!(
-            unsafe { a.grh.dgid.raw },
+            dgid,
             [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2]
         );
         assert_eq!(
@@ -1562,11 +1563,8 @@ mod tests {
         }
         assert_eq!(q.batch.error, libc::EINVAL);
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { wr_complete(p) },
-            libc::EINVAL,
-            "complete without start"
-        );
+        let rc = unsafe { wr_complete(p) };
+        assert_eq!(rc, libc::EINVAL, "complete without start");
     }
 
     #[test]
