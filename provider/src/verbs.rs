@@ -218,6 +218,26 @@ unsafe fn create_cq_common(
         u.vctx.context.num_comp_vectors as u32,
     )?;
     let (id, granted) = glue::create_cq(dev, cqe)?;
+    // SAFETY: caller contract.
+    unsafe { new_cq_shell(context, attr, id, granted) }.inspect_err(|_| {
+        let _ = glue::destroy_cq(dev, id);
+    })
+}
+
+/// Build the C-side CQ for engine CQ `id` (attached to `attr.channel`, registered for the
+/// completion channel). Split from the glue call so the channel/event machinery is testable
+/// without the engine.
+///
+/// # Safety
+/// `context` live context of ours; `attr.channel` NULL or a live channel of ours.
+pub(crate) unsafe fn new_cq_shell(
+    context: *mut ibv_context,
+    attr: &ibv_cq_init_attr_ex,
+    id: urxe::engine::CqId,
+    granted: u32,
+) -> Result<*mut UrxeCq, i32> {
+    // SAFETY: caller contract (validates the channel before anything is allocated).
+    unsafe { channel_ref(attr.channel, 1) }?;
     let mut b = Box::new(UrxeCq {
         ibv: zeroed(),
         id,
@@ -258,10 +278,39 @@ unsafe fn create_cq_common(
             ptr::addr_of_mut!((*raw).ibv.mutex),
             ptr::addr_of_mut!((*raw).ibv.cond),
         );
-        channel_ref(attr.channel, 1)?;
         register_cq(raw, (*raw).serial);
     }
     Ok(raw)
+}
+
+/// Free a CQ shell after the engine destroyed the CQ: forget it for the channel, wait until
+/// the application acked every event it was handed, detach from the channel, free.
+///
+/// # Safety
+/// `raw` came from [`new_cq_shell`] and is not used by anyone else afterwards.
+pub(crate) unsafe fn free_cq_shell(raw: *mut UrxeCq) -> Result<(), i32> {
+    // SAFETY: caller contract; mutex/cond were initialised by new_cq_shell.
+    unsafe {
+        unregister_cq((*raw).serial);
+        let m = ptr::addr_of_mut!((*raw).ibv.mutex);
+        let c = ptr::addr_of_mut!((*raw).ibv.cond);
+        wait_acked(
+            m,
+            c,
+            ptr::addr_of!((*raw).ibv.comp_events_completed),
+            || (*raw).comp_events_read.load(Ordering::Acquire),
+        );
+        wait_acked(
+            m,
+            c,
+            ptr::addr_of!((*raw).ibv.async_events_completed),
+            || (*raw).async_events_read.load(Ordering::Acquire),
+        );
+        channel_ref((*raw).ibv.channel, -1)?;
+        destroy_sync(m, c);
+        drop(Box::from_raw(raw));
+    }
+    Ok(())
 }
 
 export! {
@@ -293,18 +342,8 @@ export! {
         let s: &mut UrxeCq = unsafe { shell(cq) }?;
         // SAFETY: its context is live.
         glue::destroy_cq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        unregister_cq(s.serial);
-        let raw = s as *mut UrxeCq;
-        // SAFETY: the CQ is live until freed below; mutex/cond were initialised at create.
-        unsafe {
-            let m = ptr::addr_of_mut!((*raw).ibv.mutex);
-            let c = ptr::addr_of_mut!((*raw).ibv.cond);
-            wait_acked(m, c, ptr::addr_of!((*raw).ibv.comp_events_completed), || (*raw).comp_events_read.load(Ordering::Acquire));
-            wait_acked(m, c, ptr::addr_of!((*raw).ibv.async_events_completed), || (*raw).async_events_read.load(Ordering::Acquire));
-            channel_ref((*raw).ibv.channel, -1)?;
-            destroy_sync(m, c);
-            drop(Box::from_raw(raw));
-        }
+        // SAFETY: the engine CQ is gone; the shell is ours to free.
+        unsafe { free_cq_shell(s as *mut UrxeCq) }?;
         Ok(())
     }
 }
