@@ -78,6 +78,27 @@ pub unsafe fn notify_cq(cq: *mut UrxeCq) -> Result<(), i32> {
     }
 }
 
+/// [`notify_cq`] for the engine's `Event::Completion(cq_id)`: finds the live CQ with that
+/// engine id and writes its record while holding the registry lock, so a concurrent
+/// `ibv_destroy_cq` (which unregisters under the same lock before freeing) cannot free it
+/// underneath. Returns `Ok(false)` if no such CQ is alive (destroyed meanwhile).
+pub fn notify_cq_id(id: urxe::engine::CqId) -> Result<bool, i32> {
+    let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(map) = guard.as_ref() else {
+        return Ok(false);
+    };
+    for addr in map.values() {
+        let p = *addr as *mut UrxeCq;
+        // SAFETY: registered CQs are alive while the lock is held.
+        if unsafe { (*p).id } == id {
+            // SAFETY: as above.
+            unsafe { notify_cq(p) }?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Queue an async event on a context. `element` is the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` pointer
 /// or the port number, as `ibv_async_event.element` expects for `event_type`.
 ///
@@ -402,8 +423,9 @@ mod tests {
             );
 
             notify_cq(a).unwrap();
-            notify_cq(b).unwrap();
+            assert_eq!(notify_cq_id(2), Ok(true), "by engine id");
             notify_cq(a).unwrap();
+            assert_eq!(notify_cq_id(77), Ok(false), "no such CQ");
             assert_eq!(get_event(ch), Ok((a, 0xa)));
             assert_eq!(get_event(ch), Ok((b, 0xb)));
             assert_eq!(get_event(ch), Ok((a, 0xa)));
