@@ -47,11 +47,16 @@ pub fn unregister_cq(serial: u64) {
     }
 }
 
-fn lookup_cq(serial: u64) -> Option<*mut UrxeCq> {
-    CQS.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|m| m.get(&serial).map(|a| *a as *mut UrxeCq))
+/// Resolve a channel record to its CQ and count the event as handed out, atomically with
+/// respect to `ibv_destroy_cq` (which unregisters under the same lock, then waits for acks up to
+/// the handed-out count): the CQ cannot be freed between lookup and count.
+fn take_event(serial: u64) -> Option<(*mut UrxeCq, *mut c_void)> {
+    let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
+    let p = *guard.as_ref()?.get(&serial)? as *mut UrxeCq;
+    // SAFETY: registered CQs are alive while the lock is held.
+    let c = unsafe { &*p };
+    c.comp_events_read.fetch_add(1, Ordering::AcqRel);
+    Some((p, c.ibv.cq_context))
 }
 
 /// Write one completion-channel record for `cq` if it has a channel. Called by the engine glue
@@ -224,14 +229,11 @@ export! {
         loop {
             let serial = u64::from_ne_bytes(read_record::<8>(fd)?);
             // A record for a CQ destroyed since it was written: skip it.
-            let Some(p) = lookup_cq(serial) else { continue };
-            // SAFETY: registered CQs are live; the application owns the ack protocol.
-            let c = unsafe { &*p };
-            c.comp_events_read.fetch_add(1, Ordering::AcqRel);
+            let Some((p, user)) = take_event(serial) else { continue };
             // SAFETY: caller passes writable out-pointers.
             unsafe {
                 *cq_out = p as *mut ibv_cq;
-                *ctx_out = c.ibv.cq_context;
+                *ctx_out = user;
             }
             return Ok(0);
         }
