@@ -66,12 +66,14 @@ fn bad_urxe_addr_fails_device_list_with_einval_and_names_the_variable() {
 
 #[test]
 fn busy_port_4791_is_reported_with_the_address() {
-    // Hold UDP 127.0.0.1:4791 ourselves (if someone else already does, the conflict is there
-    // all the same).
-    let _guard = UdpSocket::bind("127.0.0.1:4791").ok();
-    let (ok, out) = run_program(&["port-busy"], &[("URXE_ADDR", "127.0.0.1")]);
+    // Hold UDP 4791 on a pid-derived loopback address ourselves (outside 127.77/16, so no
+    // other urxe process on this shared host picks it by default).
+    let pid = std::process::id();
+    let addr = format!("127.80.{}.{}", (pid >> 8) as u8, (pid as u8).clamp(1, 254));
+    let _guard = UdpSocket::bind((addr.as_str(), 4791)).expect("bind the test's own address");
+    let (ok, out) = run_program(&["port-busy"], &[("URXE_ADDR", &addr)]);
     assert!(ok, "{out}");
-    assert!(out.contains("4791") && out.contains("127.0.0.1"), "{out}");
+    assert!(out.contains("4791") && out.contains(&addr), "{out}");
 }
 
 #[test]
