@@ -174,7 +174,7 @@ export! {
     /// `ibv_destroy_comp_channel(3)`: EBUSY while CQs are attached.
     fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int as errno {
         // SAFETY: caller passes a channel of ours.
-        let ch: &mut UrxeChannel = unsafe { shell(channel) }?;
+        let ch: &UrxeChannel = unsafe { shell(channel) }?;
         // SAFETY: the channel's context is live (contexts outlive their channels).
         let u = unsafe { ctx_from(ch.ibv.context) }?;
         let m = ptr::addr_of!(u.vctx.context.mutex) as *mut libc::pthread_mutex_t;
@@ -187,7 +187,7 @@ export! {
             return Err(libc::EBUSY);
         }
         // SAFETY: created by Box::into_raw in ibv_create_comp_channel; freed once here.
-        let b = unsafe { Box::from_raw(ch as *mut UrxeChannel) };
+        let b = unsafe { Box::from_raw(channel as *mut UrxeChannel) };
         // SAFETY: our fds.
         unsafe {
             libc::close(b.ibv.fd);

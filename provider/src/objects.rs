@@ -27,6 +27,7 @@ use crate::export::non_null;
 use libc::c_int;
 use std::ptr;
 use std::sync::atomic::AtomicU32;
+use std::sync::Mutex;
 
 use urxe::engine::{
     AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId, WorkCompletion, WrKind,
@@ -96,7 +97,9 @@ pub struct UrxeQp {
     pub cap: QpCap,
     pub sq_sig_all: bool,
     pub async_events_read: AtomicU32,
-    pub batch: WrBatch,
+    /// The `ibv_qp_ex` builder state (the verbs rule is one builder thread per QP at a time;
+    /// the lock makes a misbehaving application safe, not fast).
+    pub batch: Mutex<WrBatch>,
 }
 
 #[repr(C)]
@@ -132,15 +135,21 @@ pub struct UrxeChannel {
     pub write_fd: c_int,
 }
 
-/// View a C handle as its shell.
+/// View a C handle as its shell, shared.
+///
+/// Shells are used by several application threads at once (verbs are thread-safe), so Rust
+/// only ever holds *shared* references to them. State that changes after creation is either
+/// behind interior mutability (atomics, the QP's `Mutex<WrBatch>`) or a C-visible field
+/// (`qp->state`, `cq->cqe`, the `ibv_cq_ex` cursor) written through the raw C handle while no
+/// reference to the shell is live.
 ///
 /// # Safety
 /// `p` is NULL or a handle this library created as a `S` (the shell whose first field is the
-/// C struct `p` points to) and has not freed; no other `&mut` to it is live.
-pub unsafe fn shell<'a, C, S>(p: *mut C) -> Result<&'a mut S, i32> {
+/// C struct `p` points to) and has not freed.
+pub unsafe fn shell<'a, C, S>(p: *mut C) -> Result<&'a S, i32> {
     let p = non_null(p)?;
     // SAFETY: caller contract: `p` is the first field of a live `S`.
-    Ok(unsafe { &mut *(p as *mut S) })
+    Ok(unsafe { &*(p as *const S) })
 }
 
 /// Initialise a pthread mutex + condition variable pair in place.

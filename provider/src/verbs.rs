@@ -74,11 +74,11 @@ export! {
     /// `ibv_dealloc_pd(3)`: 0 or errno (EBUSY while objects use it).
     fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int as errno {
         // SAFETY: caller passes a PD of ours.
-        let s: &mut UrxePd = unsafe { shell(pd) }?;
+        let s: &UrxePd = unsafe { shell(pd) }?;
         // SAFETY: its context is live.
         glue::dealloc_pd(unsafe { dev_of(s.ibv.context) }?, s.id)?;
         // SAFETY: from Box::into_raw in ibv_alloc_pd; freed once.
-        drop(unsafe { Box::from_raw(s as *mut UrxePd) });
+        drop(unsafe { Box::from_raw(s as *const UrxePd as *mut UrxePd) });
         Ok(())
     }
 }
@@ -114,7 +114,7 @@ unsafe fn reg_mr_common(
     access: u32,
 ) -> Result<*mut ibv_mr, i32> {
     // SAFETY: caller contract.
-    let p: &mut UrxePd = unsafe { shell(pd) }?;
+    let p: &UrxePd = unsafe { shell(pd) }?;
     let access = check_access(access)?;
     if length == 0 && addr.is_null() {
         return Err(libc::EINVAL);
@@ -190,11 +190,11 @@ export! {
     /// `ibv_dereg_mr(3)`.
     fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int as errno {
         // SAFETY: caller passes an MR of ours.
-        let s: &mut UrxeMr = unsafe { shell(mr) }?;
+        let s: &UrxeMr = unsafe { shell(mr) }?;
         // SAFETY: its context is live.
         glue::dereg_mr(unsafe { dev_of(s.ibv.context) }?, s.id)?;
         // SAFETY: from Box::into_raw in reg_mr_common; freed once.
-        drop(unsafe { Box::from_raw(s as *mut UrxeMr) });
+        drop(unsafe { Box::from_raw(s as *const UrxeMr as *mut UrxeMr) });
         Ok(())
     }
 }
@@ -339,11 +339,11 @@ export! {
     /// `ibv_destroy_cq(3)`: waits until every event handed out for the CQ was acked.
     fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int as errno {
         // SAFETY: caller passes a CQ of ours.
-        let s: &mut UrxeCq = unsafe { shell(cq) }?;
+        let s: &UrxeCq = unsafe { shell(cq) }?;
         // SAFETY: its context is live.
         glue::destroy_cq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
         // SAFETY: the engine CQ is gone; the shell is ours to free.
-        unsafe { free_cq_shell(s as *mut UrxeCq) }?;
+        unsafe { free_cq_shell(s as *const UrxeCq as *mut UrxeCq) }?;
         Ok(())
     }
 }
@@ -352,11 +352,13 @@ export! {
     /// `ibv_resize_cq(3)`.
     fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int as errno {
         // SAFETY: caller passes a CQ of ours.
-        let s: &mut UrxeCq = unsafe { shell(cq) }?;
+        let s: &UrxeCq = unsafe { shell(cq) }?;
         let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
         // SAFETY: its context is live.
         let granted = glue::resize_cq(unsafe { dev_of(s.ibv.context) }?, s.id, n)?;
-        s.ibv.cqe = granted as c_int;
+        // SAFETY: `cq` is live; a C-visible field written through the handle (no Rust
+        // reference to the shell is used after this point).
+        unsafe { ptr::addr_of_mut!((*cq).cqe).write(granted as c_int) };
         Ok(())
     }
 }
@@ -365,7 +367,7 @@ crate::c_fn! {
     /// `ops.poll_cq`: number of completions, or a negative errno.
     fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int as negerrno {
         // SAFETY: caller passes a CQ of ours.
-        let s: &mut UrxeCq = unsafe { shell(cq) }?;
+        let s: &UrxeCq = unsafe { shell(cq) }?;
         let n = usize::try_from(num_entries).map_err(|_| libc::EINVAL)?;
         if n == 0 {
             return Ok(0);
@@ -395,7 +397,7 @@ crate::c_fn! {
     /// `ops.req_notify_cq`: arm the CQ (one shot).
     fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int as errno {
         // SAFETY: caller passes a CQ of ours.
-        let s: &mut UrxeCq = unsafe { shell(cq) }?;
+        let s: &UrxeCq = unsafe { shell(cq) }?;
         // SAFETY: its context is live.
         glue::req_notify_cq(unsafe { dev_of(s.ibv.context) }?, s.id, solicited_only != 0)
     }
@@ -407,16 +409,21 @@ crate::c_fn! {
 /// `cq` is a live CQ of ours.
 unsafe fn cq_advance(cq: *mut ibv_cq_ex) -> Result<(), i32> {
     // SAFETY: caller contract.
-    let s: &mut UrxeCq = unsafe { shell(cq) }?;
+    let s: &UrxeCq = unsafe { shell(cq) }?;
     // SAFETY: its context is live.
     let dev = unsafe { dev_of(s.ibv.context) }?;
     let mut one = [WorkCompletion::default()];
     if glue::poll_cq(dev, s.id, &mut one)? == 0 {
         return Err(libc::ENOENT);
     }
-    s.cur = one[0];
-    s.ibv.status = s.cur.status as u32;
-    s.ibv.wr_id = s.cur.wr_id;
+    let p = cq as *mut UrxeCq;
+    // SAFETY: the cursor belongs to the one thread polling this CQ between start_poll and
+    // end_poll (the verbs rule); written through the handle, no shell reference used after.
+    unsafe {
+        ptr::addr_of_mut!((*p).cur).write(one[0]);
+        ptr::addr_of_mut!((*p).ibv.status).write(one[0].status as u32);
+        ptr::addr_of_mut!((*p).ibv.wr_id).write(one[0].wr_id);
+    }
     Ok(())
 }
 
@@ -524,7 +531,7 @@ unsafe fn create_qp_common(
         cap,
         sq_sig_all: init.sq_sig_all,
         async_events_read: Default::default(),
-        batch: WrBatch::default(),
+        batch: Default::default(),
     });
     let q = &mut b.ibv.qp_base;
     q.context = context;
@@ -589,9 +596,9 @@ export! {
     /// `ibv_qp_to_qp_ex(3)`: only for QPs created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
     fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex as ptr {
         // SAFETY: caller passes a QP of ours.
-        let s: &mut UrxeQp = unsafe { shell(qp) }?;
+        let s: &UrxeQp = unsafe { shell(qp) }?;
         if s.has_qp_ex {
-            Ok(&mut s.ibv as *mut ibv_qp_ex)
+            Ok(qp as *mut ibv_qp_ex)
         } else {
             Err(libc::EOPNOTSUPP)
         }
@@ -602,14 +609,15 @@ export! {
     /// `ibv_modify_qp(3)`.
     fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let s: &mut UrxeQp = unsafe { shell(qp) }?;
+        let s: &UrxeQp = unsafe { shell(qp) }?;
         let a = non_null(attr)?;
         // SAFETY: readable caller struct.
         let (ea, mask) = convert::qp_attr_from_c(unsafe { &*a }, attr_mask)?;
         // SAFETY: its context is live.
         glue::modify_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, &ea, mask)?;
         if mask.contains(QpAttrMask::STATE) {
-            s.ibv.qp_base.state = ea.qp_state as u32;
+            // SAFETY: `qp` is live; C-visible field written through the handle.
+            unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
         }
         Ok(())
     }
@@ -619,7 +627,7 @@ export! {
     /// `ibv_query_qp(3)`.
     fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let s: &mut UrxeQp = unsafe { shell(qp) }?;
+        let s: &UrxeQp = unsafe { shell(qp) }?;
         let out = non_null(attr)?;
         let init = non_null(init_attr)?;
         // SAFETY: its context is live.
@@ -638,7 +646,8 @@ export! {
                 sq_sig_all: s.sq_sig_all as c_int,
             });
         }
-        s.ibv.qp_base.state = ea.qp_state as u32;
+        // SAFETY: `qp` is live; C-visible field written through the handle.
+        unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
         Ok(())
     }
 }
@@ -647,10 +656,10 @@ export! {
     /// `ibv_destroy_qp(3)`: waits for every async event of the QP to be acked.
     fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let s: &mut UrxeQp = unsafe { shell(qp) }?;
+        let s: &UrxeQp = unsafe { shell(qp) }?;
         // SAFETY: its context is live.
         glue::destroy_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
-        let raw = s as *mut UrxeQp;
+        let raw = s as *const UrxeQp as *mut UrxeQp;
         // SAFETY: live until freed below.
         unsafe {
             let m = ptr::addr_of_mut!((*raw).ibv.qp_base.mutex);
@@ -684,7 +693,7 @@ crate::c_fn! {
     /// `ops.post_send`: on error `*bad_wr` is the first WR not posted.
     fn post_send_op(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad_wr: *mut *mut ibv_send_wr) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let s: &mut UrxeQp = unsafe { shell(qp) }?;
+        let s: &UrxeQp = unsafe { shell(qp) }?;
         // SAFETY: its context is live.
         let dev = unsafe { dev_of(s.ibv.qp_base.context) }?;
         let mut cur = wr;
@@ -756,7 +765,7 @@ crate::c_fn! {
     /// `ops.post_recv`.
     fn post_recv_op(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let s: &mut UrxeQp = unsafe { shell(qp) }?;
+        let s: &UrxeQp = unsafe { shell(qp) }?;
         if !s.ibv.qp_base.srq.is_null() {
             if !bad_wr.is_null() {
                 // SAFETY: writable out-pointer.
@@ -776,7 +785,7 @@ crate::c_fn! {
     /// `ops.post_srq_recv`.
     fn post_srq_recv_op(srq: *mut ibv_srq, wr: *mut ibv_recv_wr, bad_wr: *mut *mut ibv_recv_wr) -> c_int as errno {
         // SAFETY: caller passes an SRQ of ours.
-        let s: &mut UrxeSrq = unsafe { shell(srq) }?;
+        let s: &UrxeSrq = unsafe { shell(srq) }?;
         // SAFETY: its context is live.
         let dev = unsafe { dev_of(s.ibv.context) }?;
         let id = s.id;
@@ -817,25 +826,31 @@ fn fill_wr_table(q: &mut ibv_qp_ex) {
     q.wr_atomic_write = Some(wr_atomic_write);
 }
 
-/// # Safety
-/// `qp` is a live QP of ours used by one thread at a time (the verbs rule for wr_*).
-unsafe fn qpx<'a>(qp: *mut ibv_qp_ex) -> Option<&'a mut UrxeQp> {
-    // SAFETY: caller contract.
-    (!qp.is_null()).then(|| unsafe { &mut *(qp as *mut UrxeQp) })
-}
-
-fn batch_fail(s: &mut UrxeQp, e: i32) {
-    if s.batch.error == 0 {
-        s.batch.error = e;
+fn batch_fail(b: &mut WrBatch, e: i32) {
+    if b.error == 0 {
+        b.error = e;
     }
 }
 
-fn push_wr(s: &mut UrxeQp, op_flag: u64, kind: WrKind) {
-    if !s.batch.active {
-        return batch_fail(s, libc::EINVAL);
+/// Run `f` on the QP's builder state.
+///
+/// # Safety
+/// `qp` is NULL or a live QP of ours.
+unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&UrxeQp, &mut WrBatch)) {
+    // SAFETY: caller contract.
+    let Ok(s) = (unsafe { shell::<_, UrxeQp>(qp) }) else {
+        return;
+    };
+    let mut b = s.batch.lock().unwrap_or_else(|e| e.into_inner());
+    f(s, &mut b);
+}
+
+fn push_wr(s: &UrxeQp, b: &mut WrBatch, op_flag: u64, kind: WrKind) {
+    if !b.active {
+        return batch_fail(b, libc::EINVAL);
     }
     if s.send_ops_flags & op_flag == 0 {
-        return batch_fail(s, libc::EOPNOTSUPP);
+        return batch_fail(b, libc::EOPNOTSUPP);
     }
     let wr = PendingWr {
         wr_id: s.ibv.wr_id,
@@ -844,7 +859,7 @@ fn push_wr(s: &mut UrxeQp, op_flag: u64, kind: WrKind) {
         sges: Vec::new(),
         ud: None,
     };
-    s.batch.wrs.push(wr);
+    b.wrs.push(wr);
 }
 
 macro_rules! wr_op {
@@ -852,9 +867,7 @@ macro_rules! wr_op {
         crate::c_fn! {
             fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) as void {
                 // SAFETY: caller passes a QP of ours.
-                if let Some(s) = unsafe { qpx(qp) } {
-                    push_wr(s, $flag, $kind);
-                }
+                unsafe { with_batch(qp, |s, b| push_wr(s, b, $flag, $kind)) }
             }
         }
     };
@@ -872,17 +885,20 @@ wr_op!(wr_local_inv(invalidate_rkey: u32) => IBV_QP_EX_WITH_LOCAL_INV, WrKind::L
 
 crate::c_fn! {
     fn wr_bind_mw(qp: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32, bind_info: *const ibv_mw_bind_info) as void {
-        // SAFETY: caller passes a QP of ours.
-        let Some(s) = (unsafe { qpx(qp) }) else { return };
         // SAFETY: `bind_info` NULL or readable.
-        let Some(bi) = (!bind_info.is_null()).then(|| unsafe { *bind_info }) else {
-            return batch_fail(s, libc::EINVAL);
-        };
-        let (Some(mw), Some(mr)) = (mw_id(mw), mr_id(bi.mr)) else {
-            return batch_fail(s, libc::EINVAL);
-        };
-        let access = AccessFlags(bi.mw_access_flags);
-        push_wr(s, IBV_QP_EX_WITH_BIND_MW, WrKind::BindMw(MwBind { mw, rkey, mr, addr: bi.addr, length: bi.length, access }));
+        let bi = (!bind_info.is_null()).then(|| unsafe { *bind_info });
+        // SAFETY: caller passes a QP of ours.
+        unsafe {
+            with_batch(qp, |s, b| {
+                let Some(bi) = bi else { return batch_fail(b, libc::EINVAL) };
+                let (Some(mw), Some(mr)) = (mw_id(mw), mr_id(bi.mr)) else {
+                    return batch_fail(b, libc::EINVAL);
+                };
+                let access = AccessFlags(bi.mw_access_flags);
+                let bind = MwBind { mw, rkey, mr, addr: bi.addr, length: bi.length, access };
+                push_wr(s, b, IBV_QP_EX_WITH_BIND_MW, WrKind::BindMw(bind));
+            })
+        }
     }
 }
 
@@ -892,9 +908,7 @@ macro_rules! wr_unsupported {
             fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) as void {
                 $(let _ = $a;)*
                 // SAFETY: caller passes a QP of ours.
-                if let Some(s) = unsafe { qpx(qp) } {
-                    batch_fail(s, libc::EOPNOTSUPP);
-                }
+                unsafe { with_batch(qp, |_, b| batch_fail(b, libc::EOPNOTSUPP)) }
             }
         }
     };
@@ -903,20 +917,24 @@ wr_unsupported!(wr_send_tso(hdr: *mut c_void, hdr_sz: u16, mss: u16));
 wr_unsupported!(wr_set_xrc_srqn(remote_srqn: u32));
 wr_unsupported!(wr_atomic_write(rkey: u32, remote_addr: u64, atomic_wr: *const c_void));
 
-fn set_last_sges(s: &mut UrxeQp, sges: Vec<Sge>, inline: bool) {
+fn set_last_sges(s: &UrxeQp, b: &mut WrBatch, sges: Result<Vec<Sge>, i32>, inline: bool) {
+    let sges = match sges {
+        Ok(v) => v,
+        Err(e) => return batch_fail(b, e),
+    };
     let max_sge = s.cap.max_send_sge as usize;
     let max_inline = s.cap.max_inline_data as u64;
-    let Some(last) = s.batch.wrs.last_mut() else {
-        return batch_fail(s, libc::EINVAL);
+    let Some(last) = b.wrs.last_mut() else {
+        return batch_fail(b, libc::EINVAL);
     };
     if inline {
         let total: u64 = sges.iter().map(|g| g.length as u64).sum();
         if total > max_inline {
-            return batch_fail(s, libc::EINVAL);
+            return batch_fail(b, libc::EINVAL);
         }
         last.flags |= IBV_SEND_INLINE as u32;
     } else if sges.len() > max_sge {
-        return batch_fail(s, libc::EINVAL);
+        return batch_fail(b, libc::EINVAL);
     }
     last.sges = sges;
 }
@@ -924,85 +942,86 @@ fn set_last_sges(s: &mut UrxeQp, sges: Vec<Sge>, inline: bool) {
 crate::c_fn! {
     fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) as void {
         // SAFETY: caller passes a QP of ours.
-        if let Some(s) = unsafe { qpx(qp) } {
-            set_last_sges(s, vec![Sge { addr, length, lkey }], false);
-        }
+        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, Ok(vec![Sge { addr, length, lkey }]), false)) }
     }
 }
 crate::c_fn! {
     fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) as void {
-        // SAFETY: caller passes a QP of ours.
-        let Some(s) = (unsafe { qpx(qp) }) else { return };
-        if num_sge > MAX_SGE || (num_sge > 0 && sg_list.is_null()) {
-            return batch_fail(s, libc::EINVAL);
-        }
-        let list = if num_sge == 0 {
-            &[][..]
+        let v = if num_sge > MAX_SGE || (num_sge > 0 && sg_list.is_null()) {
+            Err(libc::EINVAL)
+        } else if num_sge == 0 {
+            Ok(Vec::new())
         } else {
             // SAFETY: caller passes num_sge readable SGEs.
-            unsafe { std::slice::from_raw_parts(sg_list, num_sge) }
+            let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge) };
+            Ok(list.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect())
         };
-        let v = list.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect();
-        set_last_sges(s, v, false);
+        // SAFETY: caller passes a QP of ours.
+        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, false)) }
     }
 }
 crate::c_fn! {
     fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) as void {
+        let v = u32::try_from(length)
+            .map(|len| vec![Sge { addr: addr as u64, length: len, lkey: 0 }])
+            .map_err(|_| libc::EINVAL);
         // SAFETY: caller passes a QP of ours.
-        if let Some(s) = unsafe { qpx(qp) } {
-            let Ok(len) = u32::try_from(length) else { return batch_fail(s, libc::EINVAL) };
-            set_last_sges(s, vec![Sge { addr: addr as u64, length: len, lkey: 0 }], true);
-        }
+        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
     }
 }
 crate::c_fn! {
     fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: usize, buf_list: *const ibv_data_buf) as void {
-        // SAFETY: caller passes a QP of ours.
-        let Some(s) = (unsafe { qpx(qp) }) else { return };
-        if num_buf > MAX_SGE || (num_buf > 0 && buf_list.is_null()) {
-            return batch_fail(s, libc::EINVAL);
-        }
-        let list = if num_buf == 0 {
-            &[][..]
+        let v = if num_buf > MAX_SGE || (num_buf > 0 && buf_list.is_null()) {
+            Err(libc::EINVAL)
+        } else if num_buf == 0 {
+            Ok(Vec::new())
         } else {
             // SAFETY: caller passes num_buf readable buffers.
-            unsafe { std::slice::from_raw_parts(buf_list, num_buf) }
+            let list = unsafe { std::slice::from_raw_parts(buf_list, num_buf) };
+            list.iter()
+                .map(|d| {
+                    u32::try_from(d.length)
+                        .map(|len| Sge { addr: d.addr as u64, length: len, lkey: 0 })
+                        .map_err(|_| libc::EINVAL)
+                })
+                .collect()
         };
-        let mut v = Vec::with_capacity(num_buf);
-        for b in list {
-            let Ok(len) = u32::try_from(b.length) else { return batch_fail(s, libc::EINVAL) };
-            v.push(Sge { addr: b.addr as u64, length: len, lkey: 0 });
-        }
-        set_last_sges(s, v, true);
+        // SAFETY: caller passes a QP of ours.
+        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
     }
 }
 crate::c_fn! {
     fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) as void {
         // SAFETY: caller passes a QP of ours.
-        let Some(s) = (unsafe { qpx(qp) }) else { return };
-        match s.batch.wrs.last_mut() {
-            Some(last) => last.ud = Some((ah, remote_qpn, remote_qkey)),
-            None => batch_fail(s, libc::EINVAL),
+        unsafe {
+            with_batch(qp, |_, b| match b.wrs.last_mut() {
+                Some(last) => last.ud = Some((ah, remote_qpn, remote_qkey)),
+                None => batch_fail(b, libc::EINVAL),
+            })
         }
     }
 }
 crate::c_fn! {
     fn wr_start(qp: *mut ibv_qp_ex) as void {
         // SAFETY: caller passes a QP of ours.
-        if let Some(s) = unsafe { qpx(qp) } {
-            s.batch.active = true;
-            s.batch.wrs.clear();
-            s.batch.error = 0;
+        unsafe {
+            with_batch(qp, |_, b| {
+                b.active = true;
+                b.wrs.clear();
+                b.error = 0;
+            })
         }
     }
 }
 crate::c_fn! {
     fn wr_abort(qp: *mut ibv_qp_ex) as void {
         // SAFETY: caller passes a QP of ours.
-        if let Some(s) = unsafe { qpx(qp) } {
-            s.batch.active = false;
-            s.batch.wrs.clear();
-            s.batch.error = 0;
+        unsafe {
+            with_batch(qp, |_, b| {
+                b.active = false;
+                b.wrs.clear();
+                b.error = 0;
+            })
         }
     }
 }
@@ -1034,13 +1053,15 @@ fn pending_to_send_wr<'a>(p: &'a PendingWr, qp_type: QpType) -> Result<SendWr<'a
 crate::c_fn! {
     fn wr_complete(qp: *mut ibv_qp_ex) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let s = unsafe { qpx(qp) }.ok_or(libc::EINVAL)?;
-        if !s.batch.active {
-            return Err(libc::EINVAL);
-        }
-        s.batch.active = false;
-        let wrs = std::mem::take(&mut s.batch.wrs);
-        let err = std::mem::take(&mut s.batch.error);
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        let (wrs, err) = {
+            let mut b = s.batch.lock().unwrap_or_else(|e| e.into_inner());
+            if !b.active {
+                return Err(libc::EINVAL);
+            }
+            b.active = false;
+            (std::mem::take(&mut b.wrs), std::mem::take(&mut b.error))
+        };
         if err != 0 {
             return Err(err);
         }
@@ -1089,7 +1110,7 @@ unsafe fn create_srq_common(
     srq_context: *mut c_void,
 ) -> Result<*mut ibv_srq, i32> {
     // SAFETY: caller contract.
-    let p: &mut UrxePd = unsafe { shell(pd) }?;
+    let p: &UrxePd = unsafe { shell(pd) }?;
     let a = non_null(attr)?;
     // SAFETY: its context is live.
     let dev = unsafe { dev_of(p.ibv.context) }?;
@@ -1169,7 +1190,7 @@ export! {
     /// `ibv_modify_srq(3)`.
     fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int as errno {
         // SAFETY: caller passes an SRQ of ours.
-        let s: &mut UrxeSrq = unsafe { shell(srq) }?;
+        let s: &UrxeSrq = unsafe { shell(srq) }?;
         let a = non_null(srq_attr)?;
         let m = SrqAttrMask(u32::try_from(srq_attr_mask).map_err(|_| libc::EINVAL)?);
         if m.unknown_bits() != 0 {
@@ -1186,7 +1207,7 @@ export! {
     /// `ibv_query_srq(3)`.
     fn ibv_query_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr) -> c_int as errno {
         // SAFETY: caller passes an SRQ of ours.
-        let s: &mut UrxeSrq = unsafe { shell(srq) }?;
+        let s: &UrxeSrq = unsafe { shell(srq) }?;
         let out = non_null(srq_attr)?;
         // SAFETY: its context is live.
         let a = glue::query_srq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
@@ -1200,10 +1221,10 @@ export! {
     /// `ibv_destroy_srq(3)`.
     fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int as errno {
         // SAFETY: caller passes an SRQ of ours.
-        let s: &mut UrxeSrq = unsafe { shell(srq) }?;
+        let s: &UrxeSrq = unsafe { shell(srq) }?;
         // SAFETY: its context is live.
         glue::destroy_srq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        let raw = s as *mut UrxeSrq;
+        let raw = s as *const UrxeSrq as *mut UrxeSrq;
         // SAFETY: live until freed below.
         unsafe {
             let m = ptr::addr_of_mut!((*raw).ibv.mutex);
@@ -1242,7 +1263,7 @@ export! {
     /// `ibv_create_ah(3)`.
     fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah as ptr {
         // SAFETY: caller passes a PD of ours.
-        let p: &mut UrxePd = unsafe { shell(pd) }?;
+        let p: &UrxePd = unsafe { shell(pd) }?;
         let a = non_null(attr)?;
         // SAFETY: readable caller struct.
         let ea = convert::ah_attr_from_c(unsafe { &*a })?;
@@ -1257,11 +1278,11 @@ export! {
     /// `ibv_destroy_ah(3)`.
     fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int as errno {
         // SAFETY: caller passes an AH of ours.
-        let s: &mut UrxeAh = unsafe { shell(ah) }?;
+        let s: &UrxeAh = unsafe { shell(ah) }?;
         // SAFETY: its context is live.
         glue::destroy_ah(unsafe { dev_of(s.ibv.context) }?, s.id)?;
         // SAFETY: from Box::into_raw in ibv_create_ah; freed once.
-        drop(unsafe { Box::from_raw(s as *mut UrxeAh) });
+        drop(unsafe { Box::from_raw(s as *const UrxeAh as *mut UrxeAh) });
         Ok(())
     }
 }
@@ -1347,7 +1368,7 @@ crate::c_fn! {
     /// `ops.alloc_mw`.
     fn alloc_mw_op(pd: *mut ibv_pd, mw_type: c_uint) -> *mut ibv_mw as ptr {
         // SAFETY: caller passes a PD of ours.
-        let p: &mut UrxePd = unsafe { shell(pd) }?;
+        let p: &UrxePd = unsafe { shell(pd) }?;
         let ty = match mw_type as u64 {
             IBV_MW_TYPE_1 => MwType::Type1,
             IBV_MW_TYPE_2 => MwType::Type2,
@@ -1364,11 +1385,11 @@ crate::c_fn! {
     /// `ops.dealloc_mw`.
     fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int as errno {
         // SAFETY: caller passes an MW of ours.
-        let s: &mut UrxeMw = unsafe { shell(mw) }?;
+        let s: &UrxeMw = unsafe { shell(mw) }?;
         // SAFETY: its context is live.
         glue::dealloc_mw(unsafe { dev_of(s.ibv.context) }?, s.id)?;
         // SAFETY: from Box::into_raw in alloc_mw_op; freed once.
-        drop(unsafe { Box::from_raw(s as *mut UrxeMw) });
+        drop(unsafe { Box::from_raw(s as *const UrxeMw as *mut UrxeMw) });
         Ok(())
     }
 }
@@ -1377,10 +1398,10 @@ crate::c_fn! {
     /// `ops.bind_mw` (`ibv_bind_mw(3)`, type 1 windows).
     fn bind_mw_op(qp: *mut ibv_qp, mw: *mut ibv_mw, mw_bind: *mut ibv_mw_bind) -> c_int as errno {
         // SAFETY: caller passes a QP of ours.
-        let q: &mut UrxeQp = unsafe { shell(qp) }?;
+        let q: &UrxeQp = unsafe { shell(qp) }?;
         let b = non_null(mw_bind)?;
         // SAFETY: caller passes an MW of ours.
-        let w: &mut UrxeMw = unsafe { shell(mw) }?;
+        let w: &UrxeMw = unsafe { shell(mw) }?;
         if w.ibv.type_ as u64 != IBV_MW_TYPE_1 {
             return Err(libc::EINVAL);
         }
@@ -1537,7 +1558,7 @@ mod tests {
             },
             sq_sig_all: false,
             async_events_read: Default::default(),
-            batch: WrBatch::default(),
+            batch: Default::default(),
         });
         fill_wr_table(&mut b.ibv);
         b
@@ -1558,10 +1579,10 @@ mod tests {
             wr_rdma_write(p, 0x55, 0x2000);
             wr_set_inline_data(p, 0x3000 as *mut c_void, 8);
         }
-        assert_eq!(q.batch.wrs.len(), 2);
-        assert_eq!(q.batch.wrs[0].wr_id, 1);
+        assert_eq!(q.batch.lock().unwrap().wrs.len(), 2);
+        assert_eq!(q.batch.lock().unwrap().wrs[0].wr_id, 1);
         assert_eq!(
-            q.batch.wrs[0].sges,
+            q.batch.lock().unwrap().wrs[0].sges,
             vec![Sge {
                 addr: 0x1000,
                 length: 64,
@@ -1569,15 +1590,19 @@ mod tests {
             }]
         );
         assert_eq!(
-            q.batch.wrs[1].kind,
+            q.batch.lock().unwrap().wrs[1].kind,
             WrKind::RdmaWrite {
                 remote_addr: 0x2000,
                 rkey: 0x55
             }
         );
-        assert_ne!(q.batch.wrs[1].flags & IBV_SEND_INLINE as u32, 0);
-        assert_eq!(q.batch.error, 0);
-        let w = pending_to_send_wr(&q.batch.wrs[0], QpType::Rc).unwrap();
+        assert_ne!(
+            q.batch.lock().unwrap().wrs[1].flags & IBV_SEND_INLINE as u32,
+            0
+        );
+        assert_eq!(q.batch.lock().unwrap().error, 0);
+        let w0 = q.batch.lock().unwrap().wrs[0].clone();
+        let w = pending_to_send_wr(&w0, QpType::Rc).unwrap();
         assert_eq!(w.flags, SendFlags::SIGNALED);
         // SAFETY: as above.
         unsafe {
@@ -1585,7 +1610,7 @@ mod tests {
             wr_start(p);
             wr_atomic_fetch_add(p, 1, 2, 3); // not in send_ops_flags
         }
-        assert_eq!(q.batch.error, libc::EOPNOTSUPP);
+        assert_eq!(q.batch.lock().unwrap().error, libc::EOPNOTSUPP);
         // SAFETY: as above.
         assert_eq!(unsafe { wr_complete(p) }, libc::EOPNOTSUPP);
         // SAFETY: as above.
@@ -1594,13 +1619,13 @@ mod tests {
             wr_send(p);
             wr_set_inline_data(p, 0x3000 as *mut c_void, 17); // > max_inline_data
         }
-        assert_eq!(q.batch.error, libc::EINVAL);
+        assert_eq!(q.batch.lock().unwrap().error, libc::EINVAL);
         // SAFETY: as above.
         unsafe {
             wr_abort(p);
             wr_send(p); // no wr_start
         }
-        assert_eq!(q.batch.error, libc::EINVAL);
+        assert_eq!(q.batch.lock().unwrap().error, libc::EINVAL);
         // SAFETY: as above.
         let rc = unsafe { wr_complete(p) };
         assert_eq!(rc, libc::EINVAL, "complete without start");
