@@ -75,6 +75,9 @@ pub struct DeviceInfo {
 pub struct UrxeDevice {
     pub vdev: verbs_device,
     pub info: DeviceInfo,
+    /// The engine, sockets and progress thread, started by the first verb that needs them
+    /// (`glue::transport`); the error, if starting failed, is kept and returned every time.
+    pub transport: std::sync::OnceLock<Result<urxe::transport::Device, i32>>,
 }
 
 /// A device pointer that may live in a static.
@@ -231,7 +234,7 @@ fn build_device() -> Result<DevPtr, (String, i32)> {
     copy_cstr(&mut vdev.device.ibdev_path, "/sys/class/infiniband/urxe0");
     vdev.ops = URXE_DEVICE_OPS_MARKER.as_ptr() as *const c_void;
     vdev.refcount = 1;
-    Ok(DevPtr(Box::into_raw(Box::new(UrxeDevice { vdev, info }))))
+    Ok(DevPtr(Box::into_raw(Box::new(UrxeDevice { vdev, info, transport: std::sync::OnceLock::new() }))))
 }
 
 /// The device, creating it (address choice + bind) on first use. The error (message, errno) is

@@ -107,6 +107,64 @@ pub fn notify_cq_id(id: urxe::engine::CqId) -> Result<bool, i32> {
 /// Queue an async event on a context. `element` is the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` pointer
 /// or the port number, as `ibv_async_event.element` expects for `event_type`.
 ///
+/// Kinds of objects an engine async event can name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum AsyncKind {
+    Qp,
+    Cq,
+    Srq,
+}
+
+/// Live objects async events can name: engine id -> shell address, and the set of live shell
+/// addresses (checked before a record read from the async fd touches its element).
+#[derive(Default)]
+struct AsyncObjs {
+    by_id: HashMap<(AsyncKind, u32), usize>,
+    live: std::collections::HashSet<usize>,
+}
+
+static ASYNC_OBJS: Mutex<Option<AsyncObjs>> = Mutex::new(None);
+
+/// Records a QP/CQ/SRQ shell (its `context` field must be set) so engine async events about
+/// engine object `id` reach its context.
+pub fn register_async(kind: AsyncKind, id: u32, shell: usize) {
+    let mut g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+    let o = g.get_or_insert_with(AsyncObjs::default);
+    o.by_id.insert((kind, id), shell);
+    o.live.insert(shell);
+}
+
+/// Forgets a shell before it is freed: no event is posted for it afterwards, and a record
+/// already in the pipe is skipped by `ibv_get_async_event`.
+pub fn unregister_async(kind: AsyncKind, id: u32, shell: usize) {
+    if let Some(o) = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if o.by_id.get(&(kind, id)) == Some(&shell) {
+            o.by_id.remove(&(kind, id));
+        }
+        o.live.remove(&shell);
+    }
+}
+
+/// Delivers an engine async event to the async fd of the context owning its object. Called by
+/// the device's event sink.
+pub fn post_engine_async(ev: urxe::engine::AsyncEvent) {
+    use urxe::engine::AsyncElement as El;
+    let (kind, id) = match ev.element {
+        El::Qp(q) => (AsyncKind::Qp, q),
+        El::Cq(c) => (AsyncKind::Cq, c),
+        El::Srq(s) => (AsyncKind::Srq, s),
+        // urxe0 has one port that is always active: the engine reports no port or device events.
+        El::Port(_) | El::Device => return,
+    };
+    let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(&shell) = g.as_ref().and_then(|o| o.by_id.get(&(kind, id))) else { return };
+    // SAFETY: registered shells are alive while the lock is held; `context` is their first
+    // field for CQ and SRQ (`ibv_cq`, `ibv_srq`) and `qp_base.context` (offset 0) for QPs.
+    let ctx = unsafe { *(shell as *const *mut ibv_context) };
+    // SAFETY: the shell's context outlives it (contexts close after their objects).
+    let _ = unsafe { post_async_event(ctx, shell as u64, ev.kind as u32) };
+}
+
 /// # Safety
 /// `ctx` is a live context of ours; `element` stays valid until the event is acked (destroy
 /// waits for that).
@@ -283,30 +341,39 @@ export! {
         // SAFETY: caller passes a context of ours.
         let u = unsafe { ctx_from(context) }?;
         let out = non_null(event)?;
-        let rec = read_record::<16>(u.vctx.context.async_fd)?;
-        let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());
-        let t = u32::from_ne_bytes(rec[8..12].try_into().unwrap_or_default());
-        // SAFETY: ibv_async_event is plain data; all-zero is valid.
-        let mut ev: ibv_async_event = unsafe { MaybeUninit::zeroed().assume_init() };
-        ev.event_type = t;
-        if is_cq_event(t) || is_qp_event(t) || is_srq_event(t) {
-            ev.element.cq = element as usize as *mut ibv_cq;
-            // SAFETY: the glue posts only live objects, and destroy waits for their acks.
-            unsafe {
-                if is_cq_event(t) {
-                    (*(element as usize as *mut UrxeCq)).async_events_read.fetch_add(1, Ordering::AcqRel);
-                } else if is_qp_event(t) {
-                    (*(element as usize as *mut UrxeQp)).async_events_read.fetch_add(1, Ordering::AcqRel);
-                } else {
-                    (*(element as usize as *mut UrxeSrq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+        // A record whose object was destroyed since it was written is stale: skip it and read
+        // the next (bounded by what the pipe holds; EAGAIN/blocking as read(2) decides).
+        loop {
+            let rec = read_record::<16>(u.vctx.context.async_fd)?;
+            let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());
+            let t = u32::from_ne_bytes(rec[8..12].try_into().unwrap_or_default());
+            // SAFETY: ibv_async_event is plain data; all-zero is valid.
+            let mut ev: ibv_async_event = unsafe { MaybeUninit::zeroed().assume_init() };
+            ev.event_type = t;
+            if is_cq_event(t) || is_qp_event(t) || is_srq_event(t) {
+                let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+                if !g.as_ref().is_some_and(|o| o.live.contains(&(element as usize))) {
+                    continue;
                 }
+                ev.element.cq = element as usize as *mut ibv_cq;
+                // SAFETY: the element is registered (alive) while we hold the lock, and its
+                // destroy waits for the acks counted here.
+                unsafe {
+                    if is_cq_event(t) {
+                        (*(element as usize as *mut UrxeCq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                    } else if is_qp_event(t) {
+                        (*(element as usize as *mut UrxeQp)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                    } else {
+                        (*(element as usize as *mut UrxeSrq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            } else {
+                ev.element.port_num = element as c_int;
             }
-        } else {
-            ev.element.port_num = element as c_int;
+            // SAFETY: caller passes a writable event.
+            unsafe { out.write(ev) };
+            return Ok(0);
         }
-        // SAFETY: caller passes a writable event.
-        unsafe { out.write(ev) };
-        Ok(0)
     }
 }
 

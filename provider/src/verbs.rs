@@ -174,14 +174,14 @@ const REREG_ERR_INPUT: c_int = -1;
 const REREG_ERR_CMD: c_int = -4;
 
 export! {
-    /// `ibv_rereg_mr(3)`: 0 or an `IBV_REREG_MR_ERR_*` code with errno set. Not supported yet
-    /// (needs the engine): ERR_CMD + ENOSYS.
+    /// `ibv_rereg_mr(3)`: 0 or an `IBV_REREG_MR_ERR_*` code with errno set. urxe does not
+    /// re-register in place (deregister and register again): ERR_CMD + EOPNOTSUPP.
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int as value(REREG_ERR_CMD) {
         if mr.is_null() || flags & !0x7 != 0 || flags == 0 {
             set_errno(libc::EINVAL);
             return REREG_ERR_INPUT;
         }
-        set_errno(glue::NOT_WIRED);
+        set_errno(libc::EOPNOTSUPP);
         REREG_ERR_CMD
     }
 }
@@ -279,6 +279,7 @@ pub(crate) unsafe fn new_cq_shell(
             ptr::addr_of_mut!((*raw).ibv.cond),
         );
         register_cq(raw, (*raw).serial);
+        crate::events::register_async(crate::events::AsyncKind::Cq, id, raw as usize);
     }
     Ok(raw)
 }
@@ -292,6 +293,7 @@ pub(crate) unsafe fn free_cq_shell(raw: *mut UrxeCq) -> Result<(), i32> {
     // SAFETY: caller contract; mutex/cond were initialised by new_cq_shell.
     unsafe {
         unregister_cq((*raw).serial);
+        crate::events::unregister_async(crate::events::AsyncKind::Cq, (*raw).id, raw as usize);
         let m = ptr::addr_of_mut!((*raw).ibv.mutex);
         let c = ptr::addr_of_mut!((*raw).ibv.cond);
         wait_acked(
@@ -553,6 +555,7 @@ unsafe fn create_qp_common(
             ptr::addr_of_mut!((*raw).ibv.qp_base.cond),
         )
     };
+    crate::events::register_async(crate::events::AsyncKind::Qp, qpn, raw as usize);
     Ok(raw)
 }
 
@@ -660,6 +663,7 @@ export! {
         // SAFETY: its context is live.
         glue::destroy_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
         let raw = s as *const UrxeQp as *mut UrxeQp;
+        crate::events::unregister_async(crate::events::AsyncKind::Qp, s.qpn, raw as usize);
         // SAFETY: live until freed below.
         unsafe {
             let m = ptr::addr_of_mut!((*raw).ibv.qp_base.mutex);
@@ -707,20 +711,29 @@ crate::c_fn! {
         if cur.is_null() {
             return fail(cur, libc::EINVAL);
         }
-        while !cur.is_null() {
-            // SAFETY: a readable WR of the caller's list.
-            let w = unsafe { &*cur };
-            let mut buf = [Sge::default(); MAX_SGE];
-            // SAFETY: the WR's sg_list has num_sge entries.
-            let r = unsafe { sges(w.sg_list, w.num_sge, s.cap.max_send_sge) }
-                .and_then(|sg| convert::send_wr_from_c(w, sg, &mut buf, s.qp_type, &RESOLVE))
-                .and_then(|ew| glue::post_send(dev, s.qpn, &ew));
-            if let Err(e) = r {
-                return fail(cur, e);
+        // The whole chain is posted under one device lock and transmitted once.
+        let mut failed: *mut ibv_send_wr = ptr::null_mut();
+        let r = glue::post_send_chain(dev, s.qpn, |post| {
+            while !cur.is_null() {
+                // SAFETY: a readable WR of the caller's list.
+                let w = unsafe { &*cur };
+                let mut buf = [Sge::default(); MAX_SGE];
+                // SAFETY: the WR's sg_list has num_sge entries.
+                let r = unsafe { sges(w.sg_list, w.num_sge, s.cap.max_send_sge) }
+                    .and_then(|sg| convert::send_wr_from_c(w, sg, &mut buf, s.qp_type, &RESOLVE))
+                    .and_then(|ew| post(&ew));
+                if let Err(e) = r {
+                    failed = cur;
+                    return Err(e);
+                }
+                cur = w.next;
             }
-            cur = w.next;
+            Ok(())
+        });
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) => fail(if failed.is_null() { wr } else { failed }, e),
         }
-        Ok(())
     }
 }
 
@@ -1067,11 +1080,10 @@ crate::c_fn! {
         }
         // SAFETY: its context is live.
         let dev = unsafe { dev_of(s.ibv.qp_base.context) }?;
-        for p in &wrs {
-            let w = pending_to_send_wr(p, s.qp_type)?;
-            glue::post_send(dev, s.qpn, &w)?;
-        }
-        Ok(())
+        // Converted first, so a bad WR posts nothing; then posted under one lock.
+        let converted: Result<Vec<_>, i32> = wrs.iter().map(|p| pending_to_send_wr(p, s.qp_type)).collect();
+        let converted = converted?;
+        glue::post_send_chain(dev, s.qpn, |post| converted.iter().try_for_each(|w| post(w)))
     }
 }
 
@@ -1143,6 +1155,7 @@ unsafe fn create_srq_common(
             ptr::addr_of_mut!((*raw).ibv.cond),
         )
     };
+    crate::events::register_async(crate::events::AsyncKind::Srq, id, raw as usize);
     Ok(raw as *mut ibv_srq)
 }
 
@@ -1225,6 +1238,7 @@ export! {
         // SAFETY: its context is live.
         glue::destroy_srq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
         let raw = s as *const UrxeSrq as *mut UrxeSrq;
+        crate::events::unregister_async(crate::events::AsyncKind::Srq, s.id, raw as usize);
         // SAFETY: live until freed below.
         unsafe {
             let m = ptr::addr_of_mut!((*raw).ibv.mutex);
@@ -1415,7 +1429,10 @@ crate::c_fn! {
         let bind = MwBind { mw: w.id, rkey: w.ibv.rkey, mr, addr: b.bind_info.addr, length: b.bind_info.length, access };
         let signaled = b.send_flags & IBV_SEND_SIGNALED as u32 != 0;
         // SAFETY: its context is live.
-        glue::bind_mw(unsafe { dev_of(q.ibv.qp_base.context) }?, q.qpn, b.wr_id, signaled, &bind)
+        let rkey = glue::bind_mw(unsafe { dev_of(q.ibv.qp_base.context) }?, q.qpn, b.wr_id, signaled, &bind)?;
+        // SAFETY: the caller's MW; `rkey` is the C-visible field it reads after the bind.
+        unsafe { ptr::addr_of_mut!((*mw).rkey).write(rkey) };
+        Ok(())
     }
 }
 

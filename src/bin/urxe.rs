@@ -131,6 +131,7 @@ fn add(g: &mut Totals, t: &Totals) {
     g.udp_checksum_bad += t.udp_checksum_bad;
     g.ip_checksum_bad += t.ip_checksum_bad;
     g.malformed_frames += t.malformed_frames;
+    g.gso_trains += t.gso_trains;
     g.other += t.other;
     g.retransmissions += t.retransmissions;
     g.naks += t.naks;

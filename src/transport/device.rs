@@ -64,6 +64,8 @@ pub struct Core {
     send_key: Option<SendKey>,
     sink: EventSink,
     epoch: Instant,
+    /// UDP GSO trains allowed (loopback only in any case).
+    gso: bool,
     pub counters: TransportCounters,
 }
 
@@ -226,7 +228,7 @@ impl Core {
                 }
             }
             if self.send_key.is_none() {
-                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.rx.gso_to(t.dst) });
+                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.gso && self.rx.gso_to(t.dst) });
             }
             self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
         }
@@ -263,8 +265,18 @@ impl Core {
 impl Device {
     /// Binds `local`:4791 and starts the progress thread. `EADDRINUSE` means the address and
     /// port belong to someone else (another urxe process or kernel rxe).
-    pub fn open(local: IpAddr, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+    pub fn open(local: IpAddr, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
         let rx = RoceSocket::bind(SocketAddr::new(local, ROCE_PORT))?;
+        Self::start(rx, cfg, sink)
+    }
+
+    /// Like [`Device::open`] over a UDP socket already bound to `addr:4791`.
+    pub fn open_with_socket(sock: std::net::UdpSocket, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+        Self::start(RoceSocket::adopt(sock)?, cfg, sink)
+    }
+
+    fn start(rx: RoceSocket, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+        let local = rx.local_addr().ip();
         cfg.local_addr = local;
         let engine = Engine::new(cfg, ProcessMemory);
         let poll = Poll::new()?;
@@ -286,6 +298,7 @@ impl Device {
             send_key: None,
             sink,
             epoch: Instant::now(),
+            gso: std::env::var_os("URXE_DEBUG_NO_GSO").is_none(),
             counters: TransportCounters::default(),
         };
         let shared = Arc::new(Shared {
