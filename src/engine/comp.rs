@@ -49,7 +49,8 @@ pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut Shared<M>) {
             return;
         }
     }
-    if q.state == QpState::Sqd && q.req.sqd_notify && q.sq.wqes.iter().all(|w| w.npkts == 0) {
+    // Drained: nothing started is still outstanding (IBTA 11.2.5.2, SQD).
+    if q.state == QpState::Sqd && q.req.sqd_notify && q.sq.wqes.iter().all(|w| w.npkts == 0 && !w.is_local()) {
         q.req.sqd_notify = false;
         sh.async_event(AsyncEventType::SqDrained, AsyncElement::Qp(q.qpn));
     }
@@ -317,8 +318,7 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Pa
     let i = psn.distance(w.first_psn) as u32;
     let sges_base = w.slot as usize * q.sq.max_sge as usize;
     let sges = &q.sq.sges[sges_base..sges_base + w.num_sge as usize];
-    let done;
-    if is_read {
+    let done = if is_read {
         // The PSN says where the data goes; a re-issued READ restarts at FIRST, so only
         // "ends the message" is checked against the position.
         let ends = matches!(p.info.position, Some(Position::Last | Position::Only));
@@ -332,15 +332,15 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Pa
             fail_wqe(q, sh, j, WcStatus::LocProtErr);
             return;
         }
-        done = ends;
+        ends
     } else {
         let Some(ack) = p.headers.atomic_ack_eth else { return };
         if !scatter(sh, q.pd, sges, 0, &ack.orig.to_ne_bytes()) {
             fail_wqe(q, sh, j, WcStatus::LocProtErr);
             return;
         }
-        done = true;
-    }
+        true
+    };
     q.req.unacked = psn.next();
     progress(q, sh);
     if done {

@@ -570,6 +570,8 @@ impl<M: HostMemory> Engine<M> {
             QpState::Sqd => {
                 q.req.sqd_notify = from == QpState::Rts && q.attr.en_sqd_async_notify;
                 q.state = QpState::Sqd;
+                // Already drained? Then the event is due now.
+                comp::complete_ready(&mut q, &mut self.sh);
             }
             s => q.state = s,
         }
@@ -588,7 +590,8 @@ impl<M: HostMemory> Engine<M> {
         a.qp_state = q.state;
         a.cur_qp_state = q.state;
         a.cap = q.cap;
-        a.sq_draining = q.state == QpState::Sqd && !q.sq.wqes.is_empty();
+        // Draining = SQD with work started before the transition still outstanding.
+        a.sq_draining = q.state == QpState::Sqd && q.sq.wqes.iter().any(|w| w.npkts != 0);
         let init = QpInitAttr {
             pd: q.pd,
             qp_type: q.ty,

@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use super::types::{AccessFlags, MrId, MwId, MwType, PdId, Qpn};
+use super::types::{AccessFlags, MrId, MwBind, MwId, MwType, PdId, Qpn};
 
 /// Why a key lookup or a bounds/access check failed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -82,6 +82,7 @@ pub(crate) struct KeyTable {
     slots: Vec<(u8, Slot)>,
     free: VecDeque<u32>,
     max: u32,
+    live: usize,
 }
 
 /// Index 0 is never used so that key 0 (a common uninitialised value) is always invalid.
@@ -91,7 +92,7 @@ const MAX_INDEX: u32 = 0x00FF_FFFF;
 
 impl KeyTable {
     pub fn new(max: u32) -> KeyTable {
-        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max: max.min(MAX_INDEX) }
+        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max: max.min(MAX_INDEX), live: 0 }
     }
 
     fn alloc(&mut self, make: impl FnOnce(u32) -> Slot) -> Option<u32> {
@@ -107,6 +108,7 @@ impl KeyTable {
         let gen = self.slots[idx as usize].0;
         let key = (idx << 8) | gen as u32;
         self.slots[idx as usize].1 = make(key);
+        self.live += 1;
         Some(idx)
     }
 
@@ -115,11 +117,13 @@ impl KeyTable {
             s.0 = s.0.wrapping_add(1);
             s.1 = Slot::Free;
             self.free.push_back(idx);
+            self.live = self.live.saturating_sub(1);
         }
     }
 
+    /// MRs + MWs alive.
     pub fn count(&self) -> usize {
-        self.slots.iter().filter(|s| !matches!(s.1, Slot::Free)).count()
+        self.live
     }
 
     pub fn add_mr(&mut self, mr: Mr) -> Option<(MrId, u32)> {
@@ -280,17 +284,8 @@ impl KeyTable {
 
     /// Binds (or, with length 0 for type 1, unbinds) a window (IBTA 10.6.7.2). `new_rkey` is the
     /// window's next key: its index must be the window's, only the low byte changes.
-    pub fn bind_mw(
-        &mut self,
-        mw_id: MwId,
-        new_rkey: u32,
-        qp_pd: PdId,
-        qpn: Qpn,
-        mr_id: MrId,
-        va: u64,
-        len: u64,
-        access: AccessFlags,
-    ) -> Result<u32, KeyError> {
+    pub fn bind_mw(&mut self, b: &MwBind, qp_pd: PdId, qpn: Qpn) -> Result<u32, KeyError> {
+        let MwBind { mw: mw_id, rkey: new_rkey, mr: mr_id, addr: va, length: len, access } = *b;
         if new_rkey >> 8 != mw_id {
             return Err(KeyError::BadKey);
         }
@@ -396,7 +391,8 @@ mod tests {
         let (mr_id, _) = t.add_mr(mr(1, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)).unwrap();
         let (mw, k0) = t.add_mw(1, MwType::Type2).unwrap();
         let k1 = (k0 & !0xFF) | ((k0 + 1) & 0xFF);
-        t.bind_mw(mw, k1, 1, 0x11, mr_id, 0x7000_0100, 256, AccessFlags::REMOTE_WRITE).unwrap();
+        let b = MwBind { mw, rkey: k1, mr: mr_id, addr: 0x7000_0100, length: 256, access: AccessFlags::REMOTE_WRITE };
+        t.bind_mw(&b, 1, 0x11).unwrap();
         assert!(t.check_rkey(k1, 1, 0x11, 0x7000_0100, 256, AccessFlags::REMOTE_WRITE).is_ok());
         assert_eq!(t.check_rkey(k1, 1, 0x12, 0x7000_0100, 8, AccessFlags::REMOTE_WRITE), Err(KeyError::WrongQp));
         assert_eq!(t.check_rkey(k1, 1, 0x11, 0x7000_0100, 257, AccessFlags::REMOTE_WRITE), Err(KeyError::Bounds));

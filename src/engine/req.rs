@@ -185,7 +185,7 @@ fn exec_local<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize) {
             Ok(()) => WcStatus::Success,
             Err(_) => WcStatus::LocProtErr,
         },
-        WrKind::BindMw(b) => match sh.keys.bind_mw(b.mw, b.rkey, q.pd, q.qpn, b.mr, b.addr, b.length, b.access) {
+        WrKind::BindMw(b) => match sh.keys.bind_mw(&b, q.pd, q.qpn) {
             Ok(_) => WcStatus::Success,
             Err(_) => WcStatus::MwBindErr,
         },
@@ -357,7 +357,7 @@ fn emit_request<M: HostMemory>(
         fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
         return None;
     };
-    let sport = if q.ty == QpType::Ud { q.sport } else { q.sport };
+    let sport = q.sport;
     let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
         sh.counters.tx_errors += 1;
         return None;
