@@ -16,14 +16,7 @@ fn program() -> &'static PathBuf {
         std::fs::create_dir_all(&dir).unwrap();
         let exe = dir.join("device_basics");
         let o = run(Command::new("gcc")
-            .args([
-                "-std=gnu11",
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-g",
-                "-fsanitize=address,undefined",
-            ])
+            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
             .arg("-o")
             .arg(&exe)
             .arg(root().join("tests/c/device_basics.c"))
@@ -36,9 +29,7 @@ fn program() -> &'static PathBuf {
 
 fn run_program(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let mut c = with_lib(program());
-    c.args(args)
-        .env_remove("URXE_ADDR")
-        .env("ASAN_OPTIONS", "detect_leaks=1");
+    c.args(args).env_remove("URXE_ADDR").env("ASAN_OPTIONS", "detect_leaks=1");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -57,10 +48,7 @@ fn bad_urxe_addr_fails_device_list_with_einval_and_names_the_variable() {
     for bad in ["not/an/if", "0.0.0.0", "no-such-if0"] {
         let (ok, out) = run_program(&["bad-env"], &[("URXE_ADDR", bad)]);
         assert!(ok, "URXE_ADDR={bad}: {out}");
-        assert!(
-            out.contains("URXE_ADDR"),
-            "message must name URXE_ADDR: {out}"
-        );
+        assert!(out.contains("URXE_ADDR"), "message must name URXE_ADDR: {out}");
     }
 }
 
@@ -79,9 +67,7 @@ fn busy_port_4791_is_reported_with_the_address() {
 #[test]
 fn explicit_address_becomes_the_gid() {
     // 127.0.0.2 is local (lo holds 127/8); the device must use it and report it as its GID.
-    let o = run(with_lib("ibv_devinfo")
-        .args(["-v"])
-        .env("URXE_ADDR", "127.0.0.2"));
+    let o = run(with_lib("ibv_devinfo").args(["-v"]).env("URXE_ADDR", "127.0.0.2"));
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("::ffff:127.0.0.2, RoCE v2"), "{out}");

@@ -35,9 +35,8 @@ struct verbs_device {
 "#;
 
 fn c_program(report: &str) -> String {
-    let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <infiniband/verbs.h>\n",
-    );
+    let mut c =
+        String::from("#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <infiniband/verbs.h>\n");
     c.push_str(PRIVATE_MIRRORS);
     c.push_str("int main(void) {\n");
     for line in report.lines() {
@@ -60,9 +59,7 @@ fn c_program(report: &str) -> String {
             }
             "const" => {
                 let n = w[1];
-                c.push_str(&format!(
-                    "  printf(\"const %s %llu\\n\", \"{n}\", (unsigned long long)({n}));\n"
-                ));
+                c.push_str(&format!("  printf(\"const %s %llu\\n\", \"{n}\", (unsigned long long)({n}));\n"));
             }
             other => panic!("unknown report line kind {other:?}: {line}"),
         }
@@ -80,10 +77,7 @@ fn rust_mirrors_match_the_installed_header() {
     let src = dir.join("layout_check.c");
     let exe = dir.join("layout_check");
     std::fs::write(&src, c_program(&report)).unwrap();
-    let o = run(Command::new("gcc")
-        .args(["-std=gnu11", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&src));
+    let o = run(Command::new("gcc").args(["-std=gnu11", "-Wall", "-Werror", "-o"]).arg(&exe).arg(&src));
     assert!(o.status.success(), "gcc failed:\n{}", text(&o));
     let o = run(&mut Command::new(&exe));
     assert!(o.status.success());
@@ -95,16 +89,8 @@ fn rust_mirrors_match_the_installed_header() {
     assert!(
         only_rust.is_empty() && only_c.is_empty(),
         "layout mismatch\n  Rust says:\n    {}\n  header says:\n    {}",
-        only_rust
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join("\n    "),
-        only_c
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join("\n    ")
+        only_rust.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("\n    "),
+        only_c.iter().map(|s| s.to_string()).collect::<Vec<_>>().join("\n    ")
     );
     assert_eq!(r.len(), report.lines().count(), "duplicate report lines");
 }

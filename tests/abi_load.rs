@@ -16,44 +16,27 @@ fn package_programs(pkgs: &[&str]) -> Vec<PathBuf> {
         .filter(|l| l.starts_with("/usr/bin/"))
         .map(PathBuf::from)
         // run_perftest_* are shell scripts: only ELF programs link libibverbs
-        .filter(|p| {
-            std::fs::read(p)
-                .map(|b| b.starts_with(b"\x7fELF"))
-                .unwrap_or(false)
-        })
+        .filter(|p| std::fs::read(p).map(|b| b.starts_with(b"\x7fELF")).unwrap_or(false))
         .collect()
 }
 
 #[test]
 fn debian_verbs_programs_load_our_library() {
     let progs = package_programs(&["ibverbs-utils", "perftest", "rdmacm-utils"]);
-    assert!(
-        progs.len() >= 30,
-        "expected the Debian programs, found {progs:?}"
-    );
+    assert!(progs.len() >= 30, "expected the Debian programs, found {progs:?}");
     let ours = lib_path().canonicalize().unwrap();
     let mut failures = vec![];
     for p in &progs {
         // 1. the dynamic linker resolves libibverbs.so.1 to ours
         let o = run(with_lib("ldd").arg(p));
         let l = text(&o);
-        let line = l
-            .lines()
-            .find(|x| x.contains("libibverbs.so.1"))
-            .unwrap_or("")
-            .to_string();
+        let line = l.lines().find(|x| x.contains("libibverbs.so.1")).unwrap_or("").to_string();
         if !line.contains(ours.to_str().unwrap()) {
-            failures.push(format!(
-                "{}: libibverbs resolves elsewhere: {line:?}",
-                p.display()
-            ));
+            failures.push(format!("{}: libibverbs resolves elsewhere: {line:?}", p.display()));
             continue;
         }
         // 2. it starts (BIND_NOW: every symbol bound) and prints its usage
-        let o = run(with_lib("timeout")
-            .args(["-s", "KILL", "5"])
-            .arg(p)
-            .arg("--help"));
+        let o = run(with_lib("timeout").args(["-s", "KILL", "5"]).arg(p).arg("--help"));
         let out = text(&o);
         let code = o.status.code();
         if let Some(pat) = load_error(&out) {
@@ -61,20 +44,10 @@ fn debian_verbs_programs_load_our_library() {
         } else if code == Some(127) {
             failures.push(format!("{}: exit 127: {out}", p.display()));
         } else if code.is_none() {
-            failures.push(format!(
-                "{}: killed by a signal ({:?}): {out}",
-                p.display(),
-                o.status
-            ));
+            failures.push(format!("{}: killed by a signal ({:?}): {out}", p.display(), o.status));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} programs failed:\n{}",
-        failures.len(),
-        progs.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} programs failed:\n{}", failures.len(), progs.len(), failures.join("\n"));
 }
 
 #[test]
@@ -102,9 +75,6 @@ fn every_pyverbs_module_imports() {
     );
     let o = run(with_lib("/usr/bin/python3").arg("-c").arg(&script));
     let out = text(&o);
-    assert!(
-        out.contains("OURS"),
-        "python did not load our libibverbs:\n{out}"
-    );
+    assert!(out.contains("OURS"), "python did not load our libibverbs:\n{out}");
     assert!(o.status.success(), "imports failed:\n{out}");
 }

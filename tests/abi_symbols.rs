@@ -21,12 +21,7 @@ fn exported(lib: &std::path::Path) -> Vec<(String, String, u64)> {
         let f: Vec<&str> = line.split_whitespace().collect();
         // Num: Value Size Type Bind Vis Ndx Name
         // skip the header, undefined imports, locals and the version-node definitions (ABS)
-        if f.len() < 8
-            || f[0] == "Num:"
-            || !f[0].ends_with(':')
-            || matches!(f[6], "UND" | "ABS")
-            || f[4] == "LOCAL"
-        {
+        if f.len() < 8 || f[0] == "Num:" || !f[0].ends_with(':') || matches!(f[6], "UND" | "ABS") || f[4] == "LOCAL" {
             continue;
         }
         let name = f[7].to_string();
@@ -40,12 +35,7 @@ fn exported(lib: &std::path::Path) -> Vec<(String, String, u64)> {
 
 fn reference() -> (BTreeSet<String>, BTreeSet<String>) {
     let data = std::fs::read_to_string(root().join("tests/data/symbols-libibverbs.txt")).unwrap();
-    let all: Vec<String> = data
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect();
+    let all: Vec<String> = data.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
     let default = all.iter().filter(|l| l.contains("@@")).cloned().collect();
     let compat = all.iter().filter(|l| !l.contains("@@")).cloned().collect();
     (default, compat)
@@ -55,17 +45,10 @@ fn reference() -> (BTreeSet<String>, BTreeSet<String>) {
 fn exports_equal_rdma_core_default_versions() {
     let (want, compat) = reference();
     assert_eq!(want.len(), 146);
-    assert_eq!(
-        compat.len(),
-        34,
-        "expected 33 @IBVERBS_1.0 compat + ibv_register_driver@IBVERBS_1.1"
-    );
+    assert_eq!(compat.len(), 34, "expected 33 @IBVERBS_1.0 compat + ibv_register_driver@IBVERBS_1.1");
     let syms = exported(&lib_path());
     let unversioned: Vec<_> = syms.iter().filter(|(n, _, _)| !n.contains('@')).collect();
-    assert!(
-        unversioned.is_empty(),
-        "unversioned global exports (Rust std leaking?): {unversioned:?}"
-    );
+    assert!(unversioned.is_empty(), "unversioned global exports (Rust std leaking?): {unversioned:?}");
     let have: BTreeSet<String> = syms.iter().map(|(n, _, _)| n.clone()).collect();
     let missing: Vec<_> = want.difference(&have).collect();
     let extra: Vec<_> = have.difference(&want).collect();
@@ -80,10 +63,8 @@ fn exports_equal_rdma_core_default_versions() {
 #[test]
 fn verbs_allow_disassociate_destroy_is_a_one_byte_object() {
     let syms = exported(&lib_path());
-    let s = syms
-        .iter()
-        .find(|(n, _, _)| n == "verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34")
-        .expect("exported");
+    let s =
+        syms.iter().find(|(n, _, _)| n == "verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34").expect("exported");
     assert_eq!((s.1.as_str(), s.2), ("OBJECT", 1));
     let funcs = syms.iter().filter(|(_, t, _)| t == "FUNC").count();
     assert_eq!(funcs, 145, "every other export is a function");
@@ -91,9 +72,7 @@ fn verbs_allow_disassociate_destroy_is_a_one_byte_object() {
 
 #[test]
 fn soname_and_version_nodes() {
-    let o = run(Command::new("readelf")
-        .args(["-d", "-V", "-W"])
-        .arg(lib_path()));
+    let o = run(Command::new("readelf").args(["-d", "-V", "-W"]).arg(lib_path()));
     let t = text(&o);
     assert!(t.contains("Library soname: [libibverbs.so.1]"), "{t}");
     for node in [

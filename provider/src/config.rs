@@ -121,10 +121,7 @@ impl std::error::Error for ConfigError {}
 /// Parse the value of `URXE_ADDR`.
 pub fn parse_urxe_addr(value: &str) -> Result<AddrSpec, ConfigError> {
     let v = value.trim();
-    let bad = |why| ConfigError::BadValue {
-        value: value.to_string(),
-        why,
-    };
+    let bad = |why| ConfigError::BadValue { value: value.to_string(), why };
     if v.is_empty() {
         return Err(bad("empty"));
     }
@@ -143,11 +140,8 @@ pub fn parse_urxe_addr(value: &str) -> Result<AddrSpec, ConfigError> {
         return Ok(AddrSpec::Ip(ip));
     }
     // Linux interface names: 1..=15 bytes, no '/', no whitespace, not "." or "..".
-    let ifname_ok = v.len() <= 15
-        && v != "."
-        && v != ".."
-        && v.bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
+    let ifname_ok =
+        v.len() <= 15 && v != "." && v != ".." && v.bytes().all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
     if !ifname_ok {
         return Err(bad("not an IP address and not a valid interface name"));
     }
@@ -202,12 +196,8 @@ pub fn node_guid_of(addr: IpAddr) -> [u8; 8] {
 
 fn masked_eq(a: IpAddr, b: IpAddr, mask: IpAddr) -> bool {
     match (a, b, mask) {
-        (IpAddr::V4(a), IpAddr::V4(b), IpAddr::V4(m)) => {
-            u32::from(a) & u32::from(m) == u32::from(b) & u32::from(m)
-        }
-        (IpAddr::V6(a), IpAddr::V6(b), IpAddr::V6(m)) => {
-            u128::from(a) & u128::from(m) == u128::from(b) & u128::from(m)
-        }
+        (IpAddr::V4(a), IpAddr::V4(b), IpAddr::V4(m)) => u32::from(a) & u32::from(m) == u32::from(b) & u32::from(m),
+        (IpAddr::V6(a), IpAddr::V6(b), IpAddr::V6(m)) => u128::from(a) & u128::from(m) == u128::from(b) & u128::from(m),
         _ => false,
     }
 }
@@ -215,10 +205,7 @@ fn masked_eq(a: IpAddr, b: IpAddr, mask: IpAddr) -> bool {
 /// The interface an address belongs to: exact match first, then the subnet that contains it
 /// (127.77.x.y is on `lo` through 127.0.0.1/8).
 pub fn interface_of(addr: IpAddr, ifaces: &[IfAddr]) -> Option<&IfAddr> {
-    ifaces
-        .iter()
-        .find(|i| i.addr == addr)
-        .or_else(|| ifaces.iter().find(|i| masked_eq(i.addr, addr, i.netmask)))
+    ifaces.iter().find(|i| i.addr == addr).or_else(|| ifaces.iter().find(|i| masked_eq(i.addr, addr, i.netmask)))
 }
 
 fn is_v6_link_local(a: &Ipv6Addr) -> bool {
@@ -262,9 +249,7 @@ pub fn choose<T>(
                 return Err(ConfigError::NoSuchInterface { value: name });
             }
             let v4 = mine.iter().find(|i| i.addr.is_ipv4());
-            let v6 = mine
-                .iter()
-                .find(|i| matches!(i.addr, IpAddr::V6(a) if !is_v6_link_local(&a)));
+            let v6 = mine.iter().find(|i| matches!(i.addr, IpAddr::V6(a) if !is_v6_link_local(&a)));
             match v4.or(v6) {
                 Some(i) => i.addr,
                 None => return Err(ConfigError::InterfaceWithoutAddress { value: name }),
@@ -273,13 +258,8 @@ pub fn choose<T>(
     };
     match bind(addr) {
         Ok(b) => Ok(finish(addr, b)),
-        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(ConfigError::PortInUse {
-            addr,
-            from_env: true,
-        }),
-        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => {
-            Err(ConfigError::NotLocal { addr })
-        }
+        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(ConfigError::PortInUse { addr, from_env: true }),
+        Err(e) if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) => Err(ConfigError::NotLocal { addr }),
         Err(err) => Err(ConfigError::Bind { addr, err }),
     }
 }
@@ -322,32 +302,15 @@ mod tests {
 
     #[test]
     fn loopback_candidate_follows_pid_and_skips_0_and_255() {
-        assert_eq!(
-            loopback_candidate(0x1234, 0),
-            Ipv4Addr::new(127, 77, 0x12, 0x34)
-        );
-        assert_eq!(
-            loopback_candidate(0x1234, 1),
-            Ipv4Addr::new(127, 77, 0x12, 0x35)
-        );
-        assert_eq!(
-            loopback_candidate(0x12ff, 0),
-            Ipv4Addr::new(127, 77, 0x13, 1)
-        );
-        assert_eq!(
-            loopback_candidate(0x1200, 0),
-            Ipv4Addr::new(127, 77, 0x12, 1)
-        );
-        assert_eq!(
-            loopback_candidate(0x12fe, 1),
-            Ipv4Addr::new(127, 77, 0x13, 1)
-        );
+        assert_eq!(loopback_candidate(0x1234, 0), Ipv4Addr::new(127, 77, 0x12, 0x34));
+        assert_eq!(loopback_candidate(0x1234, 1), Ipv4Addr::new(127, 77, 0x12, 0x35));
+        assert_eq!(loopback_candidate(0x12ff, 0), Ipv4Addr::new(127, 77, 0x13, 1));
+        assert_eq!(loopback_candidate(0x1200, 0), Ipv4Addr::new(127, 77, 0x12, 1));
+        assert_eq!(loopback_candidate(0x12fe, 1), Ipv4Addr::new(127, 77, 0x13, 1));
         assert_eq!(loopback_candidate(0xfffe, 1), Ipv4Addr::new(127, 77, 0, 1));
         let all: HashSet<_> = (0..1000).map(|a| loopback_candidate(4242, a)).collect();
         assert_eq!(all.len(), 1000, "candidates repeat");
-        assert!(all
-            .iter()
-            .all(|a| a.octets()[3] != 0 && a.octets()[3] != 255));
+        assert!(all.iter().all(|a| a.octets()[3] != 0 && a.octets()[3] != 255));
     }
 
     #[test]
@@ -385,11 +348,7 @@ mod tests {
         assert_eq!(c.addr, "10.1.2.3".parse::<IpAddr>().unwrap());
         assert_eq!(c.netdev_mtu, 9000);
         let c = choose(Some("eth0"), 1, &ifs, Ok).unwrap();
-        assert_eq!(
-            c.addr,
-            "10.1.2.3".parse::<IpAddr>().unwrap(),
-            "IPv4 preferred"
-        );
+        assert_eq!(c.addr, "10.1.2.3".parse::<IpAddr>().unwrap(), "IPv4 preferred");
         assert_eq!(c.ifindex, 2);
         let c = choose(Some("lo"), 1, &ifs, Ok).unwrap();
         assert_eq!(c.addr, "127.0.0.1".parse::<IpAddr>().unwrap());
@@ -398,16 +357,7 @@ mod tests {
     #[test]
     fn bad_urxe_addr_values_name_the_variable() {
         let ifs = [vec![lo()], eth()].concat();
-        for v in [
-            "",
-            "0.0.0.0",
-            "::",
-            "224.0.0.1",
-            "255.255.255.255",
-            "a/b",
-            "x y",
-            "much-too-long-interface-name",
-        ] {
+        for v in ["", "0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "a/b", "x y", "much-too-long-interface-name"] {
             let e = choose(Some(v), 1, &ifs, Ok).unwrap_err();
             assert!(matches!(e, ConfigError::BadValue { .. }), "{v}: {e:?}");
             assert!(e.to_string().contains("URXE_ADDR"), "{e}");
@@ -423,15 +373,9 @@ mod tests {
 
     #[test]
     fn port_conflicts_and_foreign_addresses_are_reported() {
-        let e = choose(Some("10.1.2.3"), 1, &eth(), |_| -> io::Result<()> {
-            Err(inuse())
-        })
-        .unwrap_err();
+        let e = choose(Some("10.1.2.3"), 1, &eth(), |_| -> io::Result<()> { Err(inuse()) }).unwrap_err();
         let msg = e.to_string();
-        assert!(
-            msg.contains("4791") && msg.contains("10.1.2.3") && msg.contains("URXE_ADDR"),
-            "{msg}"
-        );
+        assert!(msg.contains("4791") && msg.contains("10.1.2.3") && msg.contains("URXE_ADDR"), "{msg}");
         assert_eq!(e.errno(), libc::EADDRINUSE);
         let e = choose(Some("192.0.2.1"), 1, &eth(), |_| -> io::Result<()> {
             Err(io::Error::from_raw_os_error(libc::EADDRNOTAVAIL))
@@ -444,16 +388,10 @@ mod tests {
     #[test]
     fn gid_and_guid_derive_from_the_address() {
         let a: IpAddr = "127.77.1.2".parse().unwrap();
-        assert_eq!(
-            gid_of(a),
-            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 77, 1, 2]
-        );
+        assert_eq!(gid_of(a), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 77, 1, 2]);
         assert_eq!(node_guid_of(a), [2, 0x75, 0x72, 0x78, 127, 77, 1, 2]);
         let b: IpAddr = "2001:db8::1".parse().unwrap();
-        assert_eq!(
-            gid_of(b),
-            "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets()
-        );
+        assert_eq!(gid_of(b), "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets());
         assert_eq!(node_guid_of(b)[0], 6);
     }
 }

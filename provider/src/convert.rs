@@ -8,9 +8,9 @@
 use crate::abi::*;
 use libc::c_int;
 use urxe::engine::{
-    AccessFlags, AhAttr, AhId, CqId, GlobalRoute, Limits, MigState, MrId, Mtu, MwBind, MwId, PdId,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge,
-    SrqAttr, SrqId, UdDest, WcStatus, WorkCompletion, WrKind,
+    AccessFlags, AhAttr, AhId, CqId, GlobalRoute, Limits, MigState, MrId, Mtu, MwBind, MwId, PdId, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, SrqAttr, SrqId, UdDest, WcStatus,
+    WorkCompletion, WrKind,
 };
 
 /// The most SGEs any WR may carry (the device limit); conversions use a stack buffer this big.
@@ -22,11 +22,7 @@ const EOPNOTSUPP: i32 = libc::EOPNOTSUPP;
 
 /// Validate a WR's `num_sge`/`sg_list` pair against the queue's `max_sge`; the count of SGEs
 /// to read.
-pub fn checked_sge_count(
-    num_sge: c_int,
-    sg_list_is_null: bool,
-    max_sge: u32,
-) -> Result<usize, i32> {
+pub fn checked_sge_count(num_sge: c_int, sg_list_is_null: bool, max_sge: u32) -> Result<usize, i32> {
     let n = usize::try_from(num_sge).map_err(|_| EINVAL)?;
     if n > max_sge as usize || n > MAX_SGE {
         return Err(EINVAL);
@@ -42,11 +38,7 @@ fn copy_sges<'a>(src: &[ibv_sge], buf: &'a mut [Sge; MAX_SGE]) -> Result<&'a [Sg
         return Err(EINVAL);
     }
     for (d, s) in buf.iter_mut().zip(src) {
-        *d = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        };
+        *d = Sge { addr: s.addr, length: s.length, lkey: s.lkey };
     }
     Ok(&buf[..src.len()])
 }
@@ -82,54 +74,37 @@ pub fn wr_kind_from_c(wr: &ibv_send_wr, qp_type: QpType, r: &Resolve<'_>) -> Res
     // SAFETY of the union reads below: every member of these unions is plain integers/pointers,
     // so reading any member is defined; which one is meaningful follows `opcode`.
     let op = wr.opcode as u64;
-    let known = matches!(op, IBV_WR_RDMA_WRITE..=IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE)
-        || wr.opcode == IBV_WR_FLUSH;
+    let known = matches!(op, IBV_WR_RDMA_WRITE..=IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE) || wr.opcode == IBV_WR_FLUSH;
     if !known {
         return Err(EINVAL);
     }
-    if matches!(op, IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE) || wr.opcode == IBV_WR_FLUSH
-    {
+    if matches!(op, IBV_WR_TSO | IBV_WR_DRIVER1 | IBV_WR_ATOMIC_WRITE) || wr.opcode == IBV_WR_FLUSH {
         return Err(EOPNOTSUPP);
     }
     if !opcode_allowed(wr.opcode, qp_type) {
         return Err(EINVAL);
     }
     // SAFETY: union members are plain data (see above).
-    let (imm, rdma, atomic, bind) =
-        unsafe { (wr.imm.imm_data, wr.wr.rdma, wr.wr.atomic, wr.ext.bind_mw) };
+    let (imm, rdma, atomic, bind) = unsafe { (wr.imm.imm_data, wr.wr.rdma, wr.wr.atomic, wr.ext.bind_mw) };
     Ok(match op {
         IBV_WR_SEND => WrKind::Send,
         IBV_WR_SEND_WITH_IMM => WrKind::SendWithImm { imm_data: imm },
-        IBV_WR_SEND_WITH_INV => WrKind::SendWithInv {
-            invalidate_rkey: imm,
-        },
-        IBV_WR_RDMA_WRITE => WrKind::RdmaWrite {
-            remote_addr: rdma.remote_addr,
-            rkey: rdma.rkey,
-        },
-        IBV_WR_RDMA_WRITE_WITH_IMM => WrKind::RdmaWriteWithImm {
-            remote_addr: rdma.remote_addr,
-            rkey: rdma.rkey,
-            imm_data: imm,
-        },
-        IBV_WR_RDMA_READ => WrKind::RdmaRead {
-            remote_addr: rdma.remote_addr,
-            rkey: rdma.rkey,
-        },
+        IBV_WR_SEND_WITH_INV => WrKind::SendWithInv { invalidate_rkey: imm },
+        IBV_WR_RDMA_WRITE => WrKind::RdmaWrite { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
+        IBV_WR_RDMA_WRITE_WITH_IMM => {
+            WrKind::RdmaWriteWithImm { remote_addr: rdma.remote_addr, rkey: rdma.rkey, imm_data: imm }
+        }
+        IBV_WR_RDMA_READ => WrKind::RdmaRead { remote_addr: rdma.remote_addr, rkey: rdma.rkey },
         IBV_WR_ATOMIC_CMP_AND_SWP => WrKind::AtomicCmpSwp {
             remote_addr: atomic.remote_addr,
             rkey: atomic.rkey,
             compare: atomic.compare_add,
             swap: atomic.swap,
         },
-        IBV_WR_ATOMIC_FETCH_AND_ADD => WrKind::AtomicFetchAdd {
-            remote_addr: atomic.remote_addr,
-            rkey: atomic.rkey,
-            add: atomic.compare_add,
-        },
-        IBV_WR_LOCAL_INV => WrKind::LocalInv {
-            invalidate_rkey: imm,
-        },
+        IBV_WR_ATOMIC_FETCH_AND_ADD => {
+            WrKind::AtomicFetchAdd { remote_addr: atomic.remote_addr, rkey: atomic.rkey, add: atomic.compare_add }
+        }
+        IBV_WR_LOCAL_INV => WrKind::LocalInv { invalidate_rkey: imm },
         IBV_WR_BIND_MW => {
             let access = AccessFlags(bind.bind_info.mw_access_flags);
             if access.unknown_bits() != 0 {
@@ -173,25 +148,12 @@ pub fn send_wr_from_c<'a>(
     } else {
         None
     };
-    Ok(SendWr {
-        wr_id: wr.wr_id,
-        kind,
-        flags,
-        sg_list: copy_sges(sges, buf)?,
-        ud,
-    })
+    Ok(SendWr { wr_id: wr.wr_id, kind, flags, sg_list: copy_sges(sges, buf)?, ud })
 }
 
 /// Convert one `ibv_recv_wr` (not its `next`).
-pub fn recv_wr_from_c<'a>(
-    wr: &ibv_recv_wr,
-    sges: &[ibv_sge],
-    buf: &'a mut [Sge; MAX_SGE],
-) -> Result<RecvWr<'a>, i32> {
-    Ok(RecvWr {
-        wr_id: wr.wr_id,
-        sg_list: copy_sges(sges, buf)?,
-    })
+pub fn recv_wr_from_c<'a>(wr: &ibv_recv_wr, sges: &[ibv_sge], buf: &'a mut [Sge; MAX_SGE]) -> Result<RecvWr<'a>, i32> {
+    Ok(RecvWr { wr_id: wr.wr_id, sg_list: copy_sges(sges, buf)? })
 }
 
 /// `ibv_ah_attr` -> engine. RoCE needs the GRH (`is_global`), as rxe.
@@ -359,8 +321,7 @@ const SUPPORTED_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_LOCAL_INV
     | IBV_QP_EX_WITH_BIND_MW
     | IBV_QP_EX_WITH_SEND_WITH_INV;
-const KNOWN_SEND_OPS: u64 =
-    SUPPORTED_SEND_OPS | IBV_QP_EX_WITH_TSO | (1 << 11) | IBV_QP_EX_WITH_ATOMIC_WRITE;
+const KNOWN_SEND_OPS: u64 = SUPPORTED_SEND_OPS | IBV_QP_EX_WITH_TSO | (1 << 11) | IBV_QP_EX_WITH_ATOMIC_WRITE;
 const KNOWN_QP_INIT_MASK: u32 = (IBV_QP_INIT_ATTR_PD
     | IBV_QP_INIT_ATTR_XRCD
     | IBV_QP_INIT_ATTR_CREATE_FLAGS
@@ -381,11 +342,7 @@ pub struct QpRefs {
 
 /// `ibv_qp_init_attr_ex` -> engine, checked against the device limits. Returns the init attr
 /// and the requested `send_ops_flags` (0 unless the mask has SEND_OPS_FLAGS).
-pub fn qp_init_attr_from_c(
-    a: &ibv_qp_init_attr_ex,
-    refs: QpRefs,
-    limits: &Limits,
-) -> Result<(QpInitAttr, u64), i32> {
+pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limits) -> Result<(QpInitAttr, u64), i32> {
     if a.comp_mask & !KNOWN_QP_INIT_MASK != 0 {
         return Err(EINVAL);
     }
@@ -434,18 +391,7 @@ pub fn qp_init_attr_from_c(
     {
         return Err(EINVAL);
     }
-    Ok((
-        QpInitAttr {
-            pd,
-            qp_type,
-            send_cq,
-            recv_cq,
-            srq: refs.srq,
-            cap,
-            sq_sig_all: a.sq_sig_all != 0,
-        },
-        send_ops,
-    ))
+    Ok((QpInitAttr { pd, qp_type, send_cq, recv_cq, srq: refs.srq, cap, sq_sig_all: a.sq_sig_all != 0 }, send_ops))
 }
 
 /// `ibv_srq_attr` for create, checked against the limits.
@@ -453,11 +399,7 @@ pub fn srq_attr_from_c(a: &ibv_srq_attr, limits: &Limits) -> Result<SrqAttr, i32
     if a.max_wr == 0 || a.max_wr > limits.max_srq_wr || a.max_sge > limits.max_srq_sge {
         return Err(EINVAL);
     }
-    Ok(SrqAttr {
-        max_wr: a.max_wr,
-        max_sge: a.max_sge,
-        srq_limit: a.srq_limit,
-    })
+    Ok(SrqAttr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit })
 }
 
 /// Supported `wc_flags` of `ibv_create_cq_ex`.
@@ -472,11 +414,7 @@ pub const SUPPORTED_WC_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
     | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
 /// Check `ibv_cq_init_attr_ex`: the number of entries to ask the engine for.
-pub fn cq_init_attr_check(
-    a: &ibv_cq_init_attr_ex,
-    limits: &Limits,
-    num_comp_vectors: u32,
-) -> Result<u32, i32> {
+pub fn cq_init_attr_check(a: &ibv_cq_init_attr_ex, limits: &Limits, num_comp_vectors: u32) -> Result<u32, i32> {
     let known_mask = (IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) as u32;
     if a.comp_mask & !known_mask != 0 {
         return Err(EINVAL);
@@ -507,13 +445,7 @@ pub fn wc_to_c(w: &WorkCompletion) -> ibv_wc {
         opcode: w.opcode as u32,
         vendor_err: w.vendor_err,
         byte_len: w.byte_len,
-        imm: ibv_wc_imm {
-            imm_data: if with_inv {
-                w.invalidated_rkey
-            } else {
-                w.imm_data
-            },
-        },
+        imm: ibv_wc_imm { imm_data: if with_inv { w.invalidated_rkey } else { w.imm_data } },
         qp_num: w.qp_num,
         src_qp: w.src_qp,
         wc_flags: w.wc_flags.bits(),
@@ -547,16 +479,8 @@ mod tests {
     fn any_obj<T>(p: *mut T) -> Option<u32> {
         (!p.is_null()).then_some(p as usize as u32)
     }
-    const NONE: Resolve<'static> = Resolve {
-        ah: &no_obj,
-        mw: &no_obj,
-        mr: &no_obj,
-    };
-    const ANY: Resolve<'static> = Resolve {
-        ah: &any_obj,
-        mw: &any_obj,
-        mr: &any_obj,
-    };
+    const NONE: Resolve<'static> = Resolve { ah: &no_obj, mw: &no_obj, mr: &no_obj };
+    const ANY: Resolve<'static> = Resolve { ah: &any_obj, mw: &any_obj, mr: &any_obj };
 
     fn wr(opcode: u64) -> ibv_send_wr {
         let mut w: ibv_send_wr = zero();
@@ -568,11 +492,7 @@ mod tests {
     #[test]
     fn sge_count_rejects_negative_too_many_and_null_lists() {
         assert_eq!(checked_sge_count(2, false, 4), Ok(2));
-        assert_eq!(
-            checked_sge_count(0, true, 4),
-            Ok(0),
-            "0 SGEs may have a NULL list"
-        );
+        assert_eq!(checked_sge_count(0, true, 4), Ok(0), "0 SGEs may have a NULL list");
         assert_eq!(checked_sge_count(-1, false, 4), Err(EINVAL));
         assert_eq!(checked_sge_count(5, false, 4), Err(EINVAL));
         assert_eq!(checked_sge_count(1, true, 4), Err(EINVAL));
@@ -584,163 +504,65 @@ mod tests {
         let mut w = wr(IBV_WR_RDMA_WRITE_WITH_IMM);
         w.send_flags = (IBV_SEND_SIGNALED | IBV_SEND_FENCE) as u32;
         w.imm.imm_data = 0x1234_5678u32.to_be();
-        w.wr.rdma = ibv_send_wr_rdma {
-            remote_addr: 0xdead_0000,
-            rkey: 0x77,
-        };
-        let sges = [
-            ibv_sge {
-                addr: 0x1000,
-                length: 64,
-                lkey: 5,
-            },
-            ibv_sge {
-                addr: 0x2000,
-                length: 8,
-                lkey: 6,
-            },
-        ];
+        w.wr.rdma = ibv_send_wr_rdma { remote_addr: 0xdead_0000, rkey: 0x77 };
+        let sges = [ibv_sge { addr: 0x1000, length: 64, lkey: 5 }, ibv_sge { addr: 0x2000, length: 8, lkey: 6 }];
         let mut buf = [Sge::default(); MAX_SGE];
         let s = send_wr_from_c(&w, &sges, &mut buf, QpType::Rc, &NONE).unwrap();
         assert_eq!(s.wr_id, 99);
         assert_eq!(
             s.kind,
-            WrKind::RdmaWriteWithImm {
-                remote_addr: 0xdead_0000,
-                rkey: 0x77,
-                imm_data: 0x1234_5678u32.to_be()
-            }
+            WrKind::RdmaWriteWithImm { remote_addr: 0xdead_0000, rkey: 0x77, imm_data: 0x1234_5678u32.to_be() }
         );
         assert_eq!(s.flags, SendFlags::SIGNALED | SendFlags::FENCE);
-        assert_eq!(
-            s.sg_list,
-            &[
-                Sge {
-                    addr: 0x1000,
-                    length: 64,
-                    lkey: 5
-                },
-                Sge {
-                    addr: 0x2000,
-                    length: 8,
-                    lkey: 6
-                }
-            ]
-        );
+        assert_eq!(s.sg_list, &[Sge { addr: 0x1000, length: 64, lkey: 5 }, Sge { addr: 0x2000, length: 8, lkey: 6 }]);
         assert!(s.ud.is_none());
     }
 
     #[test]
     fn send_wr_atomics_use_the_atomic_union() {
         let mut w = wr(IBV_WR_ATOMIC_CMP_AND_SWP);
-        w.wr.atomic = ibv_send_wr_atomic {
-            remote_addr: 8,
-            compare_add: 1,
-            swap: 2,
-            rkey: 3,
-        };
+        w.wr.atomic = ibv_send_wr_atomic { remote_addr: 8, compare_add: 1, swap: 2, rkey: 3 };
         let mut buf = [Sge::default(); MAX_SGE];
         let s = send_wr_from_c(&w, &[], &mut buf, QpType::Rc, &NONE).unwrap();
-        assert_eq!(
-            s.kind,
-            WrKind::AtomicCmpSwp {
-                remote_addr: 8,
-                rkey: 3,
-                compare: 1,
-                swap: 2
-            }
-        );
+        assert_eq!(s.kind, WrKind::AtomicCmpSwp { remote_addr: 8, rkey: 3, compare: 1, swap: 2 });
         let mut w = wr(IBV_WR_ATOMIC_FETCH_AND_ADD);
-        w.wr.atomic = ibv_send_wr_atomic {
-            remote_addr: 16,
-            compare_add: 5,
-            swap: 0,
-            rkey: 4,
-        };
+        w.wr.atomic = ibv_send_wr_atomic { remote_addr: 16, compare_add: 5, swap: 0, rkey: 4 };
         let s = send_wr_from_c(&w, &[], &mut buf, QpType::Rc, &NONE).unwrap();
-        assert_eq!(
-            s.kind,
-            WrKind::AtomicFetchAdd {
-                remote_addr: 16,
-                rkey: 4,
-                add: 5
-            }
-        );
+        assert_eq!(s.kind, WrKind::AtomicFetchAdd { remote_addr: 16, rkey: 4, add: 5 });
     }
 
     #[test]
     fn send_wr_bad_input_maps_to_errno() {
         let mut buf = [Sge::default(); MAX_SGE];
         // unknown opcode
-        assert_eq!(
-            send_wr_from_c(&wr(12), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EINVAL
-        );
-        assert_eq!(
-            send_wr_from_c(&wr(200), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&wr(12), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(), EINVAL);
+        assert_eq!(send_wr_from_c(&wr(200), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(), EINVAL);
         // known but not implemented
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_TSO), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EOPNOTSUPP
-        );
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_ATOMIC_WRITE), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EOPNOTSUPP
-        );
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_TSO), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(), EOPNOTSUPP);
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_ATOMIC_WRITE), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(), EOPNOTSUPP);
         // not valid for the transport
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_RDMA_READ), &[], &mut buf, QpType::Uc, &NONE).unwrap_err(),
-            EINVAL
-        );
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_RDMA_WRITE), &[], &mut buf, QpType::Ud, &ANY).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_RDMA_READ), &[], &mut buf, QpType::Uc, &NONE).unwrap_err(), EINVAL);
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_RDMA_WRITE), &[], &mut buf, QpType::Ud, &ANY).unwrap_err(), EINVAL);
         // unknown send flag
         let mut w = wr(IBV_WR_SEND);
         w.send_flags = 1 << 9;
-        assert_eq!(
-            send_wr_from_c(&w, &[], &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&w, &[], &mut buf, QpType::Rc, &NONE).unwrap_err(), EINVAL);
         // UD without (a valid) AH
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_SEND), &[], &mut buf, QpType::Ud, &ANY).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_SEND), &[], &mut buf, QpType::Ud, &ANY).unwrap_err(), EINVAL);
         // too many SGEs for the stack buffer
         let many = [ibv_sge::default(); MAX_SGE + 1];
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_SEND), &many, &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_SEND), &many, &mut buf, QpType::Rc, &NONE).unwrap_err(), EINVAL);
         // bind with an MW we do not know
-        assert_eq!(
-            send_wr_from_c(&wr(IBV_WR_BIND_MW), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&wr(IBV_WR_BIND_MW), &[], &mut buf, QpType::Rc, &NONE).unwrap_err(), EINVAL);
     }
 
     #[test]
     fn ud_send_resolves_the_ah_and_masks_the_qpn() {
         let mut w = wr(IBV_WR_SEND_WITH_IMM);
-        w.wr.ud = ibv_send_wr_ud {
-            ah: 0x40 as *mut ibv_ah,
-            remote_qpn: 0xff00_0011,
-            remote_qkey: 0x1111_1111,
-        };
+        w.wr.ud = ibv_send_wr_ud { ah: 0x40 as *mut ibv_ah, remote_qpn: 0xff00_0011, remote_qkey: 0x1111_1111 };
         let mut buf = [Sge::default(); MAX_SGE];
         let s = send_wr_from_c(&w, &[], &mut buf, QpType::Ud, &ANY).unwrap();
-        assert_eq!(
-            s.ud,
-            Some(UdDest {
-                ah: 0x40,
-                remote_qpn: 0x11,
-                remote_qkey: 0x1111_1111
-            })
-        );
+        assert_eq!(s.ud, Some(UdDest { ah: 0x40, remote_qpn: 0x11, remote_qkey: 0x1111_1111 }));
     }
 
     #[test]
@@ -770,10 +592,7 @@ mod tests {
             })
         );
         w.ext.bind_mw.bind_info.mw_access_flags = 1 << 30;
-        assert_eq!(
-            send_wr_from_c(&w, &[], &mut buf, QpType::Rc, &ANY).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(send_wr_from_c(&w, &[], &mut buf, QpType::Rc, &ANY).unwrap_err(), EINVAL);
     }
 
     #[test]
@@ -781,22 +600,11 @@ mod tests {
         let mut w: ibv_recv_wr = zero();
         w.wr_id = 7;
         w.next = ptr::null_mut();
-        let sges = [ibv_sge {
-            addr: 1,
-            length: 2,
-            lkey: 3,
-        }];
+        let sges = [ibv_sge { addr: 1, length: 2, lkey: 3 }];
         let mut buf = [Sge::default(); MAX_SGE];
         let r = recv_wr_from_c(&w, &sges, &mut buf).unwrap();
         assert_eq!(r.wr_id, 7);
-        assert_eq!(
-            r.sg_list,
-            &[Sge {
-                addr: 1,
-                length: 2,
-                lkey: 3
-            }]
-        );
+        assert_eq!(r.sg_list, &[Sge { addr: 1, length: 2, lkey: 3 }]);
     }
 
     fn rtr_attr() -> ibv_qp_attr {
@@ -817,10 +625,8 @@ mod tests {
 
     #[test]
     fn qp_attr_rtr_converts_and_masks_24_bit_fields() {
-        let mask = (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN) as c_int
-            | (1 << 12)
-            | (1 << 17)
-            | (1 << 15);
+        let mask =
+            (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN) as c_int | (1 << 12) | (1 << 17) | (1 << 15);
         let (a, m) = qp_attr_from_c(&rtr_attr(), mask).unwrap();
         assert_eq!(m.bits(), mask as u32);
         assert_eq!(a.qp_state, QpState::Rtr);
@@ -840,35 +646,18 @@ mod tests {
     #[test]
     fn qp_attr_bad_input_maps_to_errno() {
         let a = rtr_attr();
-        assert_eq!(
-            qp_attr_from_c(&a, 1 << 29).unwrap_err(),
-            EINVAL,
-            "unknown mask bit"
-        );
+        assert_eq!(qp_attr_from_c(&a, 1 << 29).unwrap_err(), EINVAL, "unknown mask bit");
         assert_eq!(qp_attr_from_c(&a, -1).unwrap_err(), EINVAL, "negative mask");
-        assert_eq!(
-            qp_attr_from_c(&a, IBV_QP_ALT_PATH as c_int).unwrap_err(),
-            EOPNOTSUPP
-        );
+        assert_eq!(qp_attr_from_c(&a, IBV_QP_ALT_PATH as c_int).unwrap_err(), EOPNOTSUPP);
         let mut b = a;
         b.qp_state = 7;
-        assert_eq!(
-            qp_attr_from_c(&b, IBV_QP_STATE as c_int).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(qp_attr_from_c(&b, IBV_QP_STATE as c_int).unwrap_err(), EINVAL);
         let mut b = a;
         b.path_mtu = 6;
-        assert_eq!(
-            qp_attr_from_c(&b, IBV_QP_PATH_MTU as c_int).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(qp_attr_from_c(&b, IBV_QP_PATH_MTU as c_int).unwrap_err(), EINVAL);
         let mut b = a;
         b.ah_attr.is_global = 0;
-        assert_eq!(
-            qp_attr_from_c(&b, IBV_QP_AV as c_int).unwrap_err(),
-            EINVAL,
-            "RoCE needs a GRH"
-        );
+        assert_eq!(qp_attr_from_c(&b, IBV_QP_AV as c_int).unwrap_err(), EINVAL, "RoCE needs a GRH");
         // fields outside the mask are not validated
         assert!(qp_attr_from_c(&b, IBV_QP_STATE as c_int).is_ok());
         let mut b = a;
@@ -880,22 +669,11 @@ mod tests {
         let mut a: ibv_qp_init_attr_ex = zero();
         a.qp_type = qp_type as u32;
         a.comp_mask = IBV_QP_INIT_ATTR_PD as u32;
-        a.cap = ibv_qp_cap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
+        a.cap = ibv_qp_cap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
         a.sq_sig_all = 1;
         a
     }
-    const REFS: QpRefs = QpRefs {
-        pd: Some(1),
-        send_cq: Some(2),
-        recv_cq: Some(3),
-        srq: None,
-    };
+    const REFS: QpRefs = QpRefs { pd: Some(1), send_cq: Some(2), recv_cq: Some(3), srq: None };
 
     #[test]
     fn qp_init_attr_converts() {
@@ -917,25 +695,12 @@ mod tests {
     #[test]
     fn qp_init_attr_bad_input_maps_to_errno() {
         let l = Limits::default();
-        assert_eq!(
-            qp_init_attr_from_c(&init_ex(IBV_QPT_XRC_SEND), REFS, &l).unwrap_err(),
-            EOPNOTSUPP
-        );
-        assert_eq!(
-            qp_init_attr_from_c(&init_ex(IBV_QPT_RAW_PACKET), REFS, &l).unwrap_err(),
-            EOPNOTSUPP
-        );
-        assert_eq!(
-            qp_init_attr_from_c(&init_ex(77), REFS, &l).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_XRC_SEND), REFS, &l).unwrap_err(), EOPNOTSUPP);
+        assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_RAW_PACKET), REFS, &l).unwrap_err(), EOPNOTSUPP);
+        assert_eq!(qp_init_attr_from_c(&init_ex(77), REFS, &l).unwrap_err(), EINVAL);
         let mut a = init_ex(IBV_QPT_RC);
         a.comp_mask |= 1 << 20;
-        assert_eq!(
-            qp_init_attr_from_c(&a, REFS, &l).unwrap_err(),
-            EINVAL,
-            "unknown comp_mask bit"
-        );
+        assert_eq!(qp_init_attr_from_c(&a, REFS, &l).unwrap_err(), EINVAL, "unknown comp_mask bit");
         let mut a = init_ex(IBV_QPT_RC);
         a.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS as u32;
         a.create_flags = 1;
@@ -946,19 +711,10 @@ mod tests {
         assert_eq!(qp_init_attr_from_c(&a, REFS, &l).unwrap_err(), EOPNOTSUPP);
         a.send_ops_flags = 1 << 40;
         assert_eq!(qp_init_attr_from_c(&a, REFS, &l).unwrap_err(), EINVAL);
-        let no_cq = QpRefs {
-            send_cq: None,
-            ..REFS
-        };
-        assert_eq!(
-            qp_init_attr_from_c(&init_ex(IBV_QPT_RC), no_cq, &l).unwrap_err(),
-            EINVAL
-        );
+        let no_cq = QpRefs { send_cq: None, ..REFS };
+        assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_RC), no_cq, &l).unwrap_err(), EINVAL);
         let no_pd = QpRefs { pd: None, ..REFS };
-        assert_eq!(
-            qp_init_attr_from_c(&init_ex(IBV_QPT_RC), no_pd, &l).unwrap_err(),
-            EINVAL
-        );
+        assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_RC), no_pd, &l).unwrap_err(), EINVAL);
         let mut a = init_ex(IBV_QPT_RC);
         a.cap.max_send_sge = l.max_sge + 1;
         assert_eq!(qp_init_attr_from_c(&a, REFS, &l).unwrap_err(), EINVAL);
@@ -968,15 +724,7 @@ mod tests {
         // with an SRQ the receive capacities are ignored
         let mut a = init_ex(IBV_QPT_RC);
         a.cap.max_recv_wr = u32::MAX;
-        assert!(qp_init_attr_from_c(
-            &a,
-            QpRefs {
-                srq: Some(9),
-                ..REFS
-            },
-            &l
-        )
-        .is_ok());
+        assert!(qp_init_attr_from_c(&a, QpRefs { srq: Some(9), ..REFS }, &l).is_ok());
     }
 
     #[test]
@@ -1002,33 +750,10 @@ mod tests {
     #[test]
     fn srq_attr_checks() {
         let l = Limits::default();
-        let ok = ibv_srq_attr {
-            max_wr: 10,
-            max_sge: 1,
-            srq_limit: 0,
-        };
-        assert_eq!(
-            srq_attr_from_c(&ok, &l),
-            Ok(SrqAttr {
-                max_wr: 10,
-                max_sge: 1,
-                srq_limit: 0
-            })
-        );
-        assert_eq!(
-            srq_attr_from_c(&ibv_srq_attr { max_wr: 0, ..ok }, &l),
-            Err(EINVAL)
-        );
-        assert_eq!(
-            srq_attr_from_c(
-                &ibv_srq_attr {
-                    max_sge: l.max_srq_sge + 1,
-                    ..ok
-                },
-                &l
-            ),
-            Err(EINVAL)
-        );
+        let ok = ibv_srq_attr { max_wr: 10, max_sge: 1, srq_limit: 0 };
+        assert_eq!(srq_attr_from_c(&ok, &l), Ok(SrqAttr { max_wr: 10, max_sge: 1, srq_limit: 0 }));
+        assert_eq!(srq_attr_from_c(&ibv_srq_attr { max_wr: 0, ..ok }, &l), Err(EINVAL));
+        assert_eq!(srq_attr_from_c(&ibv_srq_attr { max_sge: l.max_srq_sge + 1, ..ok }, &l), Err(EINVAL));
     }
 
     #[test]
@@ -1058,9 +783,6 @@ mod tests {
         };
         // SAFETY: plain-data union.
         assert_eq!(unsafe { wc_to_c(&inv).imm.invalidated_rkey }, 0x99);
-        assert!(wc_is_error(&WorkCompletion {
-            status: WcStatus::WrFlushErr,
-            ..Default::default()
-        }));
+        assert!(wc_is_error(&WorkCompletion { status: WcStatus::WrFlushErr, ..Default::default() }));
     }
 }

@@ -118,9 +118,7 @@ pub fn system_interfaces() -> Vec<IfAddr> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
         // SAFETY: ifa_addr/ifa_netmask point to sockaddrs of the family they announce.
         let (addr, mask) = unsafe { (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask)) };
         let (Some(addr), Some(netmask)) = (addr, mask) else {
@@ -129,13 +127,7 @@ pub fn system_interfaces() -> Vec<IfAddr> {
         // SAFETY: ifa_name is a valid C string.
         let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
         let mtu = netdev_mtu(&name).unwrap_or(1500);
-        out.push(IfAddr {
-            name,
-            index,
-            addr,
-            netmask,
-            mtu,
-        });
+        out.push(IfAddr { name, index, addr, netmask, mtu });
     }
     // SAFETY: `head` came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
@@ -153,9 +145,7 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
         match (*sa).sa_family as c_int {
             libc::AF_INET => {
                 let sin = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))))
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
             }
             libc::AF_INET6 => {
                 let sin6 = &*(sa as *const libc::sockaddr_in6);
@@ -174,11 +164,7 @@ fn netdev_mtu(ifname: &str) -> Option<u32> {
     }
     // SAFETY: ifreq is plain data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { MaybeUninit::zeroed().assume_init() };
-    for (d, b) in req
-        .ifr_name
-        .iter_mut()
-        .zip(ifname.bytes().take(libc::IFNAMSIZ - 1))
-    {
+    for (d, b) in req.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
         *d = b as c_char;
     }
     // SAFETY: SIOCGIFMTU reads ifr_name and writes ifru_mtu of our local ifreq.
@@ -195,10 +181,9 @@ fn netdev_mtu(ifname: &str) -> Option<u32> {
 fn build_device() -> Result<DevPtr, (String, i32)> {
     let env = std::env::var("URXE_ADDR").ok();
     let ifaces = system_interfaces();
-    let chosen = config::choose(env.as_deref(), std::process::id(), &ifaces, |a| {
-        UdpSocket::bind((a, config::ROCE_PORT))
-    })
-    .map_err(|e: ConfigError| (format!("urxe: {e}"), e.errno()))?;
+    let chosen =
+        config::choose(env.as_deref(), std::process::id(), &ifaces, |a| UdpSocket::bind((a, config::ROCE_PORT)))
+            .map_err(|e: ConfigError| (format!("urxe: {e}"), e.errno()))?;
     let active_mtu = Mtu::for_netdev(chosen.netdev_mtu).ok_or_else(|| {
         (
             format!(
@@ -227,10 +212,7 @@ fn build_device() -> Result<DevPtr, (String, i32)> {
     vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
     copy_cstr(&mut vdev.device.name, DEVICE_NAME);
     copy_cstr(&mut vdev.device.dev_name, "uverbs0");
-    copy_cstr(
-        &mut vdev.device.dev_path,
-        "/sys/class/infiniband_verbs/uverbs0",
-    );
+    copy_cstr(&mut vdev.device.dev_path, "/sys/class/infiniband_verbs/uverbs0");
     copy_cstr(&mut vdev.device.ibdev_path, "/sys/class/infiniband/urxe0");
     vdev.ops = URXE_DEVICE_OPS_MARKER.as_ptr() as *const c_void;
     vdev.refcount = 1;
@@ -313,8 +295,7 @@ pub unsafe fn ctx_from<'a>(ctx: *mut ibv_context) -> Result<&'a UrxeContext, i32
     if unsafe { (*ctx).abi_compat } as usize != usize::MAX {
         return Err(libc::EINVAL);
     }
-    let base =
-        (ctx as *mut u8).wrapping_sub(offset_of!(verbs_context, context)) as *mut UrxeContext;
+    let base = (ctx as *mut u8).wrapping_sub(offset_of!(verbs_context, context)) as *mut UrxeContext;
     // SAFETY: a context of ours sits 320 bytes into a UrxeContext allocation.
     let u = unsafe { &*base };
     if u.magic != CONTEXT_MAGIC {

@@ -34,10 +34,7 @@ pub fn next_cq_serial() -> u64 {
 
 /// Make a CQ findable by its serial (on create).
 pub fn register_cq(cq: *mut UrxeCq, serial: u64) {
-    CQS.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get_or_insert_with(HashMap::new)
-        .insert(serial, cq as usize);
+    CQS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(serial, cq as usize);
 }
 
 /// Forget a CQ (on destroy, before freeing it).
@@ -168,11 +165,7 @@ pub fn post_engine_async(ev: urxe::engine::AsyncEvent) {
 /// # Safety
 /// `ctx` is a live context of ours; `element` stays valid until the event is acked (destroy
 /// waits for that).
-pub unsafe fn post_async_event(
-    ctx: *mut ibv_context,
-    element: u64,
-    event_type: u32,
-) -> Result<(), i32> {
+pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: u32) -> Result<(), i32> {
     // SAFETY: caller contract.
     let u = unsafe { ctx_from(ctx) }?;
     let mut rec = [0u8; 16];
@@ -413,9 +406,7 @@ export! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{
-        ibv_close_device, ibv_free_device_list, ibv_get_device_list, ibv_open_device,
-    };
+    use crate::device::{ibv_close_device, ibv_free_device_list, ibv_get_device_list, ibv_open_device};
     use crate::verbs::{free_cq_shell, new_cq_shell};
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
@@ -453,13 +444,7 @@ mod tests {
 
     fn nonblock(fd: c_int) {
         // SAFETY: fcntl on a live fd of ours.
-        unsafe {
-            libc::fcntl(
-                fd,
-                libc::F_SETFL,
-                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-            )
-        };
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
     }
 
     /// `ibv_get_cq_event` as (cq, cq_context) or the errno.
@@ -485,11 +470,7 @@ mod tests {
             let b = cq_on(&ctx, ch, 2, 0xb);
             assert_eq!((*ch).refcnt, 2);
             assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY, "CQs attached");
-            assert_eq!(
-                get_event(ch),
-                Err(libc::EAGAIN),
-                "empty non-blocking channel"
-            );
+            assert_eq!(get_event(ch), Err(libc::EAGAIN), "empty non-blocking channel");
 
             notify_cq(a).unwrap();
             assert_eq!(notify_cq_id(2), Ok(true), "by engine id");
@@ -507,11 +488,7 @@ mod tests {
             notify_cq(b).unwrap();
             free_cq_shell(b).unwrap();
             notify_cq(a).unwrap();
-            assert_eq!(
-                get_event(ch),
-                Ok((a, 0xa)),
-                "stale record of the destroyed CQ skipped"
-            );
+            assert_eq!(get_event(ch), Ok((a, 0xa)), "stale record of the destroyed CQ skipped");
             ibv_ack_cq_events(a as *mut ibv_cq, 1);
             free_cq_shell(a).unwrap();
             assert_eq!((*ch).refcnt, 0);
@@ -537,10 +514,7 @@ mod tests {
                 ibv_ack_cq_events(addr as *mut ibv_cq, 1);
             });
             free_cq_shell(cq).unwrap();
-            assert!(
-                acked.load(Ordering::SeqCst),
-                "destroy returned before the ack"
-            );
+            assert!(acked.load(Ordering::SeqCst), "destroy returned before the ack");
             t.join().unwrap();
             assert_eq!(ibv_destroy_comp_channel(ch), 0);
         }
@@ -554,9 +528,7 @@ mod tests {
             let ch = ibv_create_comp_channel(ctx.0);
             let cq = cq_on(&ctx, ch, 4, 0x44);
             let (cha, cqa) = (ch as usize, cq as usize);
-            let t = std::thread::spawn(move || {
-                get_event(cha as *mut ibv_comp_channel).map(|(c, u)| (c as usize, u))
-            });
+            let t = std::thread::spawn(move || get_event(cha as *mut ibv_comp_channel).map(|(c, u)| (c as usize, u)));
             std::thread::sleep(Duration::from_millis(50));
             notify_cq(cqa as *mut UrxeCq).unwrap();
             assert_eq!(t.join().unwrap(), Ok((cqa, 0x44)));

@@ -42,10 +42,7 @@ pub fn errno() -> i32 {
 
 fn fail(name: &str, e: i32) -> i32 {
     if trace_enabled() {
-        eprintln!(
-            "urxe: {name} -> errno {e} ({})",
-            std::io::Error::from_raw_os_error(e)
-        );
+        eprintln!("urxe: {name} -> errno {e} ({})", std::io::Error::from_raw_os_error(e));
     }
     set_errno(e);
     e

@@ -12,8 +12,8 @@
 
 use crate::device::UrxeDevice;
 use urxe::engine::{
-    AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MwBind, MwId, MwType, PdId, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
+    AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MwBind, MwId, MwType, PdId, QpAttr, QpAttrMask,
+    QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use urxe::transport::Device;
 
@@ -83,7 +83,7 @@ pub fn destroy_cq(dev: &UrxeDevice, cq: CqId) -> R<()> {
 }
 /// The data-path poll: progresses the device in the caller's thread, then reads the CQ.
 pub fn poll_cq(dev: &UrxeDevice, cq: CqId, out: &mut [WorkCompletion]) -> R<usize> {
-    transport(dev)?.poll(|en| en.poll_cq(cq, out)).map_err(e)
+    transport(dev)?.poll(|en| en.poll_cq(cq, out), |r| matches!(r, Ok(n) if *n > 0)).map_err(e)
 }
 pub fn req_notify_cq(dev: &UrxeDevice, cq: CqId, solicited_only: bool) -> R<()> {
     transport(dev)?.with(|en, _| en.req_notify_cq(cq, solicited_only)).map_err(e)

@@ -294,9 +294,6 @@ mod tests {
     #[test]
     fn compat_port_attr_is_port_attr_without_cap_flags2() {
         assert_eq!(size_of::<_compat_ibv_port_attr>(), COMPAT_PORT_ATTR_SIZE);
-        assert_eq!(
-            std::mem::offset_of!(ibv_port_attr, port_cap_flags2),
-            COMPAT_PORT_ATTR_SIZE
-        );
+        assert_eq!(std::mem::offset_of!(ibv_port_attr, port_cap_flags2), COMPAT_PORT_ATTR_SIZE);
     }
 }

@@ -46,14 +46,10 @@ const RATE_MBPS: &[(u64, c_int)] = &[
 ];
 
 fn lookup(t: &[(u64, c_int)], rate: c_uint) -> c_int {
-    t.iter()
-        .find(|(r, _)| *r == rate as u64)
-        .map_or(-1, |(_, v)| *v)
+    t.iter().find(|(r, _)| *r == rate as u64).map_or(-1, |(_, v)| *v)
 }
 fn rlookup(t: &[(u64, c_int)], v: c_int) -> c_uint {
-    t.iter()
-        .find(|(_, x)| *x == v)
-        .map_or(IBV_RATE_MAX as c_uint, |(r, _)| *r as c_uint)
+    t.iter().find(|(_, x)| *x == v).map_or(IBV_RATE_MAX as c_uint, |(r, _)| *r as c_uint)
 }
 
 export! {
@@ -87,14 +83,7 @@ const NODE_TYPE_STR: &[&str] = cstrs![
     "usNIC UDP",
     "unspecified"
 ];
-const PORT_STATE_STR: &[&str] = cstrs![
-    "no state change (NOP)",
-    "down",
-    "init",
-    "armed",
-    "active",
-    "active defer"
-];
+const PORT_STATE_STR: &[&str] = cstrs!["no state change (NOP)", "down", "init", "armed", "active", "active defer"];
 const EVENT_STR: &[&str] = cstrs![
     "CQ error",
     "local work queue catastrophic error",
@@ -146,12 +135,7 @@ const WC_STATUS_STR: &[&str] = cstrs![
 const UNKNOWN: &str = "unknown\0";
 
 fn pick(t: &[&'static str], i: i64) -> *const c_char {
-    usize::try_from(i)
-        .ok()
-        .and_then(|i| t.get(i))
-        .copied()
-        .unwrap_or(UNKNOWN)
-        .as_ptr() as *const c_char
+    usize::try_from(i).ok().and_then(|i| t.get(i)).copied().unwrap_or(UNKNOWN).as_ptr() as *const c_char
 }
 
 export! {

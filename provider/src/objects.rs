@@ -29,9 +29,7 @@ use std::ptr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
-use urxe::engine::{
-    AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId, WorkCompletion, WrKind,
-};
+use urxe::engine::{AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId, WorkCompletion, WrKind};
 
 #[repr(C)]
 pub struct UrxePd {

@@ -17,8 +17,8 @@ use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::Ordering;
 use urxe::engine::{
-    AccessFlags, AhId, MrId, MwBind, MwId, MwType, QpAttrMask, QpState, QpType, SendFlags, SendWr,
-    Sge, SrqAttr, SrqAttrMask, UdDest, WcFlags, WorkCompletion, WrKind,
+    AccessFlags, AhId, MrId, MwBind, MwId, MwType, QpAttrMask, QpState, QpType, SendFlags, SendWr, Sge, SrqAttr,
+    SrqAttrMask, UdDest, WcFlags, WorkCompletion, WrKind,
 };
 
 fn zeroed<T>() -> T {
@@ -49,11 +49,7 @@ fn mr_id(p: *mut ibv_mr) -> Option<MrId> {
     // SAFETY: see above.
     (!p.is_null()).then(|| unsafe { (*(p as *mut UrxeMr)).id })
 }
-const RESOLVE: Resolve<'static> = Resolve {
-    ah: &ah_id,
-    mw: &mw_id,
-    mr: &mr_id,
-};
+const RESOLVE: Resolve<'static> = Resolve { ah: &ah_id, mw: &mw_id, mr: &mr_id };
 
 // ------------------------------------------------------------------------------------------
 // PD
@@ -93,9 +89,7 @@ fn check_access(access: u32) -> Result<AccessFlags, i32> {
         return Err(libc::EINVAL);
     }
     // IBA: remote write/atomic access requires local write.
-    if a.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-        && !a.contains(AccessFlags::LOCAL_WRITE)
-    {
+    if a.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC) && !a.contains(AccessFlags::LOCAL_WRITE) {
         return Err(libc::EINVAL);
     }
     if a.contains(AccessFlags::ON_DEMAND) {
@@ -123,15 +117,7 @@ unsafe fn reg_mr_common(
     let dev = unsafe { dev_of(p.ibv.context) }?;
     let keys = glue::reg_mr(dev, p.id, addr as u64, length as u64, iova, access)?;
     let mr = Box::new(UrxeMr {
-        ibv: ibv_mr {
-            context: p.ibv.context,
-            pd,
-            addr,
-            length,
-            handle: keys.id,
-            lkey: keys.lkey,
-            rkey: keys.rkey,
-        },
+        ibv: ibv_mr { context: p.ibv.context, pd, addr, length, handle: keys.id, lkey: keys.lkey, rkey: keys.rkey },
         id: keys.id,
     });
     Ok(Box::into_raw(mr) as *mut ibv_mr)
@@ -205,18 +191,11 @@ export! {
 
 /// # Safety
 /// `context` live context of ours; `attr` valid.
-unsafe fn create_cq_common(
-    context: *mut ibv_context,
-    attr: &ibv_cq_init_attr_ex,
-) -> Result<*mut UrxeCq, i32> {
+unsafe fn create_cq_common(context: *mut ibv_context, attr: &ibv_cq_init_attr_ex) -> Result<*mut UrxeCq, i32> {
     // SAFETY: caller contract.
     let u = unsafe { ctx_from(context) }?;
     let dev = u.device();
-    let cqe = convert::cq_init_attr_check(
-        attr,
-        &dev.info.limits,
-        u.vctx.context.num_comp_vectors as u32,
-    )?;
+    let cqe = convert::cq_init_attr_check(attr, &dev.info.limits, u.vctx.context.num_comp_vectors as u32)?;
     let (id, granted) = glue::create_cq(dev, cqe)?;
     // SAFETY: caller contract.
     unsafe { new_cq_shell(context, attr, id, granted) }.inspect_err(|_| {
@@ -274,10 +253,7 @@ pub(crate) unsafe fn new_cq_shell(
     let raw = Box::into_raw(b);
     // SAFETY: `raw` is a live boxed CQ; mutex/cond are initialised in place and never move.
     unsafe {
-        init_sync(
-            ptr::addr_of_mut!((*raw).ibv.mutex),
-            ptr::addr_of_mut!((*raw).ibv.cond),
-        );
+        init_sync(ptr::addr_of_mut!((*raw).ibv.mutex), ptr::addr_of_mut!((*raw).ibv.cond));
         register_cq(raw, (*raw).serial);
         crate::events::register_async(crate::events::AsyncKind::Cq, id, raw as usize);
     }
@@ -296,18 +272,12 @@ pub(crate) unsafe fn free_cq_shell(raw: *mut UrxeCq) -> Result<(), i32> {
         crate::events::unregister_async(crate::events::AsyncKind::Cq, (*raw).id, raw as usize);
         let m = ptr::addr_of_mut!((*raw).ibv.mutex);
         let c = ptr::addr_of_mut!((*raw).ibv.cond);
-        wait_acked(
-            m,
-            c,
-            ptr::addr_of!((*raw).ibv.comp_events_completed),
-            || (*raw).comp_events_read.load(Ordering::Acquire),
-        );
-        wait_acked(
-            m,
-            c,
-            ptr::addr_of!((*raw).ibv.async_events_completed),
-            || (*raw).async_events_read.load(Ordering::Acquire),
-        );
+        wait_acked(m, c, ptr::addr_of!((*raw).ibv.comp_events_completed), || {
+            (*raw).comp_events_read.load(Ordering::Acquire)
+        });
+        wait_acked(m, c, ptr::addr_of!((*raw).ibv.async_events_completed), || {
+            (*raw).async_events_read.load(Ordering::Acquire)
+        });
         channel_ref((*raw).ibv.channel, -1)?;
         destroy_sync(m, c);
         drop(Box::from_raw(raw));
@@ -501,17 +471,10 @@ crate::c_fn! {
 
 /// # Safety
 /// `context` live context of ours; object pointers in `attr` NULL or ours.
-unsafe fn create_qp_common(
-    context: *mut ibv_context,
-    attr: &mut ibv_qp_init_attr_ex,
-) -> Result<*mut UrxeQp, i32> {
+unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*mut UrxeQp, i32> {
     // SAFETY: caller contract.
     let dev = unsafe { dev_of(context) }?;
-    let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD as u32 != 0 {
-        attr.pd
-    } else {
-        ptr::null_mut()
-    };
+    let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD as u32 != 0 { attr.pd } else { ptr::null_mut() };
     // SAFETY: caller contract: the pointers are objects of ours or NULL.
     let refs = unsafe {
         QpRefs {
@@ -549,12 +512,7 @@ unsafe fn create_qp_common(
     fill_wr_table(&mut b.ibv);
     let raw = Box::into_raw(b);
     // SAFETY: live boxed QP; in-place init of its mutex/cond.
-    unsafe {
-        init_sync(
-            ptr::addr_of_mut!((*raw).ibv.qp_base.mutex),
-            ptr::addr_of_mut!((*raw).ibv.qp_base.cond),
-        )
-    };
+    unsafe { init_sync(ptr::addr_of_mut!((*raw).ibv.qp_base.mutex), ptr::addr_of_mut!((*raw).ibv.qp_base.cond)) };
     crate::events::register_async(crate::events::AsyncKind::Qp, qpn, raw as usize);
     Ok(raw)
 }
@@ -680,11 +638,7 @@ export! {
 ///
 /// # Safety
 /// `sg_list` points to `num_sge` readable `ibv_sge` when non-NULL.
-unsafe fn sges<'a>(
-    sg_list: *mut ibv_sge,
-    num_sge: c_int,
-    max_sge: u32,
-) -> Result<&'a [ibv_sge], i32> {
+unsafe fn sges<'a>(sg_list: *mut ibv_sge, num_sge: c_int, max_sge: u32) -> Result<&'a [ibv_sge], i32> {
     let n = checked_sge_count(num_sge, sg_list.is_null(), max_sge)?;
     if n == 0 {
         return Ok(&[]);
@@ -865,13 +819,7 @@ fn push_wr(s: &UrxeQp, b: &mut WrBatch, op_flag: u64, kind: WrKind) {
     if s.send_ops_flags & op_flag == 0 {
         return batch_fail(b, libc::EOPNOTSUPP);
     }
-    let wr = PendingWr {
-        wr_id: s.ibv.wr_id,
-        flags: s.ibv.wr_flags,
-        kind,
-        sges: Vec::new(),
-        ud: None,
-    };
+    let wr = PendingWr { wr_id: s.ibv.wr_id, flags: s.ibv.wr_flags, kind, sges: Vec::new(), ud: None };
     b.wrs.push(wr);
 }
 
@@ -1046,21 +994,13 @@ fn pending_to_send_wr<'a>(p: &'a PendingWr, qp_type: QpType) -> Result<SendWr<'a
         return Err(libc::EINVAL);
     }
     let ud = match (qp_type, p.ud) {
-        (QpType::Ud, Some((ah, remote_qpn, remote_qkey))) => Some(UdDest {
-            ah: ah_id(ah).ok_or(libc::EINVAL)?,
-            remote_qpn: remote_qpn & 0x00ff_ffff,
-            remote_qkey,
-        }),
+        (QpType::Ud, Some((ah, remote_qpn, remote_qkey))) => {
+            Some(UdDest { ah: ah_id(ah).ok_or(libc::EINVAL)?, remote_qpn: remote_qpn & 0x00ff_ffff, remote_qkey })
+        }
         (QpType::Ud, None) => return Err(libc::EINVAL),
         _ => None,
     };
-    Ok(SendWr {
-        wr_id: p.wr_id,
-        kind: p.kind,
-        flags,
-        sg_list: &p.sges,
-        ud,
-    })
+    Ok(SendWr { wr_id: p.wr_id, kind: p.kind, flags, sg_list: &p.sges, ud })
 }
 
 crate::c_fn! {
@@ -1083,7 +1023,7 @@ crate::c_fn! {
         // Converted first, so a bad WR posts nothing; then posted under one lock.
         let converted: Result<Vec<_>, i32> = wrs.iter().map(|p| pending_to_send_wr(p, s.qp_type)).collect();
         let converted = converted?;
-        glue::post_send_chain(dev, s.qpn, |post| converted.iter().try_for_each(|w| post(w)))
+        glue::post_send_chain(dev, s.qpn, |post| converted.iter().try_for_each(post))
     }
 }
 
@@ -1130,31 +1070,16 @@ unsafe fn create_srq_common(
     let ea = convert::srq_attr_from_c(unsafe { &*a }, &dev.info.limits)?;
     let (id, granted) = glue::create_srq(dev, p.id, ea)?;
     // SAFETY: writable caller struct.
-    unsafe {
-        a.write(ibv_srq_attr {
-            max_wr: granted.max_wr,
-            max_sge: granted.max_sge,
-            srq_limit: granted.srq_limit,
-        })
-    };
-    let mut b = Box::new(UrxeSrq {
-        ibv: zeroed(),
-        id,
-        max_sge: granted.max_sge,
-        async_events_read: Default::default(),
-    });
+    unsafe { a.write(ibv_srq_attr { max_wr: granted.max_wr, max_sge: granted.max_sge, srq_limit: granted.srq_limit }) };
+    let mut b =
+        Box::new(UrxeSrq { ibv: zeroed(), id, max_sge: granted.max_sge, async_events_read: Default::default() });
     b.ibv.context = p.ibv.context;
     b.ibv.srq_context = srq_context;
     b.ibv.pd = pd;
     b.ibv.handle = id;
     let raw = Box::into_raw(b);
     // SAFETY: live boxed SRQ; in-place init.
-    unsafe {
-        init_sync(
-            ptr::addr_of_mut!((*raw).ibv.mutex),
-            ptr::addr_of_mut!((*raw).ibv.cond),
-        )
-    };
+    unsafe { init_sync(ptr::addr_of_mut!((*raw).ibv.mutex), ptr::addr_of_mut!((*raw).ibv.cond)) };
     crate::events::register_async(crate::events::AsyncKind::Srq, id, raw as usize);
     Ok(raw as *mut ibv_srq)
 }
@@ -1305,21 +1230,20 @@ export! {
 /// IPv4 header sits in its last 20 bytes (the first 20 are zero), as rxe and NICs deliver.
 pub fn ah_attr_from_grh(grh: &[u8; 40], wc: &ibv_wc, port_num: u8) -> Result<ibv_ah_attr, i32> {
     let v4 = &grh[20..40];
-    let (sgid_src, flow_label, hop_limit, tclass) =
-        if v4[0] == 0x45 && grh[..20].iter().all(|b| *b == 0) {
-            let mut g = [0u8; 16];
-            g[10] = 0xff;
-            g[11] = 0xff;
-            g[12..].copy_from_slice(&v4[12..16]);
-            (g, 0u32, v4[8], v4[1])
-        } else if grh[0] >> 4 == 6 {
-            let vtf = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
-            let mut g = [0u8; 16];
-            g.copy_from_slice(&grh[8..24]);
-            (g, vtf & 0xf_ffff, grh[7], ((vtf >> 20) & 0xff) as u8)
-        } else {
-            return Err(libc::EINVAL);
-        };
+    let (sgid_src, flow_label, hop_limit, tclass) = if v4[0] == 0x45 && grh[..20].iter().all(|b| *b == 0) {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&v4[12..16]);
+        (g, 0u32, v4[8], v4[1])
+    } else if grh[0] >> 4 == 6 {
+        let vtf = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
+        let mut g = [0u8; 16];
+        g.copy_from_slice(&grh[8..24]);
+        (g, vtf & 0xf_ffff, grh[7], ((vtf >> 20) & 0xff) as u8)
+    } else {
+        return Err(libc::EINVAL);
+    };
     Ok(ibv_ah_attr {
         grh: ibv_global_route {
             dgid: ibv_gid { raw: sgid_src },
@@ -1504,20 +1428,11 @@ mod tests {
     #[test]
     fn access_flag_rules() {
         assert!(check_access(IBV_ACCESS_LOCAL_WRITE as u32).is_ok());
-        assert_eq!(
-            check_access(IBV_ACCESS_REMOTE_WRITE as u32),
-            Err(libc::EINVAL)
-        );
-        assert_eq!(
-            check_access(IBV_ACCESS_REMOTE_ATOMIC as u32),
-            Err(libc::EINVAL)
-        );
+        assert_eq!(check_access(IBV_ACCESS_REMOTE_WRITE as u32), Err(libc::EINVAL));
+        assert_eq!(check_access(IBV_ACCESS_REMOTE_ATOMIC as u32), Err(libc::EINVAL));
         assert!(check_access((IBV_ACCESS_REMOTE_READ) as u32).is_ok());
         assert_eq!(check_access(1 << 29), Err(libc::EINVAL));
-        assert_eq!(
-            check_access((IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) as u32),
-            Err(libc::EOPNOTSUPP)
-        );
+        assert_eq!(check_access((IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) as u32), Err(libc::EOPNOTSUPP));
     }
 
     #[test]
@@ -1532,20 +1447,8 @@ mod tests {
         let a = ah_attr_from_grh(&g, &wc, 1).unwrap();
         // SAFETY: byte view of a union.
         let dgid = unsafe { a.grh.dgid.raw };
-        assert_eq!(
-            dgid,
-            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2]
-        );
-        assert_eq!(
-            (
-                a.grh.hop_limit,
-                a.grh.traffic_class,
-                a.is_global,
-                a.sl,
-                a.port_num
-            ),
-            (64, 0x10, 1, 2, 1)
-        );
+        assert_eq!(dgid, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2]);
+        assert_eq!((a.grh.hop_limit, a.grh.traffic_class, a.is_global, a.sl, a.port_num), (64, 0x10, 1, 2, 1));
         let mut g6 = [0u8; 40];
         g6[0] = 0x60;
         g6[3] = 0x05; // flow label 5
@@ -1555,10 +1458,7 @@ mod tests {
         assert_eq!((a.grh.flow_label, a.grh.hop_limit), (5, 9));
         // SAFETY: byte view of a union.
         assert_eq!(unsafe { a.grh.dgid.raw }[0..4], [0x20, 0x01, 0x0d, 0xb8]);
-        assert_eq!(
-            ah_attr_from_grh(&[0u8; 40], &wc, 1).err(),
-            Some(libc::EINVAL)
-        );
+        assert_eq!(ah_attr_from_grh(&[0u8; 40], &wc, 1).err(), Some(libc::EINVAL));
     }
 
     fn test_qp(send_ops: u64) -> Box<UrxeQp> {
@@ -1568,11 +1468,7 @@ mod tests {
             qp_type: QpType::Rc,
             has_qp_ex: true,
             send_ops_flags: send_ops,
-            cap: urxe::engine::QpCap {
-                max_send_sge: 2,
-                max_inline_data: 16,
-                ..Default::default()
-            },
+            cap: urxe::engine::QpCap { max_send_sge: 2, max_inline_data: 16, ..Default::default() },
             sq_sig_all: false,
             async_events_read: Default::default(),
             batch: Default::default(),
@@ -1598,25 +1494,9 @@ mod tests {
         }
         assert_eq!(q.batch.lock().unwrap().wrs.len(), 2);
         assert_eq!(q.batch.lock().unwrap().wrs[0].wr_id, 1);
-        assert_eq!(
-            q.batch.lock().unwrap().wrs[0].sges,
-            vec![Sge {
-                addr: 0x1000,
-                length: 64,
-                lkey: 7
-            }]
-        );
-        assert_eq!(
-            q.batch.lock().unwrap().wrs[1].kind,
-            WrKind::RdmaWrite {
-                remote_addr: 0x2000,
-                rkey: 0x55
-            }
-        );
-        assert_ne!(
-            q.batch.lock().unwrap().wrs[1].flags & IBV_SEND_INLINE as u32,
-            0
-        );
+        assert_eq!(q.batch.lock().unwrap().wrs[0].sges, vec![Sge { addr: 0x1000, length: 64, lkey: 7 }]);
+        assert_eq!(q.batch.lock().unwrap().wrs[1].kind, WrKind::RdmaWrite { remote_addr: 0x2000, rkey: 0x55 });
+        assert_ne!(q.batch.lock().unwrap().wrs[1].flags & IBV_SEND_INLINE as u32, 0);
         assert_eq!(q.batch.lock().unwrap().error, 0);
         let w0 = q.batch.lock().unwrap().wrs[0].clone();
         let w = pending_to_send_wr(&w0, QpType::Rc).unwrap();
@@ -1650,24 +1530,9 @@ mod tests {
 
     #[test]
     fn ud_pending_wr_needs_an_address() {
-        let p = PendingWr {
-            wr_id: 1,
-            flags: 0,
-            kind: WrKind::Send,
-            sges: vec![],
-            ud: None,
-        };
-        assert_eq!(
-            pending_to_send_wr(&p, QpType::Ud).unwrap_err(),
-            libc::EINVAL
-        );
-        let p = PendingWr {
-            ud: Some((ptr::null_mut(), 1, 2)),
-            ..p
-        };
-        assert_eq!(
-            pending_to_send_wr(&p, QpType::Ud).unwrap_err(),
-            libc::EINVAL
-        );
+        let p = PendingWr { wr_id: 1, flags: 0, kind: WrKind::Send, sges: vec![], ud: None };
+        assert_eq!(pending_to_send_wr(&p, QpType::Ud).unwrap_err(), libc::EINVAL);
+        let p = PendingWr { ud: Some((ptr::null_mut(), 1, 2)), ..p };
+        assert_eq!(pending_to_send_wr(&p, QpType::Ud).unwrap_err(), libc::EINVAL);
     }
 }

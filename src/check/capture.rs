@@ -342,24 +342,6 @@ fn udp_checksum(p: &Pseudo, udp: &[u8], stored: u16) -> UdpChecksum {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv4_checksum_of_a_known_header() {
-        // RFC 1071 style example header with a correct checksum.
-        let h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xB8, 0x61, 0xC0, 0xA8, 0x00, 0x01, 0xC0, 0xA8,
-            0x00, 0xC7,
-        ];
-        assert!(ipv4_header_checksum_ok(&h));
-        let mut bad = h;
-        bad[8] = 0x3F;
-        assert!(!ipv4_header_checksum_ok(&bad));
-    }
-}
-
 /// One packet cut out of a GSO train, with the IP and UDP headers it has on the wire after
 /// segmentation (lengths adjusted; everything else as captured).
 pub struct GsoSegment {
@@ -409,4 +391,22 @@ pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipv4_checksum_of_a_known_header() {
+        // RFC 1071 style example header with a correct checksum.
+        let h = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xB8, 0x61, 0xC0, 0xA8, 0x00, 0x01, 0xC0, 0xA8,
+            0x00, 0xC7,
+        ];
+        assert!(ipv4_header_checksum_ok(&h));
+        let mut bad = h;
+        bad[8] = 0x3F;
+        assert!(!ipv4_header_checksum_ok(&bad));
+    }
 }

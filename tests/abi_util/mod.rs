@@ -11,9 +11,7 @@ pub fn root() -> PathBuf {
 }
 
 pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
 /// Directory holding the freshly built `libibverbs.so.1` (built on first call).
@@ -44,16 +42,11 @@ pub fn with_lib(program: impl AsRef<std::ffi::OsStr>) -> Command {
 }
 
 pub fn run(c: &mut Command) -> Output {
-    c.output()
-        .unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"))
+    c.output().unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"))
 }
 
 pub fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// Signs that the dynamic linker refused our library.
