@@ -176,8 +176,11 @@ fn exec_with_urxe(lib: &std::path::Path, addr: Option<&str>, prog: &str, args: &
     ExitCode::from(127)
 }
 
+/// `--addr`, `--lib` and the remaining arguments.
+type CommonOpts<'a> = (Option<String>, Option<String>, &'a [String]);
+
 /// Parses `[--addr X] [--lib D]` from the front of `args`; returns them and the rest.
-fn common_opts(args: &[String]) -> Result<(Option<String>, Option<String>, &[String]), String> {
+fn common_opts(args: &[String]) -> Result<CommonOpts<'_>, String> {
     let (mut addr, mut lib) = (None, None);
     let mut i = 0;
     while i < args.len() {
