@@ -115,13 +115,15 @@ static void setup(struct ctx *c, const char *devname, int gidx, int remote_acces
 static void connect_qp(struct ctx *c)
 {
 	struct ibv_qp_attr a;
+	union ibv_gid peer_gid;
 	char s[64];
 
-	gid_str((union ibv_gid *)c->peer.gid, s, sizeof(s));
+	memcpy(peer_gid.raw, c->peer.gid, 16);
+	gid_str(&peer_gid, s, sizeof(s));
 	printf("local qpn 0x%06x psn 0x%06x; remote qpn 0x%06x psn 0x%06x gid %s rkey 0x%x addr 0x%" PRIx64
 	       " len %" PRIu64 "\n",
 	       c->me.qpn, c->me.psn, c->peer.qpn, c->peer.psn, s, c->peer.rkey, c->peer.addr, c->peer.len);
-	check(gid_is_v4_loopback((union ibv_gid *)c->peer.gid), "peer_gid_v4_mapped", "peer gid %s", s);
+	check(gid_is_v4_loopback(&peer_gid), "peer_gid_v4_mapped", "peer gid %s", s);
 	check(memcmp(c->peer.gid, c->me.gid, 16) != 0, "peer_gid_distinct", "both processes have gid %s", s);
 
 	memset(&a, 0, sizeof(a));
@@ -157,7 +159,9 @@ static void connect_qp(struct ctx *c)
 	{
 		struct ibv_qp_attr q;
 		struct ibv_qp_init_attr qi;
-		int ok = ibv_query_qp(c->qp, &q, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0;
+		int ok;
+		memset(&q, 0, sizeof(q));
+		ok = ibv_query_qp(c->qp, &q, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0;
 		check(ok && q.qp_state == IBV_QPS_RTS && q.dest_qp_num == c->peer.qpn, "query_qp_rts",
 		      "query_qp ok=%d state %d dest_qpn 0x%x", ok, q.qp_state, q.dest_qp_num);
 	}
@@ -508,7 +512,9 @@ static void client(struct ctx *c, int fd)
 		{
 			struct ibv_qp_attr q;
 			struct ibv_qp_init_attr qi;
-			int ok = ibv_query_qp(c->qp, &q, IBV_QP_STATE, &qi) == 0;
+			int ok;
+			memset(&q, 0, sizeof(q));
+			ok = ibv_query_qp(c->qp, &q, IBV_QP_STATE, &qi) == 0;
 			check(ok && q.qp_state == IBV_QPS_ERR, "qp_in_err_after_remote_error", "state %d", q.qp_state);
 		}
 	}
