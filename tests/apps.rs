@@ -54,13 +54,22 @@ fn pingpong(tool_name: &str, port: u16, extra: &[&str]) -> (Output, Output) {
     (s, c)
 }
 
-/// Runs a perftest server and client with `-d urxe0 -x 1 -p PORT -F` plus `extra`; checks the
+/// Runs a perftest server and client with `-d urxe0 -p PORT -F -x 1` plus `extra`; checks the
 /// client printed a result table with at least one numeric row and both sides used a
 /// ::ffff:127.x.y.z GID.
 fn perftest(tool_name: &str, port: u16, extra: &[&str]) -> (Output, Output) {
+    perftest_gid(tool_name, port, Some("1"), extra)
+}
+
+/// [`perftest`] with a chosen `-x` GID index, or none (perftest then picks one itself with
+/// `ibv_query_gid` / `ibv_query_gid_ex`, preferring an IPv4-mapped RoCE v2 GID).
+fn perftest_gid(tool_name: &str, port: u16, gid_index: Option<&str>, extra: &[&str]) -> (Output, Output) {
     let bin = tool(tool_name);
     let port_s = port.to_string();
-    let mut args: Vec<&str> = vec!["-d", DEV, "-x", "1", "-p", &port_s, "-F"];
+    let mut args: Vec<&str> = vec!["-d", DEV, "-p", &port_s, "-F"];
+    if let Some(x) = gid_index {
+        args.extend_from_slice(&["-x", x]);
+    }
     args.extend_from_slice(extra);
     let mut server = urxe_cmd(&bin);
     server.args(&args);
@@ -282,6 +291,17 @@ fn ib_send_bw_ud_four_qps() {
 }
 
 #[test]
+fn ib_send_bw_rc_completion_events() {
+    perftest("ib_send_bw", 18706, &["-c", "RC", "-e", "-n", "1000"]);
+}
+
+#[test]
+fn ib_send_bw_rc_gid_picked_by_perftest() {
+    // No -x: perftest chooses the GID itself (IPv4-mapped, RoCE v2 preferred via ibv_query_gid_ex).
+    perftest_gid("ib_send_bw", 18707, None, &["-c", "RC", "-n", "1000"]);
+}
+
+#[test]
 fn ib_write_bw_rc() {
     perftest("ib_write_bw", 18711, &["-c", "RC", "-n", "1000"]);
 }
@@ -289,6 +309,12 @@ fn ib_write_bw_rc() {
 #[test]
 fn ib_write_bw_uc() {
     perftest("ib_write_bw", 18712, &["-c", "UC", "-n", "1000"]);
+}
+
+#[test]
+fn ib_write_bw_rc_gid_index_3() {
+    // The mlx5 habit (-x 3): GID indices 0-3 all hold the RoCE v2 GID.
+    perftest_gid("ib_write_bw", 18714, Some("3"), &["-c", "RC", "-n", "1000"]);
 }
 
 #[test]
