@@ -6,6 +6,14 @@
 //! If the library is missing it is built with `bash provider/build.sh`; if that script does not
 //! exist every test here fails with a message saying so (never skipped). Every wait is bounded
 //! (see `apps/mod.rs`); process pairs run one at a time (2-core CI machine) on distinct TCP ports.
+//!
+//! ```sh
+//! cargo test --test apps                                   # everything
+//! cargo test --test apps -- ib_read_bw --nocapture         # one group, with both outputs shown
+//! ```
+//!
+//! Pingpongs get `-d urxe0 -g 1 -p PORT` (+ `-c` to validate buffers where the tool has it);
+//! perftest gets `-d urxe0 -x 1 -p PORT -F` (`-F`: no cpufreq warning) and modest `-n` counts.
 
 #[path = "apps/mod.rs"]
 mod harness;
