@@ -206,6 +206,8 @@ pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> std::io::Result<Outp
 pub fn urxe_cmd(program: impl AsRef<Path>) -> Command {
     let mut cmd = Command::new(program.as_ref());
     cmd.env("LD_LIBRARY_PATH", lib_dir())
+        // Every failing verb and its errno on stderr: shown with the outputs when a test fails.
+        .env("URXE_TRACE", "1")
         // Our C programs are built with ASan/UBSan: make UBSan findings fatal and keep reports short.
         .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1")
         .env("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=1");
