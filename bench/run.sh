@@ -84,6 +84,9 @@ tail_of() {
     tr -s ' \t' ' ' | paste -sd ';' - | sed 's/;/; /g' | cut -c1-200
 }
 
+# ": <last lines of log $1>" (prefixed by $3), or nothing when the log is empty
+said() { local t; t=$(tail_of "$1" "${2:-2}"); [ -n "$t" ] && echo "${3:-}: $t"; }
+
 # is a TCP port in LISTEN state on this machine (IPv4 or IPv6)?
 port_listening() {
   awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
@@ -118,7 +121,22 @@ busy_pct() {
     printf "%d\n", (t > 0 ? 100 * (t - idle) / t : 0) }'
 }
 
-fmt2() { awk -v x="$1" 'BEGIN { printf "%.2f", x }'; }
+# around each measurement: how busy the machine was just before it (0.5 s sample; the benchmark's
+# own load would hide others' during it) and the steal time during it, into raw.txt
+STEP_STAT=()
+step_begin() {
+  STEP_BUSY=$(busy_pct 0.5)
+  read -r -a STEP_STAT < <(head -n1 /proc/stat)
+}
+step_end() {  # $1 name
+  local b
+  read -r -a b < <(head -n1 /proc/stat)
+  record "# step $1: ${STEP_BUSY}% busy just before; $(awk -v a="${STEP_STAT[*]}" -v b="${b[*]}" 'BEGIN { split(a, x); split(b, y)
+    t = 0; for (i = 2; i <= 9; i++) t += y[i] - x[i]
+    printf "during it %d%% busy, %.1f%% steal", (t > 0 ? 100 * (t - (y[5] - x[5]) - (y[6] - x[6])) / t : 0), (t > 0 ? 100 * (y[9] - x[9]) / t : 0) }')"
+  [ "$STEP_BUSY" -ge 25 ] && BUSY_STEPS="$BUSY_STEPS $1(${STEP_BUSY}%)"
+}
+BUSY_STEPS=
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
 
 # --------------------------------------------------------------------------- tools
@@ -226,16 +244,24 @@ run_ceiling() {  # $1 mode, $2 timeout s
 }
 
 note "ceiling: iperf3 TCP loopback, one stream, ${DUR}s"
+step_begin
 TCP=$(run_iperf3)
+step_end iperf3_tcp
 record "$TCP"
 note "ceiling: UDP GSO send + UDP_GRO receive, ${DUR}s"
+step_begin
 GSO=$(run_ceiling gso $((DUR + 20)))
+step_end gso
 record "$GSO"
 note "ceiling: 64-byte UDP sendmmsg/recvmmsg, ${DUR}s"
+step_begin
 MMSG=$(run_ceiling mmsg64 $((DUR + 20)))
+step_end mmsg64
 record "$MMSG"
 note "ceiling: 64-byte busy-poll UDP ping-pong, $PP round trips"
+step_begin
 PPONG=$(run_ceiling pingpong $((DUR * 10 + 30)))
+step_end pingpong
 record "$PPONG"
 for l in "$TCP" "$GSO" "$MMSG" "$PPONG"; do
   [ -n "$(kv "$l" error)" ] && ERRORS=$((ERRORS + 1))
@@ -282,7 +308,7 @@ perftest_pair() {
     kill "$spid" 2>/dev/null
     wait "$spid"
     src=$?
-    echo "error=server did not start (exit $src): $(tail_of "$slog")"
+    echo "error=server did not start (exit $src)$(said "$slog")"
     return
   fi
   "${URXE_ENV[@]}" timeout -k 3 "$tmo" "${CLI_PIN[@]}" "$tool" "${common[@]}" 127.0.0.1 >"$clog" 2>&1
@@ -294,11 +320,11 @@ perftest_pair() {
   wait "$spid" 2>/dev/null
   res=$(awk -f "$BENCH/parse_perftest.awk" "$clog")
   if [ "$crc" = 124 ] || [ "$crc" = 137 ]; then
-    echo "error=timed out after ${tmo}s: $(tail_of "$clog")"
+    echo "error=timed out after ${tmo}s$(said "$clog")"
   elif [ "$crc" != 0 ]; then
-    echo "error=client exit $crc: $(tail_of "$clog") | server: $(tail_of "$slog" 1)"
+    echo "error=client exit $crc$(said "$clog")$(said "$slog" 1 " / server")"
   elif [ -n "$(kv "$res" parse_error)" ]; then
-    echo "error=no result in perftest output: $(tail_of "$clog")"
+    echo "error=no result in perftest output$(said "$clog")"
   else
     echo "$res"
   fi
@@ -308,62 +334,71 @@ BW_D=$((DUR + 2))  # perftest -D with margin -f 1: samples the middle DUR second
 BW_TMO=${BW_TMO:-$((BW_D + 25))}
 LAT_TMO=${LAT_TMO:-$((30 + LAT_ITERS / 500))}
 note "urxe: ib_write_bw 65536 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
 WBW64K=$(perftest_pair write_bw_64k "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end write_bw_64k
 record "urxe=ib_write_bw_64k $WBW64K"
 note "urxe: ib_write_bw 4096 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
 WBW4K=$(perftest_pair write_bw_4k "$BW_TMO" ib_write_bw -s 4096 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end write_bw_4k
 record "urxe=ib_write_bw_4k $WBW4K"
 note "urxe: ib_send_bw 64 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
 SBW64=$(perftest_pair send_bw_64 "$BW_TMO" ib_send_bw -s 64 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end send_bw_64
 record "urxe=ib_send_bw_64 $SBW64"
 note "urxe: ib_send_lat 2 B, $LAT_ITERS iterations"
+[ -z "$URXE_ERR" ] && step_begin
 SLAT=$(perftest_pair send_lat_2 "$LAT_TMO" ib_send_lat -s 2 -n "$LAT_ITERS")
+[ -z "$URXE_ERR" ] && step_end send_lat_2
 record "urxe=ib_send_lat_2 $SLAT"
 note "urxe: ib_write_lat 2 B, $LAT_ITERS iterations"
+[ -z "$URXE_ERR" ] && step_begin
 WLAT=$(perftest_pair write_lat_2 "$LAT_TMO" ib_write_lat -s 2 -n "$LAT_ITERS")
+[ -z "$URXE_ERR" ] && step_end write_lat_2
 record "urxe=ib_write_lat_2 $WLAT"
 
 # --------------------------------------------------------------------------- table
 
-# urxe cell: the figure, or "error: why" (counted)
-urxe_cell() {  # $1 result line, $2 key
+# value of KEY in a result line, or "error: why"
+value_or_error() {  # $1 result line, $2 key
   local e v
-  e=${1#error=}
-  if [ "$e" != "$1" ]; then echo "error: ${e//|//}"; return; fi
+  e=$(kv "$1" error)
+  if [ "${1#error=}" != "$1" ]; then e=${1#error=}; fi   # urxe lines are "error=<free text>"
+  if [ -n "$e" ]; then e=${e//|//}; echo "error: ${e//_/ }"; return; fi
   v=$(num "$(kv "$1" "$2")")
   if [ -n "$v" ]; then echo "$v"; else echo "error: no $2 in result"; fi
 }
-ceil_cell() {  # $1 result line, $2 key
-  local e v
-  e=$(kv "$1" error)
-  if [ -n "$e" ]; then echo "error: $(tr _ ' ' <<<"$e")"; return; fi
-  v=$(num "$(kv "$1" "$2")")
-  if [ -n "$v" ]; then fmt2 "$v"; else echo "error: no $2"; fi
-}
+fmt() { if [ -n "$(num "$1")" ]; then awk -v x="$1" -v d="$2" 'BEGIN { printf "%.*f", d, x }'; else echo "$1"; fi; }
 
 TABLE=$OUT/table.md
 BARS_FAILED=0
 URXE_ERRS=0
-row() {  # $1 metric, $2 urxe line, $3 urxe key, $4 ceiling label, $5 ceiling line, $6 ceiling key, $7 bar (">=0.5" "<=3" or "")
-  local u c r verdict bar=$7
-  u=$(urxe_cell "$2" "$3")
-  c=$(ceil_cell "$5" "$6")
+# row METRIC URXE_LINE URXE_KEY CEILING_LABEL CEILING_LINE CEILING_KEY DECIMALS BAR
+#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the first bar), or "" (no bar)
+row() {
+  local u c r verdict bar=$8 bar_txt=-
+  u=$(value_or_error "$2" "$3")
+  c=$(value_or_error "$5" "$6")
   r=-
   if [ -n "$(num "$u")" ] && [ -n "$(num "$c")" ]; then r=$(ratio "$u" "$c"); fi
-  if [ -z "$bar" ]; then
-    verdict=-
-  elif [ "$r" = - ]; then
-    verdict="n/a"
-  else
-    case $bar in
-      ">="*) awk -v r="$r" -v b="${bar#>=}" 'BEGIN { exit !(r >= b) }' && verdict=PASS || verdict=FAIL ;;
-      "<="*) awk -v r="$r" -v b="${bar#<=}" 'BEGIN { exit !(r <= b) }' && verdict=PASS || verdict=FAIL ;;
-    esac
-    [ "$verdict" = FAIL ] && BARS_FAILED=$((BARS_FAILED + 1))
+  verdict=-
+  case $bar in
+    ">="*) bar_txt="≥ ${bar#>=}×" ;;
+    "<="*) bar_txt="≤ ${bar#<=}×" ;;
+  esac
+  if [ -n "$bar" ]; then
+    if [ "$r" = - ]; then
+      verdict="n/a"
+    elif awk -v r="$r" -v b="${bar#??}" -v op="${bar:0:2}" 'BEGIN { exit !(op == ">=" ? r >= b : r <= b) }'; then
+      verdict=PASS
+    else
+      verdict=FAIL
+      BARS_FAILED=$((BARS_FAILED + 1))
+    fi
   fi
-  local bar_txt=-
-  case $bar in ">="*) bar_txt="≥ ${bar#>=}×" ;; "<="*) bar_txt="≤ ${bar#<=}×" ;; esac
-  echo "| $1 | $u | $c ($4) | $r | $bar_txt | $verdict |"
+  echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
 }
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
 count_urxe_err "$WBW64K" "$WBW4K" "$SBW64" "$SLAT" "$WLAT"
@@ -374,28 +409,29 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo
   echo "Machine: $(nproc) CPUs, $(uname -r); $IDLE_NOTE. DUR=${DUR}s, ping-pong $PP round trips," \
     "latency $LAT_ITERS iterations, placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
+  [ -n "$BUSY_STEPS" ] && echo "Other load just before:$BUSY_STEPS — those figures are suspect; see raw.txt."
   echo
   echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | first bar | result |"
   echo "|---|---|---|---|---|---|"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps ">=0.5"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps ""
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps ""
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps ""
-  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s ">=0.5"
-  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us "<=3"
-  row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us ""
-  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us ""
-  row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us ""
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=0.5"
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ">=0.5"
+  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=3"
+  row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 ""
+  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 ""
+  row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 ""
   [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
   echo
   echo "Ceilings measured in this run:"
   echo
   echo "| ceiling | figure | detail |"
   echo "|---|---|---|"
-  echo "| TCP loopback, iperf3, one stream | $(ceil_cell "$TCP" tcp_gbps) Gb/s | receiver side; sender $(kv "$TCP" tcp_sender_gbps) Gb/s |"
-  echo "| UDP GSO 15×4136 B + UDP_GRO receive | $(ceil_cell "$GSO" gbps) Gb/s RDMA payload | $(kv "$GSO" udp_gbps) Gb/s UDP payload, $(kv "$GSO" seg_per_s) seg/s, loss $(kv "$GSO" loss_pct)% (rcvbuf errors $(kv "$GSO" udp_rcvbuf_errors)), intact super-packets $(kv "$GSO" intact_pct)% |"
-  echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(ceil_cell "$MMSG" mmsg_per_s) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
-  echo "| UDP 64 B ping-pong, busy-poll, one-way | $(ceil_cell "$PPONG" ow_p50_us) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
+  echo "| TCP loopback, iperf3, one stream | $(fmt "$(value_or_error "$TCP" tcp_gbps)" 2) Gb/s | receiver side; sender $(kv "$TCP" tcp_sender_gbps) Gb/s |"
+  echo "| UDP GSO 15×4136 B + UDP_GRO receive | $(fmt "$(value_or_error "$GSO" gbps)" 2) Gb/s RDMA payload | $(kv "$GSO" udp_gbps) Gb/s UDP payload, $(kv "$GSO" seg_per_s) seg/s, loss $(kv "$GSO" loss_pct)% (rcvbuf errors $(kv "$GSO" udp_rcvbuf_errors)), intact super-packets $(kv "$GSO" intact_pct)% |"
+  echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(fmt "$(value_or_error "$MMSG" mmsg_per_s)" 3) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
+  echo "| UDP 64 B ping-pong, busy-poll, one-way | $(fmt "$(value_or_error "$PPONG" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
 } >"$TABLE"
 
 echo
