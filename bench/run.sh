@@ -25,6 +25,7 @@
 #   OUT              directory for logs and results (default /tmp/urxe-bench/run-<UTC time>)
 #   IPERF_PORT=5311 PERFTEST_PORT=18615   first TCP ports tried (the next free one is used)
 #   PERFTEST_DIR     directory of the ib_* programs (default: found in PATH)
+#   PERFTEST_ARGS    extra arguments for every perftest run, e.g. --use_old_post_send
 #   BW_TMO LAT_TMO   time limits of one perftest bandwidth / latency run (defaults DUR+27, 30+LAT_ITERS/500)
 set -u -o pipefail
 
@@ -48,6 +49,7 @@ IPERF_PORT=${IPERF_PORT:-5311}
 PERFTEST_PORT=${PERFTEST_PORT:-18615}
 OUT=${OUT:-/tmp/urxe-bench/run-$(date -u +%Y%m%dT%H%M%SZ)}
 PERFTEST_DIR=${PERFTEST_DIR:-}
+PERFTEST_ARGS=${PERFTEST_ARGS:-}
 TX_CPU=0
 RX_CPU=1
 
@@ -176,7 +178,7 @@ COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT+dirty"
 STARTED=$(date -u +%FT%TZ)
 note "urxe bench $STARTED commit=$COMMIT host=$(hostname) kernel=$(uname -r) cpus=$(nproc)"
-note "DUR=$DUR PP=$PP LAT_ITERS=$LAT_ITERS PIN=$PIN URXE_LIB_DIR=$URXE_LIB_DIR OUT=$OUT"
+note "DUR=$DUR PP=$PP LAT_ITERS=$LAT_ITERS PIN=$PIN URXE_LIB_DIR=$URXE_LIB_DIR PERFTEST_ARGS='$PERFTEST_ARGS' OUT=$OUT"
 note "tools: $(iperf3 --version 2>/dev/null | head -n1); perftest $(dpkg-query -W -f='${Version}' perftest 2>/dev/null || echo '?')"
 
 busy=$(busy_pct 1)
@@ -298,7 +300,9 @@ perftest_pair() {
   if [ -n "$URXE_ERR" ]; then echo "error=$URXE_ERR"; return; fi
   local port slog=$OUT/$name.server.log clog=$OUT/$name.client.log spid crc src res
   port=$(free_port "$PERFTEST_PORT") || { echo "error=no free TCP port near $PERFTEST_PORT"; return; }
-  local common=(-d "$URXE_DEV" -x "$GID_INDEX" -p "$port" -F "$@")
+  local extra=()
+  read -r -a extra <<<"$PERFTEST_ARGS"
+  local common=(-d "$URXE_DEV" -x "$GID_INDEX" -p "$port" -F "$@" "${extra[@]}")
   record "# $name: $tool ${common[*]} [127.0.0.1]"
   tool=$(pt "$tool")
   "${URXE_ENV[@]}" timeout -k 3 "$tmo" "${SRV_PIN[@]}" "$tool" "${common[@]}" >"$slog" 2>&1 &
