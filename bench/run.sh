@@ -293,13 +293,15 @@ else
   fi
 fi
 
-# perftest_pair NAME TIMEOUT TOOL ARGS... -> "key=value ..." from the client's report, or "error=..."
+# perftest_pair NAME PORT_OFFSET TIMEOUT TOOL ARGS... -> "key=value ..." from the client's
+# report, or "error=...". Each pair gets its own port (PERFTEST_PORT + offset, or the next free one)
+# so that no run meets the previous one's connection in TIME_WAIT.
 perftest_pair() {
-  local name=$1 tmo=$2 tool=$3
-  shift 3
+  local name=$1 off=$2 tmo=$3 tool=$4
+  shift 4
   if [ -n "$URXE_ERR" ]; then echo "error=$URXE_ERR"; return; fi
   local port slog=$OUT/$name.server.log clog=$OUT/$name.client.log spid crc src res
-  port=$(free_port "$PERFTEST_PORT") || { echo "error=no free TCP port near $PERFTEST_PORT"; return; }
+  port=$(free_port $((PERFTEST_PORT + off))) || { echo "error=no free TCP port near $((PERFTEST_PORT + off))"; return; }
   local extra=()
   read -r -a extra <<<"$PERFTEST_ARGS"
   local common=(-d "$URXE_DEV" -x "$GID_INDEX" -p "$port" -F "$@" "${extra[@]}")
@@ -339,27 +341,27 @@ BW_TMO=${BW_TMO:-$((BW_D + 25))}
 LAT_TMO=${LAT_TMO:-$((30 + LAT_ITERS / 500))}
 note "urxe: ib_write_bw 65536 B, ${DUR}s"
 [ -z "$URXE_ERR" ] && step_begin
-WBW64K=$(perftest_pair write_bw_64k "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
+WBW64K=$(perftest_pair write_bw_64k 0 "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
 [ -z "$URXE_ERR" ] && step_end write_bw_64k
 record "urxe=ib_write_bw_64k $WBW64K"
 note "urxe: ib_write_bw 4096 B, ${DUR}s"
 [ -z "$URXE_ERR" ] && step_begin
-WBW4K=$(perftest_pair write_bw_4k "$BW_TMO" ib_write_bw -s 4096 -D "$BW_D" -f 1 --report_gbits)
+WBW4K=$(perftest_pair write_bw_4k 10 "$BW_TMO" ib_write_bw -s 4096 -D "$BW_D" -f 1 --report_gbits)
 [ -z "$URXE_ERR" ] && step_end write_bw_4k
 record "urxe=ib_write_bw_4k $WBW4K"
 note "urxe: ib_send_bw 64 B, ${DUR}s"
 [ -z "$URXE_ERR" ] && step_begin
-SBW64=$(perftest_pair send_bw_64 "$BW_TMO" ib_send_bw -s 64 -D "$BW_D" -f 1 --report_gbits)
+SBW64=$(perftest_pair send_bw_64 20 "$BW_TMO" ib_send_bw -s 64 -D "$BW_D" -f 1 --report_gbits)
 [ -z "$URXE_ERR" ] && step_end send_bw_64
 record "urxe=ib_send_bw_64 $SBW64"
 note "urxe: ib_send_lat 2 B, $LAT_ITERS iterations"
 [ -z "$URXE_ERR" ] && step_begin
-SLAT=$(perftest_pair send_lat_2 "$LAT_TMO" ib_send_lat -s 2 -n "$LAT_ITERS")
+SLAT=$(perftest_pair send_lat_2 30 "$LAT_TMO" ib_send_lat -s 2 -n "$LAT_ITERS")
 [ -z "$URXE_ERR" ] && step_end send_lat_2
 record "urxe=ib_send_lat_2 $SLAT"
 note "urxe: ib_write_lat 2 B, $LAT_ITERS iterations"
 [ -z "$URXE_ERR" ] && step_begin
-WLAT=$(perftest_pair write_lat_2 "$LAT_TMO" ib_write_lat -s 2 -n "$LAT_ITERS")
+WLAT=$(perftest_pair write_lat_2 40 "$LAT_TMO" ib_write_lat -s 2 -n "$LAT_ITERS")
 [ -z "$URXE_ERR" ] && step_end write_lat_2
 record "urxe=ib_write_lat_2 $WLAT"
 
