@@ -82,7 +82,7 @@ kv() { awk -v k="$2" '{ for (i = 1; i <= NF; i++) { n = index($i, "="); if (n > 
 num() { [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && echo "$1"; }
 # last non-empty lines of a log, on one line, for an error message
 tail_of() {
-  grep -v '^[[:space:]-]*$' "$1" 2>/dev/null | tail -n "${2:-2}" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//' |
+  grep -v -e '^[[:space:]*-]*$' -e '^[[:space:]]*\*.*\*[[:space:]]*$' "$1" 2>/dev/null | tail -n "${2:-2}" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//' |
     tr -s ' \t' ' ' | paste -sd ';' - | sed 's/;/; /g' | cut -c1-200
 }
 
