@@ -19,7 +19,7 @@
 #   URXE_LIB_DIR     directory holding urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
 #   URXE_DEV=urxe0   GID_INDEX=1   device and GID index given to perftest (-d, -x)
 #   PIN=1            sender/client on CPU 0, receiver/server on CPU 1 for every figure; 0 = unpinned
-#   IDLE_WAIT=30     wait up to this many seconds for the machine to go idle before starting
+#   IDLE_WAIT=30     wait up to this many seconds for the machine to go idle (< 15 % busy over 2 s) before starting
 #   INSTALL=1        apt-get install iperf3 perftest ibverbs-utils when a tool is missing
 #   STRICT=0         1 = exit 2 when a first-bar check fails (errors always exit 1)
 #   OUT              directory for logs and results (default /tmp/urxe-bench/run-<UTC time>)
@@ -181,15 +181,15 @@ note "urxe bench $STARTED commit=$COMMIT host=$(hostname) kernel=$(uname -r) cpu
 note "DUR=$DUR PP=$PP LAT_ITERS=$LAT_ITERS PIN=$PIN URXE_LIB_DIR=$URXE_LIB_DIR PERFTEST_ARGS='$PERFTEST_ARGS' OUT=$OUT"
 note "tools: $(iperf3 --version 2>/dev/null | head -n1); perftest $(dpkg-query -W -f='${Version}' perftest 2>/dev/null || echo '?')"
 
-busy=$(busy_pct 1)
+busy=$(busy_pct 2)
 waited=0
 while [ "$busy" -ge 15 ] && [ "$waited" -lt "$IDLE_WAIT" ]; do
-  note "machine ${busy}% busy (load $(cut -d' ' -f1-3 /proc/loadavg)); waiting for idle ($waited/$IDLE_WAIT s)"
-  sleep 2
+  [ $((waited % 30)) = 0 ] && note "machine ${busy}% busy (load $(cut -d' ' -f1-3 /proc/loadavg)); waiting for idle ($waited/$IDLE_WAIT s)"
+  sleep 1
   waited=$((waited + 3))
-  busy=$(busy_pct 1)
+  busy=$(busy_pct 2)
 done
-IDLE_NOTE="${busy}% busy over 1 s before the run, load $(cut -d' ' -f1-3 /proc/loadavg)"
+IDLE_NOTE="${busy}% busy over 2 s before the run, load $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "$busy" -ge 15 ] && IDLE_NOTE="$IDLE_NOTE (NOT idle: figures are suspect)"
 note "$IDLE_NOTE"
 
