@@ -68,9 +68,8 @@ mkdir -p "$OUT" || exit 1
 RAW=$OUT/raw.txt
 : >"$RAW"
 ERRORS=0
-PIDS=()
-cleanup() { local p; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; }
-trap cleanup EXIT
+# Background servers are started and reaped inside the step that needs them (each under
+# `timeout`); Ctrl-C reaches them too, as they share the terminal's process group.
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
 
 note() { echo "# $*" | tee -a "$RAW" >&2; }
@@ -213,7 +212,6 @@ run_iperf3() {
   port=$(free_port "$IPERF_PORT") || { echo "error=no_free_port_near_$IPERF_PORT"; return; }
   timeout -k 2 $((DUR + 30)) iperf3 -s -1 -p "$port" >"$OUT/iperf3.server.log" 2>&1 &
   spid=$!
-  PIDS+=("$spid")
   if ! wait_listen "$port" "$spid" 10; then
     kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
     echo "error=iperf3_server_did_not_listen:_$(tail_of "$OUT/iperf3.server.log" 1 | tr ' ' _)"
@@ -309,7 +307,6 @@ perftest_pair() {
   tool=$(pt "$tool")
   "${URXE_ENV[@]}" timeout -k 3 "$tmo" "${SRV_PIN[@]}" "$tool" "${common[@]}" >"$slog" 2>&1 &
   spid=$!
-  PIDS+=("$spid")
   if ! wait_listen "$port" "$spid" 15; then
     kill "$spid" 2>/dev/null
     wait "$spid"
