@@ -33,7 +33,13 @@ fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
     for b in 0..200u8 {
         let ip: IpAddr = format!("127.{}.{}.{}", 90, b, last).parse().unwrap();
         let t = tx.clone();
-        if let Ok(d) = Device::open(ip, cfg(), Box::new(move |e| drop(t.send(e)))) {
+        if let Ok(d) = Device::open(
+            ip,
+            cfg(),
+            Box::new(move |e| {
+                let _ = t.send(e);
+            }),
+        ) {
             return (d, rx);
         }
     }
@@ -103,7 +109,7 @@ fn wait_wc(s: &Side) -> WorkCompletion {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut wc = [WorkCompletion::default(); 1];
     while Instant::now() < deadline {
-        if s.dev.poll(|e| e.poll_cq(s.cq, &mut wc).unwrap()) == 1 {
+        if s.dev.poll(|e| e.poll_cq(s.cq, &mut wc).unwrap(), |n| *n > 0) == 1 {
             return wc[0];
         }
     }

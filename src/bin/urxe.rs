@@ -131,6 +131,7 @@ fn add(g: &mut Totals, t: &Totals) {
     g.udp_checksum_bad += t.udp_checksum_bad;
     g.ip_checksum_bad += t.ip_checksum_bad;
     g.malformed_frames += t.malformed_frames;
+    g.gso_trains += t.gso_trains;
     g.other += t.other;
     g.retransmissions += t.retransmissions;
     g.naks += t.naks;
@@ -175,8 +176,11 @@ fn exec_with_urxe(lib: &std::path::Path, addr: Option<&str>, prog: &str, args: &
     ExitCode::from(127)
 }
 
+/// `--addr`, `--lib` and the remaining arguments.
+type CommonOpts<'a> = (Option<String>, Option<String>, &'a [String]);
+
 /// Parses `[--addr X] [--lib D]` from the front of `args`; returns them and the rest.
-fn common_opts(args: &[String]) -> Result<(Option<String>, Option<String>, &[String]), String> {
+fn common_opts(args: &[String]) -> Result<CommonOpts<'_>, String> {
     let (mut addr, mut lib) = (None, None);
     let mut i = 0;
     while i < args.len() {

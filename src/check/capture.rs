@@ -342,6 +342,57 @@ fn udp_checksum(p: &Pseudo, udp: &[u8], stored: u16) -> UdpChecksum {
     }
 }
 
+/// One packet cut out of a GSO train, with the IP and UDP headers it has on the wire after
+/// segmentation (lengths adjusted; everything else as captured).
+pub struct GsoSegment {
+    pub ip_header: Vec<u8>,
+    pub udp_header: Vec<u8>,
+    pub start: usize,
+    pub len: usize,
+}
+
+/// A capture taken on the sending host (loopback in particular) shows a UDP GSO send as one
+/// datagram holding several RoCEv2 packets of one segment size (the last may be shorter).
+/// Finds that segment size — the first packet is a whole MTU of payload or the only one — and
+/// cuts the train; `None` if the payload is not such a train.
+pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
+    use crate::wire::opcode::Opcode;
+    let p = d.payload;
+    let first = Opcode(*p.first()?).info();
+    if !first.is_known() {
+        return None;
+    }
+    let hl = first.header_len();
+    for mtu in [256usize, 512, 1024, 2048, 4096] {
+        let seg = hl + mtu + 4;
+        if seg >= p.len() {
+            break;
+        }
+        if p.chunks(seg).all(|c| crate::wire::parse(c).is_ok()) {
+            let segs = p
+                .chunks(seg)
+                .enumerate()
+                .map(|(i, c)| {
+                    let mut ip = d.ip_header.to_vec();
+                    let mut udp = d.udp_header.to_vec();
+                    let ulen = (8 + c.len()) as u16;
+                    udp[4..6].copy_from_slice(&ulen.to_be_bytes());
+                    if ip[0] >> 4 == 4 {
+                        let total = (ip.len() + 8 + c.len()) as u16;
+                        ip[2..4].copy_from_slice(&total.to_be_bytes());
+                    } else if ip.len() >= 40 {
+                        let plen = (ip.len() - 40 + 8 + c.len()) as u16;
+                        ip[4..6].copy_from_slice(&plen.to_be_bytes());
+                    }
+                    GsoSegment { ip_header: ip, udp_header: udp, start: i * seg, len: c.len() }
+                })
+                .collect();
+            return Some(segs);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,6 +44,8 @@ pub struct Totals {
     pub udp_checksum_bad: u64,
     pub ip_checksum_bad: u64,
     pub malformed_frames: u64,
+    /// Frames holding a GSO train (counted once; their packets count in `rocev2`).
+    pub gso_trains: u64,
     pub other: u64,
     pub retransmissions: u64,
     pub naks: u64,
@@ -59,8 +61,9 @@ impl Totals {
 
     pub fn line(&self) -> String {
         format!(
-            "{} RoCEv2 packets: {} ok, {} bad (icrc {}, header {}, udp checksum {}, ip checksum {}); {} malformed frames; {} other frames skipped; retransmissions {}, naks {}, rnr naks {}, psn gaps {}",
+            "{} RoCEv2 packets{}: {} ok, {} bad (icrc {}, header {}, udp checksum {}, ip checksum {}); {} malformed frames; {} other frames skipped; retransmissions {}, naks {}, rnr naks {}, psn gaps {}",
             self.rocev2,
+            if self.gso_trains > 0 { format!(" (from {} GSO trains and single frames)", self.gso_trains) } else { String::new() },
             self.ok,
             self.bad,
             self.icrc_bad,
@@ -100,33 +103,64 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
                 continue;
             }
         };
-        let r = check_packet(frame.number, &d);
-        t.rocev2 += 1;
-        if r.ok() {
-            t.ok += 1;
-        } else {
-            t.bad += 1;
-        }
-        for p in &r.problems {
-            match p {
-                verify::Problem::IcrcMismatch { .. } => t.icrc_bad += 1,
-                verify::Problem::UdpChecksum => t.udp_checksum_bad += 1,
-                verify::Problem::IpChecksum => t.ip_checksum_bad += 1,
-                _ => t.header_errors += 1,
+        // A GSO train captured on the sender: check each packet as it left the host.
+        let gso = if crate::wire::parse(d.payload).is_err() { capture::split_gso(&d) } else { None };
+        let reports: Vec<verify::PacketReport<'_>> = match &gso {
+            Some(segs) => {
+                t.gso_trains += 1;
+                let n = segs.len();
+                segs.iter()
+                    .enumerate()
+                    .map(|(i, g)| {
+                        let seg = capture::UdpDatagram {
+                            ip_header: &g.ip_header,
+                            udp_header: &g.udp_header,
+                            payload: &d.payload[g.start..g.start + g.len],
+                            // Header checksums belong to the train, not to the segments.
+                            ip_checksum_ok: None,
+                            udp_checksum: if d.udp_checksum == capture::UdpChecksum::Zero {
+                                capture::UdpChecksum::Zero
+                            } else {
+                                capture::UdpChecksum::OffloadPending
+                            },
+                            ..d
+                        };
+                        let mut r = check_packet(frame.number, &seg);
+                        r.segment = Some((i + 1, n));
+                        r
+                    })
+                    .collect()
             }
-        }
-        debug_assert!(r.icrc != IcrcVerdict::Bad || !r.ok());
-        flows.add(&r);
-        match opts.format {
-            Format::Summary => writeln!(out, "{}", verify::summary_line(&r)).map_err(io)?,
-            Format::Verbose => {
-                for l in verify::verbose_lines(&r) {
-                    writeln!(out, "{l}").map_err(io)?;
+            None => vec![check_packet(frame.number, &d)],
+        };
+        for r in reports {
+            t.rocev2 += 1;
+            if r.ok() {
+                t.ok += 1;
+            } else {
+                t.bad += 1;
+            }
+            for p in &r.problems {
+                match p {
+                    verify::Problem::IcrcMismatch { .. } => t.icrc_bad += 1,
+                    verify::Problem::UdpChecksum => t.udp_checksum_bad += 1,
+                    verify::Problem::IpChecksum => t.ip_checksum_bad += 1,
+                    _ => t.header_errors += 1,
                 }
             }
-            Format::Json => writeln!(out, "{}", verify::json_line(&r)).map_err(io)?,
-            Format::Quiet if !r.ok() => writeln!(out, "{}", verify::summary_line(&r)).map_err(io)?,
-            Format::Quiet => {}
+            debug_assert!(r.icrc != IcrcVerdict::Bad || !r.ok());
+            flows.add(&r);
+            match opts.format {
+                Format::Summary => writeln!(out, "{}", verify::summary_line(&r)).map_err(io)?,
+                Format::Verbose => {
+                    for l in verify::verbose_lines(&r) {
+                        writeln!(out, "{l}").map_err(io)?;
+                    }
+                }
+                Format::Json => writeln!(out, "{}", verify::json_line(&r)).map_err(io)?,
+                Format::Quiet if !r.ok() => writeln!(out, "{}", verify::summary_line(&r)).map_err(io)?,
+                Format::Quiet => {}
+            }
         }
     }
     if t.frames == 0 {

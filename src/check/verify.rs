@@ -66,6 +66,8 @@ impl IcrcVerdict {
 #[derive(Clone, Debug)]
 pub struct PacketReport<'a> {
     pub frame: u64,
+    /// `(i, n)`: packet i of n of a GSO train captured as one frame.
+    pub segment: Option<(usize, usize)>,
     pub src: IpAddr,
     pub dst: IpAddr,
     pub sport: u16,
@@ -126,6 +128,7 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
     }
     PacketReport {
         frame,
+        segment: None,
         src: d.src,
         dst: d.dst,
         sport: d.sport,
@@ -168,7 +171,11 @@ pub fn syndrome_str(s: Syndrome) -> String {
 
 /// One summary line, in the spirit of tshark's.
 pub fn summary_line(r: &PacketReport<'_>) -> String {
-    let mut s = format!("{} {} > {} ", r.frame, addr(r.src, r.sport), addr(r.dst, r.dport));
+    let frame = match r.segment {
+        Some((i, n)) => format!("{}.{i}/{n}", r.frame),
+        None => r.frame.to_string(),
+    };
+    let mut s = format!("{frame} {} > {} ", addr(r.src, r.sport), addr(r.dst, r.dport));
     match &r.parsed {
         Some(p) => {
             let b = &p.headers.bth;
@@ -302,6 +309,7 @@ fn json_str(s: &str) -> String {
 pub fn json_line(r: &PacketReport<'_>) -> String {
     let mut f: Vec<(String, String)> = vec![
         ("frame".into(), r.frame.to_string()),
+        ("segment".into(), r.segment.map(|(i, _)| i.to_string()).unwrap_or_else(|| "null".into())),
         ("src".into(), json_str(&r.src.to_string())),
         ("sport".into(), r.sport.to_string()),
         ("dst".into(), json_str(&r.dst.to_string())),

@@ -51,6 +51,16 @@ impl Cq {
         PushOutcome::Stored { notify }
     }
 
+    /// Changes the capacity; refused if the completions queued now would not fit.
+    pub fn resize(&mut self, cap: usize) -> Result<(), super::types::Error> {
+        if cap < self.ring.len() {
+            return Err(super::types::Error::Invalid);
+        }
+        self.cap = cap;
+        self.ring.reserve(cap.saturating_sub(self.ring.len()));
+        Ok(())
+    }
+
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let n = out.len().min(self.ring.len());
         for (o, wc) in out.iter_mut().zip(self.ring.drain(..n)) {
@@ -74,6 +84,19 @@ mod tests {
         assert_eq!(cq.push(wc, false), PushOutcome::Overflow { first: false });
         let mut out = [WorkCompletion::default(); 4];
         assert_eq!(cq.poll(&mut out), 2);
+    }
+
+    #[test]
+    fn resize_keeps_entries_and_refuses_to_shrink_below_them() {
+        let mut cq = Cq::new(2);
+        let wc = WorkCompletion::default();
+        cq.push(wc, false);
+        cq.push(wc, false);
+        assert!(cq.resize(1).is_err());
+        cq.resize(4).unwrap();
+        assert_eq!(cq.push(wc, false), PushOutcome::Stored { notify: false });
+        let mut out = [WorkCompletion::default(); 8];
+        assert_eq!(cq.poll(&mut out), 3);
     }
 
     #[test]

@@ -337,6 +337,16 @@ impl<M: HostMemory> Engine<M> {
         Ok((id, cqe))
     }
 
+    /// `ibv_resize_cq`: a new capacity of at least `cqe` that still holds every completion
+    /// queued now (EINVAL otherwise); returns the actual size.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<u32, Error> {
+        if cqe == 0 || cqe > self.sh.cfg.limits.max_cqe {
+            return Err(Error::Invalid);
+        }
+        self.sh.cqs.get_mut(cq).ok_or(Error::NotFound)?.resize(cqe as usize)?;
+        Ok(cqe)
+    }
+
     pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), Error> {
         let c = self.sh.cqs.get(cq).ok_or(Error::NotFound)?;
         if c.refs != 0 {

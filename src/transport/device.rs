@@ -64,6 +64,10 @@ pub struct Core {
     send_key: Option<SendKey>,
     sink: EventSink,
     epoch: Instant,
+    /// UDP GSO trains allowed (loopback only in any case).
+    gso: bool,
+    /// Consecutive `poll` calls that found nothing.
+    idle_polls: u32,
     pub counters: TransportCounters,
 }
 
@@ -83,7 +87,19 @@ struct Shared {
     stop: AtomicBool,
     /// Deadline (ns) the progress thread sleeps until; `u64::MAX` = no deadline.
     thread_deadline: AtomicU64,
+    /// When (ns) an application thread last progressed the device from `poll`. While that is
+    /// recent, the application is busy-polling and does all the work itself; the progress
+    /// thread keeps out of its way (no lock contention, no competing for packets).
+    app_polled_at: AtomicU64,
+    /// The same epoch as `Core::epoch`, readable without the lock.
+    epoch: Instant,
 }
+
+/// Consecutive empty polls after which a polling thread yields the CPU once.
+pub const IDLE_POLLS_PER_YIELD: u32 = 32;
+
+/// How long after an application poll the progress thread leaves the data path to it.
+const APP_ACTIVE_NS: u64 = 1_000_000;
 
 /// A running device. Dropping it stops the progress thread.
 pub struct Device {
@@ -226,7 +242,8 @@ impl Core {
                 }
             }
             if self.send_key.is_none() {
-                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.rx.gso_to(t.dst) });
+                self.send_key =
+                    Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.gso && self.rx.gso_to(t.dst) });
             }
             self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
         }
@@ -263,8 +280,19 @@ impl Core {
 impl Device {
     /// Binds `local`:4791 and starts the progress thread. `EADDRINUSE` means the address and
     /// port belong to someone else (another urxe process or kernel rxe).
-    pub fn open(local: IpAddr, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+    pub fn open(local: IpAddr, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
         let rx = RoceSocket::bind(SocketAddr::new(local, ROCE_PORT))?;
+        Self::start(rx, cfg, sink)
+    }
+
+    /// Like [`Device::open`] over a UDP socket already bound to `addr:4791`.
+    pub fn open_with_socket(sock: std::net::UdpSocket, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+        Self::start(RoceSocket::adopt(sock)?, cfg, sink)
+    }
+
+    fn start(rx: RoceSocket, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+        let gso = gso_setting()?;
+        let local = rx.local_addr().ip();
         cfg.local_addr = local;
         let engine = Engine::new(cfg, ProcessMemory);
         let poll = Poll::new()?;
@@ -276,6 +304,7 @@ impl Device {
         if let Some(l) = stats.as_mut() {
             poll.registry().register(l, STATS, Interest::READABLE)?;
         }
+        let epoch = Instant::now();
         let core = Core {
             engine,
             rx,
@@ -285,7 +314,9 @@ impl Device {
             send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
             send_key: None,
             sink,
-            epoch: Instant::now(),
+            epoch,
+            gso,
+            idle_polls: 0,
             counters: TransportCounters::default(),
         };
         let shared = Arc::new(Shared {
@@ -293,6 +324,8 @@ impl Device {
             waker,
             stop: AtomicBool::new(false),
             thread_deadline: AtomicU64::new(u64::MAX),
+            app_polled_at: AtomicU64::new(0),
+            epoch,
         });
         let sh = shared.clone();
         let thread =
@@ -329,12 +362,27 @@ impl Device {
     }
 
     /// Polling path: receive and progress in the caller's thread, then read the CQ.
-    pub fn poll<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R) -> R {
+    /// `found` tells whether the poll produced anything: a caller that keeps finding nothing
+    /// yields the CPU every [`IDLE_POLLS_PER_YIELD`] polls, because on a soft device the peer
+    /// it waits for (often a process on the same few cores) needs CPU time to answer.
+    pub fn poll<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R, found: impl FnOnce(&R) -> bool) -> R {
         let mut c = self.lock();
         let sent_all = c.progress();
+        self.shared.app_polled_at.store(c.now().max(1), Ordering::Release);
         let r = f(&mut c.engine);
         c.deliver_events();
         self.kick_if_needed(&mut c, sent_all);
+        let idle = if found(&r) {
+            c.idle_polls = 0;
+            false
+        } else {
+            c.idle_polls = c.idle_polls.wrapping_add(1);
+            c.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
+        };
+        drop(c);
+        if idle {
+            std::thread::yield_now();
+        }
         r
     }
 
@@ -342,7 +390,8 @@ impl Device {
     /// has a backlog to drain.
     fn kick_if_needed(&self, c: &mut Core, sent_all: bool) {
         let due = c.engine.poll_timeout().unwrap_or(u64::MAX);
-        if !sent_all || due < self.shared.thread_deadline.load(Ordering::Acquire) {
+        let polling = c.now().saturating_sub(self.shared.app_polled_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
+        if !sent_all || (!polling && due < self.shared.thread_deadline.load(Ordering::Acquire)) {
             let _ = self.shared.waker.wake();
         }
     }
@@ -363,6 +412,16 @@ impl Drop for Device {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// `URXE_GSO`: `1` (default) lets loopback trains go out as UDP GSO sends; `0` sends every
+/// packet as its own datagram (e.g. so a loopback capture shows each packet as a frame).
+fn gso_setting() -> io::Result<bool> {
+    match std::env::var("URXE_GSO").as_deref() {
+        Err(_) | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_GSO={v}: expected 0 or 1"))),
     }
 }
 
@@ -424,13 +483,19 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
                 serve_stats(&shared, l);
             }
         }
+        // While the application busy-polls, it does the work; sleep until its activity lapses.
+        let epoch_now = shared.epoch.elapsed().as_nanos() as u64;
+        let polled = shared.app_polled_at.load(Ordering::Acquire);
+        if polled != 0 && epoch_now.saturating_sub(polled) < APP_ACTIVE_NS {
+            timeout = Some(Duration::from_nanos(APP_ACTIVE_NS - epoch_now.saturating_sub(polled)));
+            continue;
+        }
         let mut c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
         c.counters.progress_wakeups += 1;
-        let sent_all = c.progress();
+        c.progress();
         let now = c.now();
         let due = c.engine.poll_timeout();
         // If the socket is full, WRITABLE (edge-triggered) wakes us when it drains.
-        let _ = sent_all;
         timeout = due.map(|d| Duration::from_nanos(d.saturating_sub(now)));
         shared.thread_deadline.store(due.unwrap_or(u64::MAX), Ordering::Release);
         drop(c);

@@ -63,13 +63,28 @@ impl RoceSocket {
     pub fn bind(local: SocketAddr) -> io::Result<RoceSocket> {
         let domain = if local.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+        if local.is_ipv6() {
+            sock.set_only_v6(true)?;
+        }
+        sock.bind(&SockAddr::from(local))?;
+        Self::configure(sock)
+    }
+
+    /// Takes over a UDP socket someone else already bound (the provider binds `addr:4791` when
+    /// it picks its address, so a conflict shows at device discovery), applying our options.
+    pub fn adopt(sock: std::net::UdpSocket) -> io::Result<RoceSocket> {
+        sock.set_nonblocking(true)?;
+        Self::configure(Socket::from(sock))
+    }
+
+    fn configure(sock: Socket) -> io::Result<RoceSocket> {
+        let local = sock.local_addr()?.as_socket().ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
         let fd = sock.as_raw_fd();
         match local {
             SocketAddr::V4(_) => {
                 setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
             }
             SocketAddr::V6(_) => {
-                sock.set_only_v6(true)?;
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_TX, 1)?;
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
                 setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
@@ -82,8 +97,6 @@ impl RoceSocket {
                 let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, 16 << 20);
             }
         }
-        sock.bind(&SockAddr::from(local))?;
-        let local = sock.local_addr()?.as_socket().unwrap_or(local);
         // Probe GSO with a harmless zero (= off) setting; GRO is a receive option.
         let gso = setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
         let gro = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();

@@ -1,0 +1,452 @@
+#!/usr/bin/env bash
+# bench/run.sh - urxe's perftest figures beside platform ceilings measured in the same run, on the
+# same machine, and the ratios against the first performance bar. A benchmark, not a test.
+#
+#   bench/run.sh                 # DUR=3 s per throughput figure, 100k ping-pong round trips
+#   QUICK=1 bench/run.sh         # smoke run: DUR=1, 20k round trips, 2000 latency iterations
+#
+# Order: (1) iperf3 TCP loopback, one stream; (2) bench/ceiling (our own tool): UDP GSO+GRO
+# bandwidth, 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong; (3) perftest over urxe's
+# libibverbs.so.1 (LD_LIBRARY_PATH=$URXE_LIB_DIR): ib_write_bw 64 KiB and 4 KiB, ib_send_bw 64 B,
+# ib_send_lat 2 B, ib_write_lat 2 B. Then a markdown table. Every command runs under `timeout`;
+# a figure that cannot be had reads "error: <why>", the run goes on, and the exit status is 1.
+#
+# Settings (environment):
+#   DUR=3            seconds of traffic per throughput figure (integer >= 1)
+#   QUICK=0          1 = smoke run (defaults DUR=1 PP=20000 LAT_ITERS=2000)
+#   PP=100000        round trips of the UDP ping-pong
+#   LAT_ITERS=10000  iterations of ib_send_lat / ib_write_lat
+#   URXE_LIB_DIR     directory holding urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
+#   URXE_DEV=urxe0   GID_INDEX=1   device and GID index given to perftest (-d, -x)
+#   PIN=1            sender/client on CPU 0, receiver/server on CPU 1 for every figure; 0 = unpinned
+#   IDLE_WAIT=30     wait up to this many seconds for the machine to go idle (< 15 % busy over 2 s) before starting
+#   INSTALL=1        apt-get install iperf3 perftest ibverbs-utils when a tool is missing
+#   STRICT=0         1 = exit 2 when a first-bar check fails (errors always exit 1)
+#   OUT              directory for logs and results (default /tmp/urxe-bench/run-<UTC time>)
+#   IPERF_PORT=5311 PERFTEST_PORT=18615   first TCP ports tried (the next free one is used)
+#   PERFTEST_DIR     directory of the ib_* programs (default: found in PATH)
+#   PERFTEST_ARGS    extra arguments for every perftest run, e.g. --use_old_post_send
+#   BW_TMO LAT_TMO   time limits of one perftest bandwidth / latency run (defaults DUR+27, 30+LAT_ITERS/500)
+set -u -o pipefail
+
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$BENCH/.." && pwd)
+
+QUICK=${QUICK:-0}
+if [ "$QUICK" = 1 ]; then
+  DUR=${DUR:-1} PP=${PP:-20000} LAT_ITERS=${LAT_ITERS:-2000}
+else
+  DUR=${DUR:-3} PP=${PP:-100000} LAT_ITERS=${LAT_ITERS:-10000}
+fi
+URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
+URXE_DEV=${URXE_DEV:-urxe0}
+GID_INDEX=${GID_INDEX:-1}
+PIN=${PIN:-1}
+IDLE_WAIT=${IDLE_WAIT:-30}
+INSTALL=${INSTALL:-1}
+STRICT=${STRICT:-0}
+IPERF_PORT=${IPERF_PORT:-5311}
+PERFTEST_PORT=${PERFTEST_PORT:-18615}
+OUT=${OUT:-/tmp/urxe-bench/run-$(date -u +%Y%m%dT%H%M%SZ)}
+PERFTEST_DIR=${PERFTEST_DIR:-}
+PERFTEST_ARGS=${PERFTEST_ARGS:-}
+TX_CPU=0
+RX_CPU=1
+
+for v in DUR PP LAT_ITERS IDLE_WAIT; do
+  case ${!v} in '' | *[!0-9]*) echo "run.sh: $v must be a whole number, got '${!v}'" >&2; exit 2 ;; esac
+done
+[ "$DUR" -ge 1 ] || { echo "run.sh: DUR must be >= 1" >&2; exit 2; }
+[ "$PP" -ge 1 ] || { echo "run.sh: PP must be >= 1" >&2; exit 2; }
+[ "$LAT_ITERS" -ge 5 ] || { echo "run.sh: LAT_ITERS must be >= 5 (perftest's minimum)" >&2; exit 2; }
+if [ "$PIN" = 1 ] && [ "$(nproc)" -lt 2 ]; then
+  echo "run.sh: fewer than 2 CPUs, running unpinned" >&2
+  PIN=0
+fi
+
+mkdir -p "$OUT" || exit 1
+RAW=$OUT/raw.txt
+: >"$RAW"
+ERRORS=0
+# Background servers are started and reaped inside the step that needs them (each under
+# `timeout`); Ctrl-C reaches them too, as they share the terminal's process group.
+trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
+
+note() { echo "# $*" | tee -a "$RAW" >&2; }
+record() { echo "$*" >>"$RAW"; }
+
+# value of KEY in a "k=v k=v" line
+kv() { awk -v k="$2" '{ for (i = 1; i <= NF; i++) { n = index($i, "="); if (n > 1 && substr($i, 1, n - 1) == k) { print substr($i, n + 1); exit } } }' <<<"$1"; }
+# a number, or nothing
+num() { [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?$ ]] && echo "$1"; }
+# last non-empty lines of a log, on one line, for an error message
+tail_of() {
+  grep -v -e '^[[:space:]*-]*$' -e '^[[:space:]]*\*.*\*[[:space:]]*$' "$1" 2>/dev/null | tail -n "${2:-2}" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//' |
+    tr -s ' \t' ' ' | paste -sd ';' - | sed 's/;/; /g' | cut -c1-200
+}
+
+# ": <last lines of log $1>" (prefixed by $3), or nothing when the log is empty
+said() { local t; t=$(tail_of "$1" "${2:-2}"); [ -n "$t" ] && echo "${3:-}: $t"; }
+
+# is a TCP port in LISTEN state on this machine (IPv4 or IPv6)?
+port_listening() {
+  awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+# first port from $1 on that nobody listens on
+free_port() {
+  local p
+  for p in $(seq "$1" $(($1 + 40))); do port_listening "$p" || { echo "$p"; return 0; }; done
+  return 1
+}
+# wait (at most $3 s) until port $1 listens; fails early if process $2 has exited
+wait_listen() {
+  local i
+  for i in $(seq 1 $(($3 * 10))); do
+    port_listening "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# CPU busy % over $1 s, all CPUs, from /proc/stat (idle + iowait count as idle)
+busy_pct() {
+  local a b
+  read -r -a a < <(head -n1 /proc/stat)
+  sleep "$1"
+  read -r -a b < <(head -n1 /proc/stat)
+  awk -v a="${a[*]}" -v b="${b[*]}" 'BEGIN { split(a, x); split(b, y); t = 0
+    for (i = 2; i <= 9; i++) t += y[i] - x[i]
+    idle = (y[5] - x[5]) + (y[6] - x[6])
+    printf "%d\n", (t > 0 ? 100 * (t - idle) / t : 0) }'
+}
+
+# around each measurement: how busy the machine was just before it (0.5 s sample; the benchmark's
+# own load would hide others' during it) and the steal time during it, into raw.txt
+STEP_STAT=()
+step_begin() {
+  STEP_BUSY=$(busy_pct 0.5)
+  read -r -a STEP_STAT < <(head -n1 /proc/stat)
+}
+step_end() {  # $1 name
+  local b
+  read -r -a b < <(head -n1 /proc/stat)
+  record "# step $1: ${STEP_BUSY}% busy just before; $(awk -v a="${STEP_STAT[*]}" -v b="${b[*]}" 'BEGIN { split(a, x); split(b, y)
+    t = 0; for (i = 2; i <= 9; i++) t += y[i] - x[i]
+    printf "during it %d%% busy, %.1f%% steal", (t > 0 ? 100 * (t - (y[5] - x[5]) - (y[6] - x[6])) / t : 0), (t > 0 ? 100 * (y[9] - x[9]) / t : 0) }')"
+  [ "$STEP_BUSY" -ge 25 ] && BUSY_STEPS="$BUSY_STEPS $1(${STEP_BUSY}%)"
+}
+BUSY_STEPS=
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
+
+# --------------------------------------------------------------------------- tools
+
+missing_tools() {
+  local m=()
+  command -v iperf3 >/dev/null || m+=(iperf3)
+  command -v ib_write_bw >/dev/null || m+=(perftest)
+  command -v ibv_devices >/dev/null || m+=(ibverbs-utils)
+  echo "${m[*]}"
+}
+if [ -n "$(missing_tools)" ]; then
+  if [ "$INSTALL" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    note "installing Debian packages (missing: $(missing_tools))"
+    timeout 300 apt-get update >"$OUT/apt.log" 2>&1
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y iperf3 perftest ibverbs-utils >>"$OUT/apt.log" 2>&1 ||
+      note "apt-get install failed: $(tail_of "$OUT/apt.log")"
+  else
+    note "missing: $(missing_tools) (not installing: INSTALL=$INSTALL, uid $(id -u))"
+  fi
+fi
+
+CEIL=$BENCH/ceiling/target/release/urxe-ceiling
+CEIL_BUILD_ERR=
+note "building bench/ceiling (release)"
+if ! command -v cargo >/dev/null; then
+  CEIL_BUILD_ERR="cargo not found"
+elif ! timeout 900 cargo build --release --quiet --manifest-path "$BENCH/ceiling/Cargo.toml" \
+  --target-dir "$BENCH/ceiling/target" >"$OUT/ceiling-build.log" 2>&1; then
+  CEIL_BUILD_ERR="build failed: $(tail_of "$OUT/ceiling-build.log")"
+fi
+[ -z "$CEIL_BUILD_ERR" ] && [ ! -x "$CEIL" ] && CEIL_BUILD_ERR="no binary at $CEIL"
+
+# --------------------------------------------------------------------------- the run's context
+
+COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[ -n "$(git -C "$REPO" status --porcelain --untracked-files=no 2>/dev/null)" ] && COMMIT="$COMMIT+dirty"
+STARTED=$(date -u +%FT%TZ)
+note "urxe bench $STARTED commit=$COMMIT host=$(hostname) kernel=$(uname -r) cpus=$(nproc)"
+note "DUR=$DUR PP=$PP LAT_ITERS=$LAT_ITERS PIN=$PIN URXE_LIB_DIR=$URXE_LIB_DIR PERFTEST_ARGS='$PERFTEST_ARGS' OUT=$OUT"
+note "tools: $(iperf3 --version 2>/dev/null | head -n1); perftest $(dpkg-query -W -f='${Version}' perftest 2>/dev/null || echo '?')"
+
+busy=$(busy_pct 2)
+waited=0
+while [ "$busy" -ge 15 ] && [ "$waited" -lt "$IDLE_WAIT" ]; do
+  [ $((waited % 30)) = 0 ] && note "machine ${busy}% busy (load $(cut -d' ' -f1-3 /proc/loadavg)); waiting for idle ($waited/$IDLE_WAIT s)"
+  sleep 1
+  waited=$((waited + 3))
+  busy=$(busy_pct 2)
+done
+IDLE_NOTE="${busy}% busy over 2 s before the run, load $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$busy" -ge 15 ] && IDLE_NOTE="$IDLE_NOTE (NOT idle: figures are suspect)"
+note "$IDLE_NOTE"
+
+if [ "$PIN" = 1 ]; then
+  CPUS="$TX_CPU,$RX_CPU"
+  SRV_PIN=(taskset -c "$RX_CPU")
+  CLI_PIN=(taskset -c "$TX_CPU")
+  IPERF_AFF=(-A "$TX_CPU,$RX_CPU")
+else
+  CPUS=none
+  SRV_PIN=()
+  CLI_PIN=()
+  IPERF_AFF=()
+fi
+
+# --------------------------------------------------------------------------- ceilings
+
+run_iperf3() {
+  command -v iperf3 >/dev/null || { echo "error=iperf3_not_installed"; return; }
+  local port spid rc res
+  port=$(free_port "$IPERF_PORT") || { echo "error=no_free_port_near_$IPERF_PORT"; return; }
+  timeout -k 2 $((DUR + 30)) iperf3 -s -1 -p "$port" >"$OUT/iperf3.server.log" 2>&1 &
+  spid=$!
+  if ! wait_listen "$port" "$spid" 10; then
+    kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+    echo "error=iperf3_server_did_not_listen:_$(tail_of "$OUT/iperf3.server.log" 1 | tr ' ' _)"
+    return
+  fi
+  timeout -k 2 $((DUR + 20)) iperf3 -c 127.0.0.1 -p "$port" -t "$DUR" -J "${IPERF_AFF[@]}" \
+    >"$OUT/iperf3.json" 2>"$OUT/iperf3.client.err"
+  rc=$?
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  res=$(awk -f "$BENCH/parse_iperf3.awk" "$OUT/iperf3.json")
+  if [ -n "$(kv "$res" tcp_gbps)" ]; then
+    echo "mode=iperf3_tcp $res port=$port"
+  elif [ "$rc" = 124 ]; then
+    echo "error=iperf3_timed_out"
+  else
+    echo "error=iperf3_exit_${rc}_$(kv "$res" iperf3_error)$(kv "$res" parse_error)"
+  fi
+}
+
+run_ceiling() {  # $1 mode, $2 timeout s
+  [ -n "$CEIL_BUILD_ERR" ] && { echo "mode=$1 error=$(tr ' ' _ <<<"$CEIL_BUILD_ERR")"; return; }
+  local line rc
+  line=$(timeout -k 2 "$2" "$CEIL" -t "$DUR" -n "$PP" -c "$CPUS" "$1" 2>>"$OUT/ceiling.err")
+  rc=$?
+  if [ -z "$line" ]; then
+    [ "$rc" = 124 ] && line="mode=$1 error=timed_out_after_${2}s" || line="mode=$1 error=exit_$rc"
+  fi
+  echo "$line"
+}
+
+note "ceiling: iperf3 TCP loopback, one stream, ${DUR}s"
+step_begin
+TCP=$(run_iperf3)
+step_end iperf3_tcp
+record "$TCP"
+note "ceiling: UDP GSO send + UDP_GRO receive, ${DUR}s"
+step_begin
+GSO=$(run_ceiling gso $((DUR + 20)))
+step_end gso
+record "$GSO"
+note "ceiling: 64-byte UDP sendmmsg/recvmmsg, ${DUR}s"
+step_begin
+MMSG=$(run_ceiling mmsg64 $((DUR + 20)))
+step_end mmsg64
+record "$MMSG"
+note "ceiling: 64-byte busy-poll UDP ping-pong, $PP round trips"
+step_begin
+PPONG=$(run_ceiling pingpong $((DUR * 10 + 30)))
+step_end pingpong
+record "$PPONG"
+for l in "$TCP" "$GSO" "$MMSG" "$PPONG"; do
+  [ -n "$(kv "$l" error)" ] && ERRORS=$((ERRORS + 1))
+done
+
+# --------------------------------------------------------------------------- urxe (perftest)
+
+URXE_LIB=$URXE_LIB_DIR/libibverbs.so.1
+URXE_ERR=
+URXE_HINT=
+pt() { if [ -n "$PERFTEST_DIR" ]; then echo "$PERFTEST_DIR/$1"; else command -v "$1"; fi; }
+if [ ! -x "$(pt ib_write_bw)" ]; then
+  URXE_ERR="perftest not installed"
+elif [ ! -e "$URXE_LIB" ]; then
+  URXE_ERR="urxe library missing: $URXE_LIB"
+  URXE_HINT="Build it with provider/build.sh, or point URXE_LIB_DIR at the directory holding libibverbs.so.1."
+else
+  URXE_ENV=(env "LD_LIBRARY_PATH=$URXE_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  loaded=$("${URXE_ENV[@]}" timeout 10 ldd "$(pt ib_write_bw)" 2>/dev/null | awk '$1 == "libibverbs.so.1" { print $3 }')
+  note "perftest loads libibverbs.so.1 from: ${loaded:-? (ldd could not tell)}"
+  if [ -n "$loaded" ] && [ "$(readlink -f "$loaded")" != "$(readlink -f "$URXE_LIB")" ]; then
+    URXE_ERR="perftest would load $loaded, not $URXE_LIB"
+  else
+    devs=$("${URXE_ENV[@]}" timeout 10 ibv_devices 2>&1)
+    record "# ibv_devices: $(tr -s ' \t\n' ' ' <<<"$devs")"
+    grep -qw "$URXE_DEV" <<<"$devs" || note "warning: ibv_devices does not list $URXE_DEV: $(tr -s ' \t\n' ' ' <<<"$devs" | cut -c1-160)"
+  fi
+fi
+
+# perftest_pair NAME PORT_OFFSET TIMEOUT TOOL ARGS... -> "key=value ..." from the client's
+# report, or "error=...". Each pair gets its own port (PERFTEST_PORT + offset, or the next free one)
+# so that no run meets the previous one's connection in TIME_WAIT.
+perftest_pair() {
+  local name=$1 off=$2 tmo=$3 tool=$4
+  shift 4
+  if [ -n "$URXE_ERR" ]; then echo "error=$URXE_ERR"; return; fi
+  local port slog=$OUT/$name.server.log clog=$OUT/$name.client.log spid crc src res
+  port=$(free_port $((PERFTEST_PORT + off))) || { echo "error=no free TCP port near $((PERFTEST_PORT + off))"; return; }
+  local extra=()
+  read -r -a extra <<<"$PERFTEST_ARGS"
+  local common=(-d "$URXE_DEV" -x "$GID_INDEX" -p "$port" -F "$@" "${extra[@]}")
+  record "# $name: $tool ${common[*]} [127.0.0.1]"
+  tool=$(pt "$tool")
+  "${URXE_ENV[@]}" timeout -k 3 "$tmo" "${SRV_PIN[@]}" "$tool" "${common[@]}" >"$slog" 2>&1 &
+  spid=$!
+  if ! wait_listen "$port" "$spid" 15; then
+    kill "$spid" 2>/dev/null
+    wait "$spid"
+    src=$?
+    echo "error=server did not start (exit $src)$(said "$slog")"
+    return
+  fi
+  "${URXE_ENV[@]}" timeout -k 3 "$tmo" "${CLI_PIN[@]}" "$tool" "${common[@]}" 127.0.0.1 >"$clog" 2>&1
+  crc=$?
+  # the server ends by itself after the test; give it a moment, then stop it
+  local i
+  for i in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+  kill "$spid" 2>/dev/null
+  wait "$spid" 2>/dev/null
+  res=$(awk -f "$BENCH/parse_perftest.awk" "$clog")
+  if [ "$crc" = 124 ] || [ "$crc" = 137 ]; then
+    echo "error=timed out after ${tmo}s$(said "$clog")"
+  elif [ "$crc" != 0 ]; then
+    echo "error=client exit $crc$(said "$clog")$(said "$slog" 1 " / server")"
+  elif [ -n "$(kv "$res" parse_error)" ]; then
+    echo "error=no result in perftest output$(said "$clog")"
+  else
+    echo "$res"
+  fi
+}
+
+BW_D=$((DUR + 2))  # perftest -D with margin -f 1: samples the middle DUR seconds
+BW_TMO=${BW_TMO:-$((BW_D + 25))}
+LAT_TMO=${LAT_TMO:-$((30 + LAT_ITERS / 500))}
+note "urxe: ib_write_bw 65536 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
+WBW64K=$(perftest_pair write_bw_64k 0 "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end write_bw_64k
+record "urxe=ib_write_bw_64k $WBW64K"
+note "urxe: ib_write_bw 4096 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
+WBW4K=$(perftest_pair write_bw_4k 10 "$BW_TMO" ib_write_bw -s 4096 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end write_bw_4k
+record "urxe=ib_write_bw_4k $WBW4K"
+note "urxe: ib_send_bw 64 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
+SBW64=$(perftest_pair send_bw_64 20 "$BW_TMO" ib_send_bw -s 64 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end send_bw_64
+record "urxe=ib_send_bw_64 $SBW64"
+note "urxe: ib_send_lat 2 B, $LAT_ITERS iterations"
+[ -z "$URXE_ERR" ] && step_begin
+SLAT=$(perftest_pair send_lat_2 30 "$LAT_TMO" ib_send_lat -s 2 -n "$LAT_ITERS")
+[ -z "$URXE_ERR" ] && step_end send_lat_2
+record "urxe=ib_send_lat_2 $SLAT"
+note "urxe: ib_write_lat 2 B, $LAT_ITERS iterations"
+[ -z "$URXE_ERR" ] && step_begin
+WLAT=$(perftest_pair write_lat_2 40 "$LAT_TMO" ib_write_lat -s 2 -n "$LAT_ITERS")
+[ -z "$URXE_ERR" ] && step_end write_lat_2
+record "urxe=ib_write_lat_2 $WLAT"
+
+# --------------------------------------------------------------------------- table
+
+# value of KEY in a result line, or "error: why"
+value_or_error() {  # $1 result line, $2 key
+  local e v
+  e=$(kv "$1" error)
+  if [ "${1#error=}" != "$1" ]; then e=${1#error=}; fi   # urxe lines are "error=<free text>"
+  if [ -n "$e" ]; then e=${e//|//}; echo "error: ${e//_/ }"; return; fi
+  v=$(num "$(kv "$1" "$2")")
+  if [ -n "$v" ]; then echo "$v"; else echo "error: no $2 in result"; fi
+}
+fmt() { if [ -n "$(num "$1")" ]; then awk -v x="$1" -v d="$2" 'BEGIN { printf "%.*f", d, x }'; else echo "$1"; fi; }
+
+TABLE=$OUT/table.md
+BARS_FAILED=0
+URXE_ERRS=0
+# row METRIC URXE_LINE URXE_KEY CEILING_LABEL CEILING_LINE CEILING_KEY DECIMALS BAR
+#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the first bar), or "" (no bar)
+row() {
+  local u c r verdict bar=$8 bar_txt=-
+  u=$(value_or_error "$2" "$3")
+  c=$(value_or_error "$5" "$6")
+  r=-
+  if [ -n "$(num "$u")" ] && [ -n "$(num "$c")" ]; then r=$(ratio "$u" "$c"); fi
+  verdict=-
+  case $bar in
+    ">="*) bar_txt="≥ ${bar#>=}×" ;;
+    "<="*) bar_txt="≤ ${bar#<=}×" ;;
+  esac
+  if [ -n "$bar" ]; then
+    if [ "$r" = - ]; then
+      verdict="n/a"
+    elif awk -v r="$r" -v b="${bar#??}" -v op="${bar:0:2}" 'BEGIN { exit !(op == ">=" ? r >= b : r <= b) }'; then
+      verdict=PASS
+    else
+      verdict=FAIL
+      BARS_FAILED=$((BARS_FAILED + 1))
+    fi
+  fi
+  echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
+}
+count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
+count_urxe_err "$WBW64K" "$WBW4K" "$SBW64" "$SLAT" "$WLAT"
+ERRORS=$((ERRORS + URXE_ERRS))
+
+{
+  echo "## urxe vs ceilings — $STARTED, commit $COMMIT"
+  echo
+  echo "Machine: $(nproc) CPUs, $(uname -r); $IDLE_NOTE. DUR=${DUR}s, ping-pong $PP round trips," \
+    "latency $LAT_ITERS iterations, placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
+  [ -n "$BUSY_STEPS" ] && echo "Other load just before:$BUSY_STEPS — those figures are suspect; see raw.txt."
+  echo
+  echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | first bar | result |"
+  echo "|---|---|---|---|---|---|"
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=0.5"
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ">=0.5"
+  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=3"
+  row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 ""
+  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 ""
+  row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 ""
+  [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
+  echo
+  echo "Ceilings measured in this run:"
+  echo
+  echo "| ceiling | figure | detail |"
+  echo "|---|---|---|"
+  echo "| TCP loopback, iperf3, one stream | $(fmt "$(value_or_error "$TCP" tcp_gbps)" 2) Gb/s | receiver side; sender $(kv "$TCP" tcp_sender_gbps) Gb/s |"
+  echo "| UDP GSO 15×4136 B + UDP_GRO receive | $(fmt "$(value_or_error "$GSO" gbps)" 2) Gb/s RDMA payload | $(kv "$GSO" udp_gbps) Gb/s UDP payload, $(kv "$GSO" seg_per_s) seg/s, loss $(kv "$GSO" loss_pct)% (rcvbuf errors $(kv "$GSO" udp_rcvbuf_errors)), intact super-packets $(kv "$GSO" intact_pct)% |"
+  echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(fmt "$(value_or_error "$MMSG" mmsg_per_s)" 3) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
+  echo "| UDP 64 B ping-pong, busy-poll, one-way | $(fmt "$(value_or_error "$PPONG" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
+} >"$TABLE"
+
+echo
+cat "$TABLE"
+echo
+echo "raw: $RAW   table: $TABLE   logs: $OUT"
+if [ "$ERRORS" -gt 0 ]; then
+  echo "run.sh: $ERRORS figure(s) could not be measured ($URXE_ERRS of them urxe's)" >&2
+  exit 1
+fi
+if [ "$STRICT" = 1 ] && [ "$BARS_FAILED" -gt 0 ]; then
+  echo "run.sh: $BARS_FAILED first-bar check(s) failed" >&2
+  exit 2
+fi
+exit 0

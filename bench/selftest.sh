@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# bench/selftest.sh - checks of the benchmark's own machinery, without an RDMA device or urxe:
+#   1. parse_perftest.awk / parse_iperf3.awk against hand-written perftest reports and saved
+#      iperf3 JSON in bench/testdata (each X.txt / X.json has its expected line in X.expect);
+#   2. the ceiling tool's unit tests (cargo test);
+#   3. run.sh end to end with stand-in perftest programs (small scripts that listen/connect on the
+#      -p port like perftest and print the testdata reports): a figure is parsed into the table with
+#      its ratio and verdict, a failing client and a hanging client become "error: ..." and the run
+#      still ends, with exit status 1. This part also runs the real ceilings, briefly (DUR=1).
+# Prints "N passed, M failed" last; exit status 0 only if nothing failed.
+set -u
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TD=$BENCH/testdata
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+# ---- 1. parsers
+for f in "$TD"/*.txt; do
+  got=$(awk -f "$BENCH/parse_perftest.awk" "$f")
+  want=$(cat "${f%.txt}.expect")
+  [ "$got" = "$want" ] && ok "parse_perftest $(basename "$f")" || bad "parse_perftest $(basename "$f"): got '$got' want '$want'"
+done
+for f in "$TD"/*.json; do
+  got=$(awk -f "$BENCH/parse_iperf3.awk" "$f")
+  want=$(cat "${f%.json}.expect")
+  [ "$got" = "$want" ] && ok "parse_iperf3 $(basename "$f")" || bad "parse_iperf3 $(basename "$f"): got '$got' want '$want'"
+done
+
+# ---- 2. ceiling tool unit tests
+if command -v cargo >/dev/null; then
+  if out=$(timeout 900 cargo test --release --quiet --manifest-path "$BENCH/ceiling/Cargo.toml" \
+    --target-dir "$BENCH/ceiling/target" 2>&1); then
+    ok "ceiling cargo test"
+  else
+    bad "ceiling cargo test: $(tail -n 5 <<<"$out")"
+  fi
+else
+  bad "ceiling cargo test: cargo not found"
+fi
+
+# ---- 3. run.sh with stand-in perftest programs
+if ! command -v python3 >/dev/null; then
+  bad "run.sh end to end: python3 (used by the stand-ins) not found"
+else
+  W=$(mktemp -d /tmp/urxe-bench-selftest.XXXXXX)
+  mkdir -p "$W/bin" "$W/lib"
+  : >"$W/lib/libibverbs.so.1"   # run.sh only checks that it exists; the stand-ins do not load it
+  cat >"$W/bin/stub" <<EOF
+#!/usr/bin/env bash
+# stand-in for a perftest program: server = listen on -p and accept once; client = connect, print a report
+tool=\$(basename "\$0") port= size= last=
+while [ \$# -gt 0 ]; do
+  case \$1 in -p) port=\$2; shift ;; -s) size=\$2; shift ;; esac
+  last=\$1; shift
+done
+if [ "\$last" != 127.0.0.1 ]; then
+  exec python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); s.settimeout(20)
+c, _ = s.accept(); c.recv(1); print("server done")' "\$port"
+fi
+python3 -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), 5).close()' "\$port" || exit 1
+case \$tool-\$size in
+  ib_write_bw-65536) cat "$TD/write_bw_64k_gbits.txt" ;;
+  ib_write_bw-4096) echo " Couldn't post send: stand-in failure"; exit 1 ;;
+  ib_send_bw-64) cat "$TD/send_bw_64_mib.txt" ;;
+  ib_send_lat-2) cat "$TD/send_lat_2.txt" ;;
+  ib_write_lat-2) exec sleep 60 ;;
+  *) echo "stand-in: unexpected \$tool -s \$size"; exit 1 ;;
+esac
+EOF
+  chmod +x "$W/bin/stub"
+  for t in ib_write_bw ib_send_bw ib_send_lat ib_write_lat; do ln -s stub "$W/bin/$t"; done
+  t0=$(date +%s)
+  out=$(DUR=1 PP=2000 LAT_ITERS=100 LAT_TMO=3 IDLE_WAIT=0 INSTALL=0 PERFTEST_DIR="$W/bin" \
+    URXE_LIB_DIR="$W/lib" OUT="$W/out" timeout 120 "$BENCH/run.sh" 2>"$W/stderr")
+  rc=$?
+  took=$(($(date +%s) - t0))
+  [ "$rc" = 1 ] && ok "run.sh exit status 1 when figures are missing" || bad "run.sh exit status $rc, want 1 (stderr: $(tail -n 3 "$W/stderr"))"
+  [ "$took" -lt 90 ] && ok "run.sh ended in ${took}s" || bad "run.sh took ${took}s"
+  chk() {  # $1 description, $2 fixed string that must be in the output
+    grep -qF -- "$2" <<<"$out" && ok "$1" || bad "$1: no '$2' in run.sh output"
+  }
+  chk "write_bw 64 KiB figure in the table" "| ib_write_bw 64 KiB, Gb/s | 12.61 |"
+  chk "send_bw 64 B message rate in the table" "| ib_send_bw 64 B, Mmsg/s | 0.344 |"
+  chk "send_lat typical in the table" "| ib_send_lat 2 B typical, µs | 4.37 |"
+  chk "send_lat p99 in the table" "| ib_send_lat 2 B p99, µs | 7.05 |"
+  chk "failing client reported" "| ib_write_bw 4 KiB, Gb/s | error: client exit 1: Couldn't post send: stand-in failure"
+  chk "hanging client reported" "| ib_write_lat 2 B typical, µs | error: timed out after 3s"
+  row=$(grep -F "| ib_write_bw 64 KiB, Gb/s | 12.61 |" <<<"$out" | grep -F "TCP loopback")
+  if [[ $row =~ \|\ ([0-9]+\.[0-9]+)\ \|\ ≥\ 0\.5×\ \|\ (PASS|FAIL)\ \| ]]; then
+    ok "write_bw ratio ${BASH_REMATCH[1]} and verdict ${BASH_REMATCH[2]}"
+  else
+    bad "write_bw row has no ratio/verdict: $row"
+  fi
+  row=$(grep -F "| ib_send_lat 2 B typical, µs | 4.37 |" <<<"$out")
+  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ ≤\ 3×\ \|\ (PASS|FAIL)\ \| ]] && ok "send_lat ratio and verdict" || bad "send_lat row: $row"
+  for m in gso mmsg64 pingpong iperf3_tcp; do
+    grep -q "^mode=$m .*" "$W/out/raw.txt" && ! grep -q "^mode=$m .*error=" "$W/out/raw.txt" &&
+      ok "ceiling $m measured" || bad "ceiling $m: $(grep "mode=$m\|error" "$W/out/raw.txt" | head -n 2)"
+  done
+  if pgrep -f "$W/bin" >/dev/null; then bad "stand-in processes left running"; else ok "no stand-in left running"; fi
+  printf "%s\n" "$out" >"$W/out/stdout.txt"
+  if [ "$fail" = 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$W"; else echo "kept $W for inspection"; fi
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,779 @@
+//! Provider layer: the one device `urxe0`, its contexts, and the device/port/GID queries.
+//!
+//! Ownership:
+//! - The device is a `Box<UrxeDevice>` leaked on the first `ibv_get_device_list` and never
+//!   freed: its pointer stays the same for the life of the process (librdmacm compares device
+//!   pointers across list calls) and outlives every list (pyverbs frees the list right after
+//!   `ibv_open_device`). `verbs_device.refcount` still counts lists and contexts for anyone who
+//!   looks, but reaching zero frees nothing.
+//! - A device list is a `calloc`ed NULL-terminated array owned by the caller until
+//!   `ibv_free_device_list` (`free`).
+//! - A context is a `Box<UrxeContext>` (verbs_context first, so `&ctx.vctx.context` is the
+//!   `ibv_context *` applications hold, 320 bytes in) from `ibv_open_device` /
+//!   `ibv_import_device` until `ibv_close_device`. It owns `cmd_fd` (an eventfd), and both ends
+//!   of the async-event pipe.
+//!
+//! Must not: implement protocol behaviour; everything that needs the engine goes through
+//! [`crate::glue`].
+
+use crate::abi::*;
+use crate::config::{self, ConfigError, IfAddr};
+use crate::export::{non_null, set_errno};
+use crate::verbs;
+use libc::{c_char, c_int, c_void};
+use std::ffi::CStr;
+use std::mem::{offset_of, size_of, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
+use std::ptr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use urxe::engine::{Limits, Mtu};
+
+pub const DEVICE_NAME: &str = "urxe0";
+/// rxe's vendor id (IEEE "unassigned"), never Mellanox 0x02c9 or Amazon 0x1d0f: perftest and
+/// the rdma-core tests would switch to mlx5dv/efadv paths.
+pub const VENDOR_ID: u32 = 0x00ff_ffff;
+pub const GID_TABLE_LEN: u32 = 4;
+pub const PORT_NUM: u8 = 1;
+pub const PKEY_DEFAULT: u16 = 0xffff;
+/// Device capability flags: what rxe advertises.
+pub const DEVICE_CAP_FLAGS: u64 = IBV_DEVICE_BAD_PKEY_CNTR
+    | IBV_DEVICE_BAD_QKEY_CNTR
+    | IBV_DEVICE_AUTO_PATH_MIG
+    | IBV_DEVICE_CHANGE_PHY_PORT
+    | IBV_DEVICE_UD_AV_PORT_ENFORCE
+    | IBV_DEVICE_PORT_ACTIVE_EVENT
+    | IBV_DEVICE_SYS_IMAGE_GUID
+    | IBV_DEVICE_RC_RNR_NAK_GEN
+    | IBV_DEVICE_SRQ_RESIZE
+    | IBV_DEVICE_MEM_WINDOW
+    | IBV_DEVICE_MEM_MGT_EXTENSIONS
+    | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+/// Completion timestamps are nanoseconds: a 1 GHz "core clock" (kHz units).
+pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
+const CONTEXT_MAGIC: u64 = 0x7572_7865_6374_7821; // "urxectx!"
+
+/// What the address decision produced; fixed for the life of the process.
+#[derive(Debug)]
+pub struct DeviceInfo {
+    pub addr: IpAddr,
+    pub gid: [u8; 16],
+    /// Node GUID in network byte order.
+    pub guid: [u8; 8],
+    pub ifname: Option<String>,
+    pub ifindex: u32,
+    pub netdev_mtu: u32,
+    pub active_mtu: Mtu,
+    pub limits: Limits,
+    /// UDP `addr:4791`, bound so the choice is real and conflicts show now. The transport
+    /// takes it over in phase 2.
+    pub socket: UdpSocket,
+}
+
+/// The device as handed to C. `vdev` first: an `ibv_device *` is a pointer to this.
+#[repr(C)]
+pub struct UrxeDevice {
+    pub vdev: verbs_device,
+    pub info: DeviceInfo,
+    /// The engine, sockets and progress thread, started by the first verb that needs them
+    /// (`glue::transport`); the error, if starting failed, is kept and returned every time.
+    pub transport: std::sync::OnceLock<Result<urxe::transport::Device, i32>>,
+}
+
+/// A device pointer that may live in a static.
+struct DevPtr(*mut UrxeDevice);
+// SAFETY: the device is immutable after creation except `refcount`, which is only touched
+// through AtomicI32 views; the pointee is never freed.
+unsafe impl Send for DevPtr {}
+// SAFETY: as above.
+unsafe impl Sync for DevPtr {}
+
+static DEVICE: OnceLock<Result<DevPtr, (String, i32)>> = OnceLock::new();
+
+/// Marker `verbs_device.ops` points at: non-NULL and never equal to a system provider's table.
+static URXE_DEVICE_OPS_MARKER: [u8; 8] = *b"urxe-ops";
+
+fn copy_cstr(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len() - 1);
+    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
+        *d = *b as c_char;
+    }
+    dst[n] = 0;
+}
+
+/// Every local interface address with its netdev MTU and index.
+pub fn system_interfaces() -> Vec<IfAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free with freeifaddrs below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        // SAFETY: ifa_addr/ifa_netmask point to sockaddrs of the family they announce.
+        let (addr, mask) = unsafe { (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask)) };
+        let (Some(addr), Some(netmask)) = (addr, mask) else {
+            continue;
+        };
+        // SAFETY: ifa_name is a valid C string.
+        let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
+        let mtu = netdev_mtu(&name).unwrap_or(1500);
+        out.push(IfAddr { name, index, addr, netmask, mtu });
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// # Safety
+/// `sa` is NULL or points to a sockaddr whose `sa_family` tells its real type.
+unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: caller guarantees `sa` is a valid sockaddr of its announced family.
+    unsafe {
+        match (*sa).sa_family as c_int {
+            libc::AF_INET => {
+                let sin = &*(sa as *const libc::sockaddr_in);
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+            }
+            libc::AF_INET6 => {
+                let sin6 = &*(sa as *const libc::sockaddr_in6);
+                Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn netdev_mtu(ifname: &str) -> Option<u32> {
+    // SAFETY: plain socket(2) call; the fd is closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: ifreq is plain data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { MaybeUninit::zeroed().assume_init() };
+    for (d, b) in req.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = b as c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads ifr_name and writes ifru_mtu of our local ifreq.
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: after a successful SIOCGIFMTU the union holds the MTU.
+    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
+}
+
+fn build_device() -> Result<DevPtr, (String, i32)> {
+    let env = std::env::var("URXE_ADDR").ok();
+    let ifaces = system_interfaces();
+    let chosen =
+        config::choose(env.as_deref(), std::process::id(), &ifaces, |a| UdpSocket::bind((a, config::ROCE_PORT)))
+            .map_err(|e: ConfigError| (format!("urxe: {e}"), e.errno()))?;
+    let active_mtu = Mtu::for_netdev(chosen.netdev_mtu).ok_or_else(|| {
+        (
+            format!(
+                "urxe: the MTU {} of {} is too small for RoCE (URXE_ADDR={})",
+                chosen.netdev_mtu,
+                chosen.ifname.as_deref().unwrap_or("?"),
+                chosen.addr
+            ),
+            libc::EINVAL,
+        )
+    })?;
+    let info = DeviceInfo {
+        addr: chosen.addr,
+        gid: config::gid_of(chosen.addr),
+        guid: config::node_guid_of(chosen.addr),
+        ifname: chosen.ifname,
+        ifindex: chosen.ifindex,
+        netdev_mtu: chosen.netdev_mtu,
+        active_mtu,
+        limits: Limits::default(),
+        socket: chosen.bound,
+    };
+    // SAFETY: verbs_device is plain data (integers, arrays, raw pointers); all-zero is valid.
+    let mut vdev: verbs_device = unsafe { MaybeUninit::zeroed().assume_init() };
+    vdev.device.node_type = IBV_NODE_CA as c_int;
+    vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
+    copy_cstr(&mut vdev.device.name, DEVICE_NAME);
+    copy_cstr(&mut vdev.device.dev_name, "uverbs0");
+    copy_cstr(&mut vdev.device.dev_path, "/sys/class/infiniband_verbs/uverbs0");
+    copy_cstr(&mut vdev.device.ibdev_path, "/sys/class/infiniband/urxe0");
+    vdev.ops = URXE_DEVICE_OPS_MARKER.as_ptr() as *const c_void;
+    vdev.refcount = 1;
+    Ok(DevPtr(Box::into_raw(Box::new(UrxeDevice { vdev, info, transport: std::sync::OnceLock::new() }))))
+}
+
+/// The device, creating it (address choice + bind) on first use. The error (message, errno) is
+/// decided once; the message is printed once.
+pub fn device() -> Result<&'static UrxeDevice, i32> {
+    let mut first = false;
+    let r = DEVICE.get_or_init(|| {
+        first = true;
+        build_device()
+    });
+    match r {
+        // SAFETY: the device is leaked and never freed.
+        Ok(p) => Ok(unsafe { &*p.0 }),
+        Err((msg, e)) => {
+            if first {
+                eprintln!("{msg}");
+            }
+            Err(*e)
+        }
+    }
+}
+
+/// The device if it was already created (no side effects).
+pub fn device_if_created() -> Option<&'static UrxeDevice> {
+    match DEVICE.get() {
+        // SAFETY: the device is leaked and never freed.
+        Some(Ok(p)) => Some(unsafe { &*p.0 }),
+        _ => None,
+    }
+}
+
+fn refcount(dev: &UrxeDevice) -> &AtomicI32 {
+    // SAFETY: `refcount` is an aligned c_int inside the leaked device; C never writes it
+    // (libibverbs' own code is us), so viewing it as an AtomicI32 is sound.
+    unsafe { AtomicI32::from_ptr(ptr::addr_of!(dev.vdev.refcount) as *mut i32) }
+}
+
+/// Our device behind an `ibv_device *`, or EINVAL for anything else.
+pub fn device_from(dev: *mut ibv_device) -> Result<&'static UrxeDevice, i32> {
+    let d = device_if_created().ok_or(libc::EINVAL)?;
+    if ptr::eq(dev as *const u8, d as *const UrxeDevice as *const u8) {
+        Ok(d)
+    } else {
+        Err(libc::EINVAL)
+    }
+}
+
+/// The context as handed to C. `vctx` first; `&vctx.context` is the `ibv_context *`.
+#[repr(C)]
+pub struct UrxeContext {
+    pub vctx: verbs_context,
+    magic: u64,
+    pub dev: *const UrxeDevice,
+    /// Write end of the async-event pipe (`vctx.context.async_fd` is the read end).
+    pub async_write: c_int,
+}
+
+impl UrxeContext {
+    pub fn ibv(&self) -> *mut ibv_context {
+        ptr::addr_of!(self.vctx.context) as *mut ibv_context
+    }
+    pub fn device(&self) -> &'static UrxeDevice {
+        // SAFETY: `dev` is the leaked device, set at creation and never freed.
+        unsafe { &*self.dev }
+    }
+}
+
+/// The `UrxeContext` behind an `ibv_context *` we created.
+///
+/// # Safety
+/// `ctx` is NULL or a pointer returned by our `ibv_open_device`/`ibv_import_device` and not
+/// yet closed.
+pub unsafe fn ctx_from<'a>(ctx: *mut ibv_context) -> Result<&'a UrxeContext, i32> {
+    let ctx = non_null(ctx)?;
+    // SAFETY: caller contract: a live context of ours, so `abi_compat` is readable.
+    if unsafe { (*ctx).abi_compat } as usize != usize::MAX {
+        return Err(libc::EINVAL);
+    }
+    let base = (ctx as *mut u8).wrapping_sub(offset_of!(verbs_context, context)) as *mut UrxeContext;
+    // SAFETY: a context of ours sits 320 bytes into a UrxeContext allocation.
+    let u = unsafe { &*base };
+    if u.magic != CONTEXT_MAGIC {
+        return Err(libc::EINVAL);
+    }
+    Ok(u)
+}
+
+/// Live cmd_fd identities `(st_dev, st_ino)`, for `ibv_import_device`.
+static CMD_FDS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+fn fd_identity(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: stat is plain data; fstat fills it or fails.
+    let mut st: libc::stat = unsafe { MaybeUninit::zeroed().assume_init() };
+    // SAFETY: fstat writes only into `st`.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+fn new_cmd_fd() -> Result<c_int, i32> {
+    // SAFETY: eventfd(2) creates a new fd we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(crate::export::errno());
+    }
+    Ok(fd)
+}
+
+/// Create a context over `cmd_fd` (taken over: closed by `ibv_close_device`).
+fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_context, i32> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 writes two new fds into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(crate::export::errno());
+    }
+    // The engine side must never block on a full pipe (nobody reading async events).
+    // SAFETY: fcntl on our own fd.
+    unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+    // SAFETY: UrxeContext is plain data (Option<fn>, raw pointers, integers, pthread types);
+    // all-zero is a valid value for each.
+    let mut b: Box<UrxeContext> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
+    b.magic = CONTEXT_MAGIC;
+    b.dev = dev;
+    b.async_write = fds[1];
+    let v = &mut b.vctx;
+    v.sz = size_of::<verbs_context>();
+    v.query_port = Some(query_port_op);
+    v.query_device_ex = Some(query_device_ex_op);
+    v.create_cq_ex = Some(verbs::create_cq_ex_op);
+    v.create_qp_ex = Some(verbs::create_qp_ex_op);
+    v.create_srq_ex = Some(verbs::create_srq_ex_op);
+    v.get_srq_num = Some(verbs::get_srq_num_op);
+    v.open_xrcd = Some(verbs::open_xrcd_op);
+    v.close_xrcd = Some(verbs::close_xrcd_op);
+    let c = &mut v.context;
+    c.device = dev as *const UrxeDevice as *mut ibv_device;
+    c.cmd_fd = cmd_fd;
+    c.async_fd = fds[0];
+    c.num_comp_vectors = 1;
+    c.abi_compat = usize::MAX as *mut c_void;
+    c.ops._compat_query_device = Some(ibv_query_device);
+    c.ops._compat_query_port = Some(ibv_query_port);
+    c.ops.poll_cq = Some(verbs::poll_cq_op);
+    c.ops.req_notify_cq = Some(verbs::req_notify_cq_op);
+    c.ops.post_send = Some(verbs::post_send_op);
+    c.ops.post_recv = Some(verbs::post_recv_op);
+    c.ops.post_srq_recv = Some(verbs::post_srq_recv_op);
+    c.ops.alloc_mw = Some(verbs::alloc_mw_op);
+    c.ops.bind_mw = Some(verbs::bind_mw_op);
+    c.ops.dealloc_mw = Some(verbs::dealloc_mw_op);
+    let raw = Box::into_raw(b);
+    // SAFETY: `raw` is a live, pinned (boxed) allocation; the mutex is initialised in place
+    // and never moved.
+    unsafe { libc::pthread_mutex_init(ptr::addr_of_mut!((*raw).vctx.context.mutex), ptr::null()) };
+    if let Some(id) = fd_identity(cmd_fd) {
+        CMD_FDS.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+    }
+    refcount(dev).fetch_add(1, Ordering::Relaxed);
+    // SAFETY: `raw` is live.
+    Ok(unsafe { (*raw).ibv() })
+}
+
+export! {
+    /// `ibv_get_device_list(3)`: one device, `urxe0`. NULL + EINVAL/EADDRINUSE (with a message
+    /// on stderr naming URXE_ADDR) when the address configuration is unusable.
+    fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device as ptr {
+        let dev = device()?;
+        // SAFETY: calloc of two pointer slots; freed by ibv_free_device_list.
+        let list = unsafe { libc::calloc(2, size_of::<*mut ibv_device>()) } as *mut *mut ibv_device;
+        if list.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        // SAFETY: `list` has two zeroed slots; slot 1 stays NULL (terminator).
+        unsafe { *list = dev as *const UrxeDevice as *mut ibv_device };
+        refcount(dev).fetch_add(1, Ordering::Relaxed);
+        if !num_devices.is_null() {
+            // SAFETY: caller passes a writable int or NULL.
+            unsafe { *num_devices = 1 };
+        }
+        Ok(list)
+    }
+}
+
+export! {
+    /// `ibv_free_device_list(3)`: drops the list's device references and frees the array.
+    fn ibv_free_device_list(list: *mut *mut ibv_device) as void {
+        if list.is_null() {
+            return;
+        }
+        let mut i = 0;
+        loop {
+            // SAFETY: `list` is a NULL-terminated array from ibv_get_device_list.
+            let d = unsafe { *list.add(i) };
+            if d.is_null() {
+                break;
+            }
+            if let Ok(dev) = device_from(d) {
+                refcount(dev).fetch_sub(1, Ordering::Relaxed);
+            }
+            i += 1;
+        }
+        // SAFETY: allocated with calloc in ibv_get_device_list.
+        unsafe { libc::free(list as *mut c_void) };
+    }
+}
+
+export! {
+    /// `ibv_get_device_name(3)`.
+    fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char as ptr {
+        let d = device_from(device)?;
+        Ok(d.vdev.device.name.as_ptr())
+    }
+}
+
+export! {
+    /// `ibv_get_device_guid(3)`: node GUID in network byte order (0 + EINVAL on a bad device).
+    fn ibv_get_device_guid(device: *mut ibv_device) -> u64 as value(0) {
+        match device_from(device) {
+            Ok(d) => u64::from_ne_bytes(d.info.guid),
+            Err(e) => {
+                set_errno(e);
+                0
+            }
+        }
+    }
+}
+
+export! {
+    /// `ibv_get_device_index(3)`: 0 for urxe0, -1 for anything else.
+    fn ibv_get_device_index(device: *mut ibv_device) -> c_int as neg1 {
+        device_from(device).map(|_| 0)
+    }
+}
+
+export! {
+    /// `ibv_open_device(3)`.
+    fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context as ptr {
+        let dev = device_from(device)?;
+        let fd = new_cmd_fd()?;
+        open_context(dev, fd).inspect_err(|_| {
+            // SAFETY: fd is ours and unused.
+            unsafe { libc::close(fd) };
+        })
+    }
+}
+
+export! {
+    /// `ibv_import_device(3)`: a new context over a (dup of a) `cmd_fd` of one of our
+    /// contexts; the fd is owned by the new context.
+    fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context as ptr {
+        let id = fd_identity(cmd_fd).ok_or(libc::EBADF)?;
+        let known = CMD_FDS.lock().unwrap_or_else(|e| e.into_inner()).contains(&id);
+        if !known {
+            return Err(libc::EINVAL);
+        }
+        let dev = device()?;
+        open_context(dev, cmd_fd)
+    }
+}
+
+export! {
+    /// `ibv_close_device(3)`: 0, or -1 + errno.
+    fn ibv_close_device(context: *mut ibv_context) -> c_int as neg1 {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }? as *const UrxeContext as *mut UrxeContext;
+        // SAFETY: `u` came from Box::into_raw in open_context and is closed once.
+        let b = unsafe { Box::from_raw(u) };
+        let c = &b.vctx.context;
+        if let Some(id) = fd_identity(c.cmd_fd) {
+            let mut fds = CMD_FDS.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = fds.iter().position(|x| *x == id) {
+                fds.swap_remove(i);
+            }
+        }
+        // SAFETY: these fds belong to the context being destroyed.
+        unsafe {
+            libc::close(c.cmd_fd);
+            libc::close(c.async_fd);
+            libc::close(b.async_write);
+            libc::pthread_mutex_destroy(ptr::addr_of!(c.mutex) as *mut libc::pthread_mutex_t);
+        }
+        refcount(b.device()).fetch_sub(1, Ordering::Relaxed);
+        Ok(0)
+    }
+}
+
+/// `ibv_device_attr` of urxe0.
+pub fn device_attr(dev: &UrxeDevice) -> ibv_device_attr {
+    let l = &dev.info.limits;
+    let clamp = |v: u32| v.min(i32::MAX as u32) as c_int;
+    // SAFETY: plain data; all-zero is valid.
+    let mut a: ibv_device_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    copy_cstr(&mut a.fw_ver, concat!("urxe ", env!("CARGO_PKG_VERSION")));
+    a.node_guid = u64::from_ne_bytes(dev.info.guid);
+    a.sys_image_guid = a.node_guid;
+    a.max_mr_size = l.max_mr_size;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = VENDOR_ID;
+    a.vendor_part_id = 0;
+    a.hw_ver = 0;
+    a.max_qp = clamp(l.max_qp);
+    a.max_qp_wr = clamp(l.max_qp_wr);
+    a.device_cap_flags = DEVICE_CAP_FLAGS as u32;
+    a.max_sge = clamp(l.max_sge);
+    a.max_sge_rd = clamp(l.max_sge_rd);
+    a.max_cq = clamp(l.max_cq);
+    a.max_cqe = clamp(l.max_cqe);
+    a.max_mr = clamp(l.max_mr);
+    a.max_pd = clamp(l.max_pd);
+    a.max_qp_rd_atom = clamp(l.max_qp_rd_atom);
+    a.max_res_rd_atom = clamp(l.max_res_rd_atom);
+    a.max_qp_init_rd_atom = clamp(l.max_qp_init_rd_atom);
+    a.atomic_cap = IBV_ATOMIC_HCA as u32;
+    a.max_mw = clamp(l.max_mw);
+    a.max_ah = clamp(l.max_ah);
+    a.max_srq = clamp(l.max_srq);
+    a.max_srq_wr = clamp(l.max_srq_wr);
+    a.max_srq_sge = clamp(l.max_srq_sge);
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    a
+}
+
+/// `ibv_device_attr_ex` of urxe0.
+pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
+    // SAFETY: plain data; all-zero is valid.
+    let mut a: ibv_device_attr_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+    a.orig_attr = device_attr(dev);
+    a.completion_timestamp_mask = u64::MAX;
+    a.hca_core_clock = HCA_CORE_CLOCK_KHZ;
+    a.device_cap_flags_ex = DEVICE_CAP_FLAGS;
+    a.phys_port_cnt_ex = 1;
+    a
+}
+
+/// `ibv_port_attr` of port 1.
+pub fn port_attr_of(dev: &UrxeDevice) -> ibv_port_attr {
+    ibv_port_attr {
+        state: IBV_PORT_ACTIVE as u32,
+        max_mtu: IBV_MTU_4096 as u32,
+        active_mtu: dev.info.active_mtu as u32,
+        gid_tbl_len: GID_TABLE_LEN as c_int,
+        port_cap_flags: (IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS) as u32,
+        max_msg_sz: dev.info.limits.max_msg_size,
+        pkey_tbl_len: 1,
+        max_vl_num: 1,
+        active_width: IB_WIDTH_4X,
+        active_speed: IB_SPEED_QDR,
+        phys_state: 5, // LinkUp
+        link_layer: IBV_LINK_LAYER_ETHERNET as u8,
+        ..Default::default()
+    }
+}
+
+/// Copy the first `len` bytes of `src` into `dst` after zeroing `len` bytes of `dst`.
+///
+/// # Safety
+/// `dst` is writable for `len` bytes.
+unsafe fn copy_prefix<T>(dst: *mut u8, len: usize, src: &T) {
+    let n = len.min(size_of::<T>());
+    // SAFETY: caller: dst writable for len bytes; src is a live T of size_of::<T>() >= n bytes.
+    unsafe {
+        ptr::write_bytes(dst, 0, len);
+        ptr::copy_nonoverlapping(src as *const T as *const u8, dst, n);
+    }
+}
+
+export! {
+    /// `ibv_query_device(3)`: 0 or errno.
+    fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int as errno {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let out = non_null(device_attr)?;
+        // SAFETY: caller passes a writable ibv_device_attr.
+        unsafe { out.write(self::device_attr(u.device())) };
+        Ok(())
+    }
+}
+
+crate::c_fn! {
+            /// `verbs_context.query_device_ex`: fills `attr_size` bytes (older binaries pass less
+            /// than 400), EINVAL for unknown input bits or a buffer smaller than
+            /// `ibv_device_attr`.
+            fn query_device_ex_op(
+                context: *mut ibv_context,
+                input: *const ibv_query_device_ex_input,
+                attr: *mut ibv_device_attr_ex,
+                attr_size: usize,
+            ) -> c_int as errno {
+                // SAFETY: caller passes a context of ours.
+                let u = unsafe { ctx_from(context) }?;
+                // SAFETY: `input` is NULL or readable.
+                if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+                    return Err(libc::EINVAL);
+                }
+                let attr = non_null(attr)?;
+                if attr_size < size_of::<ibv_device_attr>() {
+                    return Err(libc::EINVAL);
+                }
+                let a = device_attr_ex(u.device());
+                // SAFETY: the caller's buffer is `attr_size` bytes.
+                unsafe { copy_prefix(attr as *mut u8, attr_size, &a) };
+                Ok(())
+            }
+}
+
+crate::c_fn! {
+    /// `verbs_context.query_port`: honours `port_attr_len` (52 today, 48 for old binaries).
+    fn query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr, port_attr_len: usize) -> c_int as errno {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let out = non_null(port_attr)?;
+        if port_num != PORT_NUM {
+            return Err(libc::EINVAL);
+        }
+        let a = port_attr_of(u.device());
+        // SAFETY: the caller's buffer is `port_attr_len` bytes.
+        unsafe { copy_prefix(out as *mut u8, port_attr_len, &a) };
+        Ok(())
+    }
+}
+
+export! {
+    /// `ibv_query_port@@IBVERBS_1.1`: the exported compat entry, 48-byte attribute struct.
+    fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut _compat_ibv_port_attr) -> c_int as errno {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let out = non_null(port_attr)?;
+        if port_num != PORT_NUM {
+            return Err(libc::EINVAL);
+        }
+        let a = port_attr_of(u.device());
+        // SAFETY: old and new callers both pass at least 48 writable bytes.
+        unsafe { copy_prefix(out as *mut u8, COMPAT_PORT_ATTR_SIZE, &a) };
+        Ok(())
+    }
+}
+
+fn check_gid(port: u32, index: u32) -> Result<(), i32> {
+    if port != PORT_NUM as u32 || index >= GID_TABLE_LEN {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+export! {
+    /// `ibv_query_gid(3)`: 0, or -1 + EINVAL for a bad port/index.
+    fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int as neg1 {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let out = non_null(gid)?;
+        check_gid(port_num as u32, u32::try_from(index).map_err(|_| libc::EINVAL)?)?;
+        // SAFETY: caller passes a writable ibv_gid.
+        unsafe { out.write(ibv_gid { raw: u.device().info.gid }) };
+        Ok(0)
+    }
+}
+
+export! {
+    /// rdma-core private `ibv_query_gid_type`: every GID is RoCE v2 (sysfs encoding 1).
+    fn ibv_query_gid_type(context: *mut ibv_context, port_num: u8, index: libc::c_uint, gid_type: *mut u32) -> c_int as neg1 {
+        // SAFETY: caller passes a context of ours.
+        unsafe { ctx_from(context) }?;
+        let out = non_null(gid_type)?;
+        check_gid(port_num as u32, index)?;
+        // SAFETY: caller passes a writable enum slot.
+        unsafe { out.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
+        Ok(0)
+    }
+}
+
+fn gid_entry(dev: &UrxeDevice, index: u32) -> ibv_gid_entry {
+    ibv_gid_entry {
+        gid: ibv_gid { raw: dev.info.gid },
+        gid_index: index,
+        port_num: PORT_NUM as u32,
+        gid_type: IBV_GID_TYPE_ROCE_V2 as u32,
+        ndev_ifindex: dev.info.ifindex,
+    }
+}
+
+export! {
+    /// `ibv_query_gid_ex(3)` (the exported half): 0 or a positive errno.
+    fn _ibv_query_gid_ex(context: *mut ibv_context, port_num: u32, gid_index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int as errno {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let out = non_null(entry)?;
+        if flags != 0 {
+            return Err(libc::EINVAL);
+        }
+        check_gid(port_num, gid_index)?;
+        let e = gid_entry(u.device(), gid_index);
+        // SAFETY: the caller's entry is `entry_size` bytes.
+        unsafe { copy_prefix(out as *mut u8, entry_size, &e) };
+        Ok(())
+    }
+}
+
+export! {
+    /// `ibv_query_gid_table(3)` (the exported half): number of entries, or a negative errno.
+    fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, entry_size: usize) -> isize as value(-(libc::EIO as isize)) {
+        let r = (|| {
+            // SAFETY: caller passes a context of ours.
+            let u = unsafe { ctx_from(context) }?;
+            let out = non_null(entries)?;
+            if flags != 0 || entry_size == 0 || (max_entries as u64) < GID_TABLE_LEN as u64 {
+                return Err(libc::EINVAL);
+            }
+            for i in 0..GID_TABLE_LEN {
+                let e = gid_entry(u.device(), i);
+                // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
+                unsafe { copy_prefix((out as *mut u8).add(i as usize * entry_size), entry_size, &e) };
+            }
+            Ok(GID_TABLE_LEN as isize)
+        })();
+        r.unwrap_or_else(|e| {
+            set_errno(e);
+            -(e as isize)
+        })
+    }
+}
+
+export! {
+    /// `ibv_query_pkey(3)`: index 0 holds the default P_Key 0xFFFF; 0 or -1 + EINVAL.
+    fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int as neg1 {
+        // SAFETY: caller passes a context of ours.
+        unsafe { ctx_from(context) }?;
+        let out = non_null(pkey)?;
+        if port_num != PORT_NUM || index != 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: caller passes a writable __be16.
+        unsafe { out.write(PKEY_DEFAULT.to_be()) };
+        Ok(0)
+    }
+}
+
+export! {
+    /// `ibv_get_pkey_index(3)`: the index of `pkey` (network order), or -1 + ENOENT.
+    fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pkey: u16) -> c_int as neg1 {
+        // SAFETY: caller passes a context of ours.
+        unsafe { ctx_from(context) }?;
+        if port_num != PORT_NUM {
+            return Err(libc::EINVAL);
+        }
+        if u16::from_be(pkey) == PKEY_DEFAULT {
+            Ok(0)
+        } else {
+            Err(libc::ENOENT)
+        }
+    }
+}
+
+/// For the async-event machinery: the write end of a context's async pipe.
+///
+/// # Safety
+/// As [`ctx_from`].
+pub unsafe fn async_write_fd(ctx: *mut ibv_context) -> Result<c_int, i32> {
+    // SAFETY: forwarded contract.
+    unsafe { ctx_from(ctx) }.map(|u| u.async_write)
+}

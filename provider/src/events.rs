@@ -1,0 +1,567 @@
+//! Provider layer: completion channels and async events, i.e. the two file descriptors
+//! applications `read`/`poll`.
+//!
+//! - Completion channel = a pipe (`pipe2(O_CLOEXEC)`, write end O_NONBLOCK) carrying one 8-byte
+//!   record per fired notification, as the kernel's uverbs event file does. The record is the
+//!   CQ's process-unique *serial* (not its address): `ibv_get_cq_event` maps it back through a
+//!   registry of live CQs, so a record still in the pipe when its CQ is destroyed is skipped
+//!   instead of dereferencing freed memory, and a reused address can never be mistaken for it.
+//!   Honours O_NONBLOCK on the read end (EAGAIN), several CQs per channel, and one-shot arming
+//!   (the engine disarms; [`notify_cq`] just writes).
+//! - Async events = a per-context pipe with 16-byte records `{u64 element, u32 type, u32 0}`.
+//!
+//! [`notify_cq`] and [`post_async_event`] are what the engine glue calls (phase 2).
+
+use crate::abi::*;
+use crate::device::ctx_from;
+use crate::export::{errno, non_null};
+use crate::objects::{shell, UrxeChannel, UrxeCq, UrxeQp, UrxeSrq};
+use libc::{c_int, c_uint, c_void};
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Live CQs by serial (value = address of the `UrxeCq`).
+static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh CQ serial.
+pub fn next_cq_serial() -> u64 {
+    NEXT_SERIAL.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Make a CQ findable by its serial (on create).
+pub fn register_cq(cq: *mut UrxeCq, serial: u64) {
+    CQS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(serial, cq as usize);
+}
+
+/// Forget a CQ (on destroy, before freeing it).
+pub fn unregister_cq(serial: u64) {
+    if let Some(m) = CQS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        m.remove(&serial);
+    }
+}
+
+/// Resolve a channel record to its CQ and count the event as handed out, atomically with
+/// respect to `ibv_destroy_cq` (which unregisters under the same lock, then waits for acks up to
+/// the handed-out count): the CQ cannot be freed between lookup and count.
+fn take_event(serial: u64) -> Option<(*mut UrxeCq, *mut c_void)> {
+    let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
+    let p = *guard.as_ref()?.get(&serial)? as *mut UrxeCq;
+    // SAFETY: registered CQs are alive while the lock is held.
+    let c = unsafe { &*p };
+    c.comp_events_read.fetch_add(1, Ordering::AcqRel);
+    Some((p, c.ibv.cq_context))
+}
+
+/// Write one completion-channel record for `cq` if it has a channel. Called by the engine glue
+/// when an armed CQ gets a completion. A full pipe (tens of thousands of unread events) drops
+/// the record: the application is not reading and the CQ itself still holds the completions.
+///
+/// # Safety
+/// `cq` is a live CQ of ours.
+pub unsafe fn notify_cq(cq: *mut UrxeCq) -> Result<(), i32> {
+    // SAFETY: caller contract.
+    let cq = unsafe { &*cq };
+    if cq.ibv.channel.is_null() {
+        return Ok(());
+    }
+    // SAFETY: a CQ's channel outlives it (destroy_comp_channel is EBUSY while CQs attach).
+    let ch = unsafe { &*(cq.ibv.channel as *const UrxeChannel) };
+    let rec = cq.serial.to_ne_bytes();
+    // SAFETY: writing 8 bytes from a local buffer to our own pipe fd.
+    let n = unsafe { libc::write(ch.write_fd, rec.as_ptr() as *const c_void, rec.len()) };
+    if n == rec.len() as isize {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// [`notify_cq`] for the engine's `Event::Completion(cq_id)`: finds the live CQ with that
+/// engine id and writes its record while holding the registry lock, so a concurrent
+/// `ibv_destroy_cq` (which unregisters under the same lock before freeing) cannot free it
+/// underneath. Returns `Ok(false)` if no such CQ is alive (destroyed meanwhile).
+pub fn notify_cq_id(id: urxe::engine::CqId) -> Result<bool, i32> {
+    let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(map) = guard.as_ref() else {
+        return Ok(false);
+    };
+    for addr in map.values() {
+        let p = *addr as *mut UrxeCq;
+        // SAFETY: registered CQs are alive while the lock is held.
+        if unsafe { (*p).id } == id {
+            // SAFETY: as above.
+            unsafe { notify_cq(p) }?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Queue an async event on a context. `element` is the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` pointer
+/// or the port number, as `ibv_async_event.element` expects for `event_type`.
+///
+/// Kinds of objects an engine async event can name.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum AsyncKind {
+    Qp,
+    Cq,
+    Srq,
+}
+
+/// Live objects async events can name: engine id -> shell address, and the set of live shell
+/// addresses (checked before a record read from the async fd touches its element).
+#[derive(Default)]
+struct AsyncObjs {
+    by_id: HashMap<(AsyncKind, u32), usize>,
+    live: std::collections::HashSet<usize>,
+}
+
+static ASYNC_OBJS: Mutex<Option<AsyncObjs>> = Mutex::new(None);
+
+/// Records a QP/CQ/SRQ shell (its `context` field must be set) so engine async events about
+/// engine object `id` reach its context.
+pub fn register_async(kind: AsyncKind, id: u32, shell: usize) {
+    let mut g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+    let o = g.get_or_insert_with(AsyncObjs::default);
+    o.by_id.insert((kind, id), shell);
+    o.live.insert(shell);
+}
+
+/// Forgets a shell before it is freed: no event is posted for it afterwards, and a record
+/// already in the pipe is skipped by `ibv_get_async_event`.
+pub fn unregister_async(kind: AsyncKind, id: u32, shell: usize) {
+    if let Some(o) = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        if o.by_id.get(&(kind, id)) == Some(&shell) {
+            o.by_id.remove(&(kind, id));
+        }
+        o.live.remove(&shell);
+    }
+}
+
+/// Delivers an engine async event to the async fd of the context owning its object. Called by
+/// the device's event sink.
+pub fn post_engine_async(ev: urxe::engine::AsyncEvent) {
+    use urxe::engine::AsyncElement as El;
+    let (kind, id) = match ev.element {
+        El::Qp(q) => (AsyncKind::Qp, q),
+        El::Cq(c) => (AsyncKind::Cq, c),
+        El::Srq(s) => (AsyncKind::Srq, s),
+        // urxe0 has one port that is always active: the engine reports no port or device events.
+        El::Port(_) | El::Device => return,
+    };
+    let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(&shell) = g.as_ref().and_then(|o| o.by_id.get(&(kind, id))) else { return };
+    // SAFETY: registered shells are alive while the lock is held; `context` is their first
+    // field for CQ and SRQ (`ibv_cq`, `ibv_srq`) and `qp_base.context` (offset 0) for QPs.
+    let ctx = unsafe { *(shell as *const *mut ibv_context) };
+    // SAFETY: the shell's context outlives it (contexts close after their objects).
+    let _ = unsafe { post_async_event(ctx, shell as u64, ev.kind as u32) };
+}
+
+/// # Safety
+/// `ctx` is a live context of ours; `element` stays valid until the event is acked (destroy
+/// waits for that).
+pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: u32) -> Result<(), i32> {
+    // SAFETY: caller contract.
+    let u = unsafe { ctx_from(ctx) }?;
+    let mut rec = [0u8; 16];
+    rec[..8].copy_from_slice(&element.to_ne_bytes());
+    rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
+    // SAFETY: writing 16 bytes from a local buffer to our own pipe fd (atomic: < PIPE_BUF).
+    let n = unsafe { libc::write(u.async_write, rec.as_ptr() as *const c_void, rec.len()) };
+    if n == rec.len() as isize {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// Read exactly one record; -1/errno semantics of read(2) (EAGAIN when O_NONBLOCK and empty).
+fn read_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
+    let mut buf = [0u8; N];
+    loop {
+        // SAFETY: reading into a local buffer of N bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut c_void, N) };
+        if n == N as isize {
+            return Ok(buf);
+        }
+        if n < 0 {
+            let e = errno();
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(e);
+        }
+        // Records are written atomically; a short read means the pipe was closed.
+        return Err(libc::EIO);
+    }
+}
+
+export! {
+    /// `ibv_create_comp_channel(3)`.
+    fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel as ptr {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let mut fds = [0 as c_int; 2];
+        // SAFETY: pipe2 writes two new fds.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(errno());
+        }
+        // SAFETY: fcntl on our own fd.
+        unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+        let ch = Box::new(UrxeChannel {
+            ibv: ibv_comp_channel { context: u.ibv(), fd: fds[0], refcnt: 0 },
+            write_fd: fds[1],
+        });
+        Ok(Box::into_raw(ch) as *mut ibv_comp_channel)
+    }
+}
+
+export! {
+    /// `ibv_destroy_comp_channel(3)`: EBUSY while CQs are attached.
+    fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int as errno {
+        // SAFETY: caller passes a channel of ours.
+        let ch: &UrxeChannel = unsafe { shell(channel) }?;
+        // SAFETY: the channel's context is live (contexts outlive their channels).
+        let u = unsafe { ctx_from(ch.ibv.context) }?;
+        let m = ptr::addr_of!(u.vctx.context.mutex) as *mut libc::pthread_mutex_t;
+        // SAFETY: the context mutex is initialised; refcnt is only changed under it.
+        unsafe { libc::pthread_mutex_lock(m) };
+        let busy = ch.ibv.refcnt > 0;
+        // SAFETY: locked above.
+        unsafe { libc::pthread_mutex_unlock(m) };
+        if busy {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: created by Box::into_raw in ibv_create_comp_channel; freed once here.
+        let b = unsafe { Box::from_raw(channel as *mut UrxeChannel) };
+        // SAFETY: our fds.
+        unsafe {
+            libc::close(b.ibv.fd);
+            libc::close(b.write_fd);
+        }
+        Ok(())
+    }
+}
+
+/// Attach/detach a CQ to its channel (refcnt under the context mutex).
+///
+/// # Safety
+/// `channel` is NULL or a live channel of ours.
+pub unsafe fn channel_ref(channel: *mut ibv_comp_channel, delta: c_int) -> Result<(), i32> {
+    if channel.is_null() {
+        return Ok(());
+    }
+    // SAFETY: caller contract.
+    let ch = unsafe { &mut *channel };
+    // SAFETY: the channel's context is live.
+    let u = unsafe { ctx_from(ch.context) }?;
+    let m = ptr::addr_of!(u.vctx.context.mutex) as *mut libc::pthread_mutex_t;
+    // SAFETY: initialised context mutex.
+    unsafe { libc::pthread_mutex_lock(m) };
+    ch.refcnt += delta;
+    // SAFETY: locked above.
+    unsafe { libc::pthread_mutex_unlock(m) };
+    Ok(())
+}
+
+export! {
+    /// `ibv_get_cq_event(3)`: 0, or -1 with errno (EAGAIN on an empty O_NONBLOCK channel).
+    fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_context: *mut *mut c_void) -> c_int as neg1 {
+        let channel = non_null(channel)?;
+        let cq_out = non_null(cq)?;
+        let ctx_out = non_null(cq_context)?;
+        // SAFETY: caller passes a live channel.
+        let fd = unsafe { (*channel).fd };
+        loop {
+            let serial = u64::from_ne_bytes(read_record::<8>(fd)?);
+            // A record for a CQ destroyed since it was written: skip it.
+            let Some((p, user)) = take_event(serial) else { continue };
+            // SAFETY: caller passes writable out-pointers.
+            unsafe {
+                *cq_out = p as *mut ibv_cq;
+                *ctx_out = user;
+            }
+            return Ok(0);
+        }
+    }
+}
+
+export! {
+    /// `ibv_ack_cq_events(3)`.
+    fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) as void {
+        if cq.is_null() {
+            return;
+        }
+        // SAFETY: caller passes a live CQ; the counter is only written under its mutex.
+        unsafe {
+            let m = ptr::addr_of_mut!((*cq).mutex);
+            libc::pthread_mutex_lock(m);
+            (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents);
+            libc::pthread_cond_signal(ptr::addr_of_mut!((*cq).cond));
+            libc::pthread_mutex_unlock(m);
+        }
+    }
+}
+
+fn is_cq_event(t: u32) -> bool {
+    t == IBV_EVENT_CQ_ERR as u32
+}
+fn is_qp_event(t: u32) -> bool {
+    matches!(
+        t as u64,
+        IBV_EVENT_QP_FATAL
+            | IBV_EVENT_QP_REQ_ERR
+            | IBV_EVENT_QP_ACCESS_ERR
+            | IBV_EVENT_COMM_EST
+            | IBV_EVENT_SQ_DRAINED
+            | IBV_EVENT_PATH_MIG
+            | IBV_EVENT_PATH_MIG_ERR
+            | IBV_EVENT_QP_LAST_WQE_REACHED
+    )
+}
+fn is_srq_event(t: u32) -> bool {
+    matches!(t as u64, IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED)
+}
+
+export! {
+    /// `ibv_get_async_event(3)`: 0, or -1 with errno (EAGAIN when O_NONBLOCK and empty).
+    fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int as neg1 {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let out = non_null(event)?;
+        // A record whose object was destroyed since it was written is stale: skip it and read
+        // the next (bounded by what the pipe holds; EAGAIN/blocking as read(2) decides).
+        loop {
+            let rec = read_record::<16>(u.vctx.context.async_fd)?;
+            let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());
+            let t = u32::from_ne_bytes(rec[8..12].try_into().unwrap_or_default());
+            // SAFETY: ibv_async_event is plain data; all-zero is valid.
+            let mut ev: ibv_async_event = unsafe { MaybeUninit::zeroed().assume_init() };
+            ev.event_type = t;
+            if is_cq_event(t) || is_qp_event(t) || is_srq_event(t) {
+                let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+                if !g.as_ref().is_some_and(|o| o.live.contains(&(element as usize))) {
+                    continue;
+                }
+                ev.element.cq = element as usize as *mut ibv_cq;
+                // SAFETY: the element is registered (alive) while we hold the lock, and its
+                // destroy waits for the acks counted here.
+                unsafe {
+                    if is_cq_event(t) {
+                        (*(element as usize as *mut UrxeCq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                    } else if is_qp_event(t) {
+                        (*(element as usize as *mut UrxeQp)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                    } else {
+                        (*(element as usize as *mut UrxeSrq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            } else {
+                ev.element.port_num = element as c_int;
+            }
+            // SAFETY: caller passes a writable event.
+            unsafe { out.write(ev) };
+            return Ok(0);
+        }
+    }
+}
+
+export! {
+    /// `ibv_ack_async_event(3)`: counts the ack on the object so its destroy can proceed.
+    fn ibv_ack_async_event(event: *mut ibv_async_event) as void {
+        if event.is_null() {
+            return;
+        }
+        // SAFETY: caller passes an event filled by ibv_get_async_event; its element is live.
+        unsafe {
+            let t = (*event).event_type;
+            let (m, c, counter): (*mut libc::pthread_mutex_t, *mut libc::pthread_cond_t, *mut u32) =
+                if is_cq_event(t) {
+                    let cq = (*event).element.cq;
+                    (ptr::addr_of_mut!((*cq).mutex), ptr::addr_of_mut!((*cq).cond), ptr::addr_of_mut!((*cq).async_events_completed))
+                } else if is_qp_event(t) {
+                    let qp = (*event).element.qp;
+                    (ptr::addr_of_mut!((*qp).mutex), ptr::addr_of_mut!((*qp).cond), ptr::addr_of_mut!((*qp).events_completed))
+                } else if is_srq_event(t) {
+                    let srq = (*event).element.srq;
+                    (ptr::addr_of_mut!((*srq).mutex), ptr::addr_of_mut!((*srq).cond), ptr::addr_of_mut!((*srq).events_completed))
+                } else {
+                    return;
+                };
+            if m.is_null() || c.is_null() {
+                return;
+            }
+            libc::pthread_mutex_lock(m);
+            *counter = (*counter).wrapping_add(1);
+            libc::pthread_cond_signal(c);
+            libc::pthread_mutex_unlock(m);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{ibv_close_device, ibv_free_device_list, ibv_get_device_list, ibv_open_device};
+    use crate::verbs::{free_cq_shell, new_cq_shell};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    struct Ctx(*mut ibv_context);
+    impl Drop for Ctx {
+        fn drop(&mut self) {
+            // SAFETY: opened by `open()` below, closed once.
+            unsafe { ibv_close_device(self.0) };
+        }
+    }
+
+    fn open() -> Ctx {
+        // SAFETY: the exported verbs, used as an application would.
+        unsafe {
+            let l = ibv_get_device_list(ptr::null_mut());
+            assert!(!l.is_null(), "device list: errno {}", errno());
+            let c = ibv_open_device(*l);
+            ibv_free_device_list(l);
+            assert!(!c.is_null());
+            Ctx(c)
+        }
+    }
+
+    fn cq_on(ctx: &Ctx, ch: *mut ibv_comp_channel, id: u32, user: usize) -> *mut UrxeCq {
+        // SAFETY: plain-data mirror.
+        let mut attr: ibv_cq_init_attr_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+        attr.channel = ch;
+        attr.cq_context = user as *mut c_void;
+        attr.cqe = 16;
+        // SAFETY: live context and channel.
+        unsafe { new_cq_shell(ctx.0, &attr, id, 16) }.unwrap()
+    }
+
+    fn nonblock(fd: c_int) {
+        // SAFETY: fcntl on a live fd of ours.
+        unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+    }
+
+    /// `ibv_get_cq_event` as (cq, cq_context) or the errno.
+    fn get_event(ch: *mut ibv_comp_channel) -> Result<(*mut UrxeCq, usize), i32> {
+        let mut cq: *mut ibv_cq = ptr::null_mut();
+        let mut user: *mut c_void = ptr::null_mut();
+        // SAFETY: live channel, writable out-pointers.
+        match unsafe { ibv_get_cq_event(ch, &mut cq, &mut user) } {
+            0 => Ok((cq as *mut UrxeCq, user as usize)),
+            _ => Err(errno()),
+        }
+    }
+
+    #[test]
+    fn channel_delivers_each_fired_cq_once_in_order_and_skips_destroyed_ones() {
+        let ctx = open();
+        // SAFETY: the exported verbs with a live context; CQ shells from new_cq_shell.
+        unsafe {
+            let ch = ibv_create_comp_channel(ctx.0);
+            assert!(!ch.is_null());
+            nonblock((*ch).fd);
+            let a = cq_on(&ctx, ch, 1, 0xa);
+            let b = cq_on(&ctx, ch, 2, 0xb);
+            assert_eq!((*ch).refcnt, 2);
+            assert_eq!(ibv_destroy_comp_channel(ch), libc::EBUSY, "CQs attached");
+            assert_eq!(get_event(ch), Err(libc::EAGAIN), "empty non-blocking channel");
+
+            notify_cq(a).unwrap();
+            assert_eq!(notify_cq_id(2), Ok(true), "by engine id");
+            notify_cq(a).unwrap();
+            assert_eq!(notify_cq_id(77), Ok(false), "no such CQ");
+            assert_eq!(get_event(ch), Ok((a, 0xa)));
+            assert_eq!(get_event(ch), Ok((b, 0xb)));
+            assert_eq!(get_event(ch), Ok((a, 0xa)));
+            assert_eq!(get_event(ch), Err(libc::EAGAIN));
+            ibv_ack_cq_events(a as *mut ibv_cq, 2);
+            ibv_ack_cq_events(b as *mut ibv_cq, 1);
+            assert_eq!((*a).ibv.comp_events_completed, 2);
+
+            // An event still in the pipe when its CQ is destroyed is skipped, not dereferenced.
+            notify_cq(b).unwrap();
+            free_cq_shell(b).unwrap();
+            notify_cq(a).unwrap();
+            assert_eq!(get_event(ch), Ok((a, 0xa)), "stale record of the destroyed CQ skipped");
+            ibv_ack_cq_events(a as *mut ibv_cq, 1);
+            free_cq_shell(a).unwrap();
+            assert_eq!((*ch).refcnt, 0);
+            assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        }
+    }
+
+    #[test]
+    fn destroy_waits_until_every_handed_out_event_is_acked() {
+        let ctx = open();
+        // SAFETY: as above.
+        unsafe {
+            let ch = ibv_create_comp_channel(ctx.0);
+            let cq = cq_on(&ctx, ch, 3, 0);
+            notify_cq(cq).unwrap();
+            assert_eq!(get_event(ch).unwrap().0, cq);
+            let acked = Arc::new(AtomicBool::new(false));
+            let (flag, addr) = (acked.clone(), cq as usize);
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                flag.store(true, Ordering::SeqCst);
+                // SAFETY: the CQ lives until destroy returns, which waits for this ack.
+                ibv_ack_cq_events(addr as *mut ibv_cq, 1);
+            });
+            free_cq_shell(cq).unwrap();
+            assert!(acked.load(Ordering::SeqCst), "destroy returned before the ack");
+            t.join().unwrap();
+            assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        }
+    }
+
+    #[test]
+    fn blocking_get_cq_event_wakes_on_notify() {
+        let ctx = open();
+        // SAFETY: as above.
+        unsafe {
+            let ch = ibv_create_comp_channel(ctx.0);
+            let cq = cq_on(&ctx, ch, 4, 0x44);
+            let (cha, cqa) = (ch as usize, cq as usize);
+            let t = std::thread::spawn(move || get_event(cha as *mut ibv_comp_channel).map(|(c, u)| (c as usize, u)));
+            std::thread::sleep(Duration::from_millis(50));
+            notify_cq(cqa as *mut UrxeCq).unwrap();
+            assert_eq!(t.join().unwrap(), Ok((cqa, 0x44)));
+            ibv_ack_cq_events(cq as *mut ibv_cq, 1);
+            free_cq_shell(cq).unwrap();
+            assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        }
+    }
+
+    #[test]
+    fn async_events_carry_element_and_type_and_acks_count_on_the_object() {
+        let ctx = open();
+        // SAFETY: as above.
+        unsafe {
+            let fd = (*ctx.0).async_fd;
+            nonblock(fd);
+            let cq = cq_on(&ctx, ptr::null_mut(), 5, 0);
+            let mut ev: ibv_async_event = MaybeUninit::zeroed().assume_init();
+            assert_eq!(ibv_get_async_event(ctx.0, &mut ev), -1);
+            assert_eq!(errno(), libc::EAGAIN);
+
+            post_async_event(ctx.0, cq as u64, IBV_EVENT_CQ_ERR as u32).unwrap();
+            post_async_event(ctx.0, 1, IBV_EVENT_PORT_ACTIVE as u32).unwrap();
+            assert_eq!(ibv_get_async_event(ctx.0, &mut ev), 0);
+            assert_eq!(ev.event_type, IBV_EVENT_CQ_ERR as u32);
+            assert_eq!(ev.element.cq, cq as *mut ibv_cq);
+            ibv_ack_async_event(&mut ev);
+            assert_eq!((*cq).ibv.async_events_completed, 1);
+            assert_eq!(ibv_get_async_event(ctx.0, &mut ev), 0);
+            assert_eq!(ev.event_type, IBV_EVENT_PORT_ACTIVE as u32);
+            assert_eq!(ev.element.port_num, 1);
+            ibv_ack_async_event(&mut ev);
+            free_cq_shell(cq).unwrap();
+        }
+    }
+}

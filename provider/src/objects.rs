@@ -1,0 +1,194 @@
+//! Provider layer: the C-visible object shells.
+//!
+//! Every verbs object is a `#[repr(C)]` struct whose FIRST field is the public libibverbs
+//! struct, so the pointer C holds is also a pointer to our shell:
+//!
+//! | C handle | shell | created by | freed by |
+//! |---|---|---|---|
+//! | `ibv_pd *` | [`UrxePd`] | `ibv_alloc_pd`, `ibv_import_pd` | `ibv_dealloc_pd`, `ibv_unimport_pd` |
+//! | `ibv_mr *` | [`UrxeMr`] | `ibv_reg_mr*`, `ibv_import_mr` | `ibv_dereg_mr`, `ibv_unimport_mr` |
+//! | `ibv_cq *` / `ibv_cq_ex *` | [`UrxeCq`] | `ibv_create_cq`, `create_cq_ex` | `ibv_destroy_cq` |
+//! | `ibv_qp *` / `ibv_qp_ex *` | [`UrxeQp`] | `ibv_create_qp`, `create_qp_ex` | `ibv_destroy_qp` |
+//! | `ibv_srq *` | [`UrxeSrq`] | `ibv_create_srq`, `create_srq_ex` | `ibv_destroy_srq` |
+//! | `ibv_ah *` | [`UrxeAh`] | `ibv_create_ah`, `ibv_create_ah_from_wc` | `ibv_destroy_ah` |
+//! | `ibv_mw *` | [`UrxeMw`] | `ops.alloc_mw` | `ops.dealloc_mw` |
+//! | `ibv_xrcd *` | [`UrxeXrcd`] | `open_xrcd` | `close_xrcd` |
+//! | `ibv_comp_channel *` | [`UrxeChannel`] | `ibv_create_comp_channel` | `ibv_destroy_comp_channel` |
+//!
+//! All are `Box::into_raw` on create and `Box::from_raw` exactly once on destroy, after the
+//! engine agreed (the engine refuses to destroy a PD with MRs, a CQ with QPs, … with EBUSY, and
+//! then the shell stays). The engine names objects by handle (`PdId`, `CqId`, QPN, …); the shell
+//! keeps the handle and the C-side bookkeeping (mutex/cond, event counters, poll cursor).
+//!
+//! Must not: hold engine state beyond the handle.
+
+use crate::abi::*;
+use crate::export::non_null;
+use libc::c_int;
+use std::ptr;
+use std::sync::atomic::AtomicU32;
+use std::sync::Mutex;
+
+use urxe::engine::{AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId, WorkCompletion, WrKind};
+
+#[repr(C)]
+pub struct UrxePd {
+    pub ibv: ibv_pd,
+    pub id: PdId,
+}
+
+#[repr(C)]
+pub struct UrxeMr {
+    pub ibv: ibv_mr,
+    pub id: MrId,
+}
+
+/// A CQ: always a full `ibv_cq_ex` so `ibv_cq_ex_to_cq` (a cast) and the `ibv_wc_read_*`
+/// inlines work on every CQ.
+#[repr(C)]
+pub struct UrxeCq {
+    pub ibv: ibv_cq_ex,
+    pub id: CqId,
+    /// Unique for the life of the process; what the completion channel carries (see
+    /// [`crate::events`]).
+    pub serial: u64,
+    /// Completion events handed out by `ibv_get_cq_event`; `ibv_destroy_cq` waits until the
+    /// application acked this many (`comp_events_completed`).
+    pub comp_events_read: AtomicU32,
+    /// Async events handed out by `ibv_get_async_event` for this CQ.
+    pub async_events_read: AtomicU32,
+    /// `wc_flags` requested at `create_cq_ex` (the `read_*` accessors are valid for these).
+    pub wc_flags: u64,
+    /// The completion the `ibv_cq_ex` cursor is on, between `start_poll` and `end_poll`.
+    pub cur: WorkCompletion,
+}
+
+/// One work request being built through the `ibv_qp_ex` `wr_*` table.
+#[derive(Clone, Debug)]
+pub struct PendingWr {
+    pub wr_id: u64,
+    pub flags: u32,
+    pub kind: WrKind,
+    pub sges: Vec<Sge>,
+    pub ud: Option<(*mut ibv_ah, u32, u32)>,
+}
+
+/// The `wr_start` … `wr_complete`/`wr_abort` batch of an `ibv_qp_ex`. Errors while building
+/// are sticky and reported by `wr_complete` (the `wr_*` setters return void).
+#[derive(Debug, Default)]
+pub struct WrBatch {
+    pub active: bool,
+    pub wrs: Vec<PendingWr>,
+    pub error: c_int,
+}
+
+#[repr(C)]
+pub struct UrxeQp {
+    pub ibv: ibv_qp_ex,
+    pub qpn: Qpn,
+    pub qp_type: QpType,
+    /// Created through `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: only then does
+    /// `ibv_qp_to_qp_ex` return the `ibv_qp_ex` (as rdma-core).
+    pub has_qp_ex: bool,
+    pub send_ops_flags: u64,
+    /// Granted capacities (checked when converting posted WRs).
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    pub async_events_read: AtomicU32,
+    /// The `ibv_qp_ex` builder state (the verbs rule is one builder thread per QP at a time;
+    /// the lock makes a misbehaving application safe, not fast).
+    pub batch: Mutex<WrBatch>,
+}
+
+#[repr(C)]
+pub struct UrxeSrq {
+    pub ibv: ibv_srq,
+    pub id: SrqId,
+    pub max_sge: u32,
+    pub async_events_read: AtomicU32,
+}
+
+#[repr(C)]
+pub struct UrxeAh {
+    pub ibv: ibv_ah,
+    pub id: AhId,
+}
+
+#[repr(C)]
+pub struct UrxeMw {
+    pub ibv: ibv_mw,
+    pub id: MwId,
+}
+
+#[repr(C)]
+pub struct UrxeXrcd {
+    pub ibv: ibv_xrcd,
+}
+
+/// A completion channel: a pipe; `ibv.fd` is the read end applications poll.
+#[repr(C)]
+pub struct UrxeChannel {
+    pub ibv: ibv_comp_channel,
+    /// Write end (O_NONBLOCK: the notifier never blocks on a full pipe).
+    pub write_fd: c_int,
+}
+
+/// View a C handle as its shell, shared.
+///
+/// Shells are used by several application threads at once (verbs are thread-safe), so Rust
+/// only ever holds *shared* references to them. State that changes after creation is either
+/// behind interior mutability (atomics, the QP's `Mutex<WrBatch>`) or a C-visible field
+/// (`qp->state`, `cq->cqe`, the `ibv_cq_ex` cursor) written through the raw C handle while no
+/// reference to the shell is live.
+///
+/// # Safety
+/// `p` is NULL or a handle this library created as a `S` (the shell whose first field is the
+/// C struct `p` points to) and has not freed.
+pub unsafe fn shell<'a, C, S>(p: *mut C) -> Result<&'a S, i32> {
+    let p = non_null(p)?;
+    // SAFETY: caller contract: `p` is the first field of a live `S`.
+    Ok(unsafe { &*(p as *const S) })
+}
+
+/// Initialise a pthread mutex + condition variable pair in place.
+///
+/// # Safety
+/// Both point to writable storage that will not move until destroyed with [`destroy_sync`].
+pub unsafe fn init_sync(m: *mut libc::pthread_mutex_t, c: *mut libc::pthread_cond_t) {
+    // SAFETY: caller contract.
+    unsafe {
+        libc::pthread_mutex_init(m, ptr::null());
+        libc::pthread_cond_init(c, ptr::null());
+    }
+}
+
+/// # Safety
+/// Both were initialised by [`init_sync`] and nobody waits on them.
+pub unsafe fn destroy_sync(m: *mut libc::pthread_mutex_t, c: *mut libc::pthread_cond_t) {
+    // SAFETY: caller contract.
+    unsafe {
+        libc::pthread_cond_destroy(c);
+        libc::pthread_mutex_destroy(m);
+    }
+}
+
+/// Block until `*done` (read under `m`) reaches `target`: how destroy waits for the
+/// application to ack every event it was handed (`ibv_ack_cq_events`, `ibv_ack_async_event`).
+///
+/// # Safety
+/// `m`/`c` initialised; `done` is only written under `m` (the ack functions do that).
+pub unsafe fn wait_acked(
+    m: *mut libc::pthread_mutex_t,
+    c: *mut libc::pthread_cond_t,
+    done: *const u32,
+    target: impl Fn() -> u32,
+) {
+    // SAFETY: caller contract; pthread_cond_wait re-acquires `m` before returning.
+    unsafe {
+        libc::pthread_mutex_lock(m);
+        while ptr::read_volatile(done) != target() {
+            libc::pthread_cond_wait(c, m);
+        }
+        libc::pthread_mutex_unlock(m);
+    }
+}

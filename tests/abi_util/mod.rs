@@ -1,0 +1,63 @@
+//! Shared helpers of the `abi_*` integration tests: build the drop-in library once per test
+//! binary (provider/build.sh --debug into target/urxe/test-lib) and run things against it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+/// Directory holding the freshly built `libibverbs.so.1` (built on first call).
+pub fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = target_dir().join("urxe").join("test-lib");
+        let st = Command::new(root().join("provider/build.sh"))
+            .arg("--debug")
+            .env("URXE_OUT", &out)
+            .status()
+            .expect("run provider/build.sh");
+        assert!(st.success(), "provider/build.sh failed");
+        assert!(out.join("libibverbs.so.1").is_file());
+        out
+    })
+}
+
+pub fn lib_path() -> PathBuf {
+    lib_dir().join("libibverbs.so.1")
+}
+
+/// `Command` with LD_LIBRARY_PATH pointing at our library only.
+pub fn with_lib(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(program);
+    c.env("LD_LIBRARY_PATH", lib_dir());
+    c
+}
+
+pub fn run(c: &mut Command) -> Output {
+    c.output().unwrap_or_else(|e| panic!("cannot run {c:?}: {e}"))
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Signs that the dynamic linker refused our library.
+pub fn load_error(out: &str) -> Option<&'static str> {
+    [
+        "symbol lookup error",
+        "undefined symbol",
+        "version `IBVERBS",
+        "error while loading shared libraries",
+        "ImportError",
+    ]
+    .into_iter()
+    .find(|p| out.contains(p))
+}
