@@ -441,3 +441,80 @@ fn sqd_stops_new_work_and_rts_resumes_it() {
     net.run_idle(MS);
     assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
 }
+
+#[test]
+fn rc_over_ipv6_moves_data_both_ways() {
+    let mut net = Net::new_v6(2, 13, LinkCfg { loss: 0.05, ..LinkCfg::default() });
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (loc, lmr) = buffer(&mut net, a, 20_000);
+    let (rem, rmr) = buffer(&mut net, b, 20_000);
+    net.nodes[0].mem().set(loc, &[7; 10_000]);
+    net.nodes[1].mem().set(rem + 10_000, &[9; 10_000]);
+    let w = WrKind::RdmaWrite { remote_addr: rem, rkey: rmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(loc, 10_000, lmr)])).unwrap();
+    let r = WrKind::RdmaRead { remote_addr: rem + 10_000, rkey: rmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(2, r, &[sge(loc + 10_000, 10_000, lmr)])).unwrap();
+    net.run_idle(100 * MS);
+    assert!(net.poll_all(0, a.cq).iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(net.nodes[1].mem().get(rem, 10_000), vec![7; 10_000]);
+    assert_eq!(net.nodes[0].mem().get(loc + 10_000, 10_000), vec![9; 10_000]);
+}
+
+#[test]
+fn ipv4_without_the_ip_id_verifies_id_zero_and_counts_the_rest_unverified() {
+    let mut net = Net::new(2, 14, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    for i in 0..2 {
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: i, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    }
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, 8, smr)])).unwrap();
+    let mut buf = vec![0u8; MAX_PACKET];
+    let t = net.nodes[0].eng.poll_transmit(net.now, &mut buf).unwrap();
+    let (s4, d4) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    let d = Datagram {
+        src: net.nodes[0].addr,
+        src_port: t.src_port,
+        dst: net.nodes[1].addr,
+        icrc: IcrcCheck::V4NoId { src: s4, dst: d4 },
+        payload: &buf[..t.len],
+    };
+    net.nodes[1].eng.handle_datagram(net.now, &d);
+    assert_eq!(net.nodes[1].eng.counters().icrc_unverified, 0, "urxe peers send ID 0: verified");
+    // A packet whose ICRC was computed with another IP ID (as kernel rxe sends) is accepted
+    // and counted: a UDP socket cannot see the ID.
+    let mut other = buf[..t.len].to_vec();
+    let ip = urxe::wire::icrc::IpFields::V4 { src: s4, dst: d4, id: 0x1234, flags_frag: 0x4000 };
+    let n = other.len();
+    let c = urxe::wire::icrc::icrc(&ip, t.src_port, 4791, &other[..n - 4]);
+    other[n - 4..].copy_from_slice(&c.to_le_bytes());
+    other[9..12].copy_from_slice(&(QpOpts::default().a_psn + 1).to_be_bytes()[1..]);
+    let c = urxe::wire::icrc::icrc(&ip, t.src_port, 4791, &other[..n - 4]);
+    other[n - 4..].copy_from_slice(&c.to_le_bytes());
+    let d = Datagram { payload: &other, ..d };
+    net.nodes[1].eng.handle_datagram(net.now, &d);
+    let c = net.nodes[1].eng.counters();
+    assert_eq!((c.icrc_unverified, c.icrc_errors), (1, 0));
+    assert_eq!(net.poll_all(1, b.cq).len(), 2);
+}
+
+#[test]
+fn armed_cq_raises_one_completion_event() {
+    let mut net = Net::new(2, 15, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    net.nodes[0].eng.req_notify_cq(a.cq, false).unwrap();
+    for i in 0..3u64 {
+        let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(i, w, &[sge(src, 8, smr)])).unwrap();
+    }
+    net.run_idle(MS);
+    let mut evs = Vec::new();
+    while let Some(e) = net.nodes[0].eng.poll_event() {
+        evs.push(e);
+    }
+    assert_eq!(evs, vec![Event::Completion(a.cq)], "one-shot");
+    assert_eq!(net.poll_all(0, a.cq).len(), 3);
+}
