@@ -401,3 +401,108 @@ fn unreliable_transports_deliver_only_whole_messages() {
         (first..first + n).filter_map(|s| run_unreliable_seed(s).err().map(|e| format!("seed {s}: {e}"))).collect();
     assert!(fails.is_empty(), "{fails:#?}");
 }
+
+/// Several RC QPs whose receiver shares one SRQ, under the same faults: every SEND is
+/// received exactly once, whole, on the QP it was sent to.
+fn run_srq_seed(seed: u64) -> Result<(), String> {
+    let mut rng = Rng::new(seed);
+    let mut net = Net::with_memory(2, seed, LINK, 4 << 20);
+    let mtu = Mtu::from_u32(1 + rng.below(5) as u32).unwrap();
+    let o = QpOpts { mtu, ..QpOpts::default() };
+    // Receiver side: one PD, CQ and SRQ shared by every QP.
+    let e = &mut net.nodes[1].eng;
+    let pd = e.alloc_pd().unwrap();
+    let (cq, _) = e.create_cq(1024).unwrap();
+    let (srq, _) = e.create_srq(pd, &SrqAttr { max_wr: 512, max_sge: 4, srq_limit: 0 }).unwrap();
+    let nqp = 2 + rng.below(3) as usize;
+    let mut senders = Vec::new();
+    for i in 0..nqp {
+        let a = make_qp(&mut net, 0, &o);
+        let init = QpInitAttr {
+            pd,
+            qp_type: QpType::Rc,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: Some(srq),
+            cap: QpCap { max_send_wr: 8, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 },
+            sq_sig_all: true,
+        };
+        let (qpn, _) = net.nodes[1].eng.create_qp(&init).unwrap();
+        let b = End { node: 1, pd, cq, qpn };
+        let (pa, pb) = (rng.below(1 << 24) as u32, rng.below(1 << 24) as u32);
+        bring_up(&mut net, a, 1, b.qpn, pa, pb, &o);
+        bring_up(&mut net, b, 0, a.qpn, pb, pa, &o);
+        senders.push((a, b, i));
+    }
+    let max = 3 * mtu.bytes() as u32;
+    let nmsg = 20 + rng.below(60);
+    let slot = max as u64 + 64;
+    let rbase = net.nodes[1].mem().alloc(nmsg * slot);
+    let rmr = net.nodes[1].eng.reg_mr(pd, rbase, nmsg * slot, rbase, AccessFlags::LOCAL_WRITE).unwrap();
+    for i in 0..nmsg {
+        let sg = split(&mut rng, rbase + i * slot, max, rmr);
+        net.nodes[1].eng.post_srq_recv(srq, &RecvWr { wr_id: i, sg_list: &sg }).unwrap();
+    }
+    // (qpn on the receiver, content) of every message.
+    let mut sent: Vec<(Qpn, Vec<u8>)> = Vec::new();
+    let mut per_qp = vec![0u64; nqp];
+    for id in 0..nmsg {
+        let (a, b, i) = senders[rng.below(nqp as u64) as usize];
+        let len = rng.below(max as u64 + 1) as u32;
+        let (src, smr) = buffer(&mut net, a, len as u64);
+        let mut data = vec![0u8; len as usize];
+        rng.fill(&mut data);
+        net.nodes[0].mem().set(src, &data);
+        net.nodes[0]
+            .eng
+            .post_send(net.now, a.qpn, &send_wr(id, WrKind::Send, &[sge(src, len, smr)]))
+            .map_err(|e| format!("post: {e}"))?;
+        per_qp[i] += 1;
+        sent.push((b.qpn, data));
+        // Keep each send queue within its 8 WRs: let the network drain now and then.
+        if per_qp[i].is_multiple_of(8) {
+            net.run_idle(50_000_000);
+        }
+    }
+    net.run_idle(1_000_000_000);
+    let mut sends = 0;
+    for (a, _, _) in &senders {
+        for w in net.poll_all(0, a.cq) {
+            if w.status != WcStatus::Success {
+                return Err(format!("send {} completed with {:?}", w.wr_id, w.status));
+            }
+            sends += 1;
+        }
+    }
+    if sends != nmsg {
+        return Err(format!("{sends} of {nmsg} sends completed"));
+    }
+    let recvs = net.poll_all(1, cq);
+    if recvs.len() as u64 != nmsg {
+        return Err(format!("{} of {nmsg} receives completed", recvs.len()));
+    }
+    let mut seen: Vec<(Qpn, Vec<u8>)> = Vec::new();
+    for w in &recvs {
+        if w.status != WcStatus::Success {
+            return Err(format!("receive {} completed with {:?}", w.wr_id, w.status));
+        }
+        let got = net.nodes[1].mem().get(rbase + w.wr_id * slot, w.byte_len as usize);
+        seen.push((w.qp_num, got));
+    }
+    let mut want = sent.clone();
+    want.sort();
+    seen.sort();
+    if seen != want {
+        return Err("received messages differ from those sent (per QP)".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn srq_shared_by_several_qps_receives_every_send_exactly_once() {
+    let n = env("URXE_SHORT_SEEDS", 12);
+    let first = env("URXE_SEED_START", 0);
+    let fails: Vec<String> =
+        (first..first + n).filter_map(|s| run_srq_seed(s).err().map(|e| format!("seed {s}: {e}"))).collect();
+    assert!(fails.is_empty(), "{fails:#?}");
+}
