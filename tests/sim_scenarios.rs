@@ -693,3 +693,28 @@ fn requester_keeps_at_most_128_psns_unacknowledged() {
     net.run_until(MS, |_| false);
     assert_eq!(net.stats.sent, 128);
 }
+
+#[test]
+fn packets_of_another_partition_are_dropped() {
+    let mut net = Net::new(2, 28, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    // Rewrite the P_Key of every request to 0x8001 and fix the ICRC: the responder must drop them.
+    net.interceptor = Some(Box::new(|p: &mut Packet| {
+        if p.from == 0 {
+            p.data[2..4].copy_from_slice(&0x8001u16.to_be_bytes());
+            let n = p.data.len();
+            let ip = urxe::wire::icrc::IpFields::v4_df([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+            let c = urxe::wire::icrc::icrc(&ip, p.src_port, 4791, &p.data[..n - 4]);
+            p.data[n - 4..].copy_from_slice(&c.to_le_bytes());
+        }
+        Verdict::Pass
+    }));
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, 8, smr)])).unwrap();
+    net.run_idle(100 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::RetryExcErr);
+    let c = net.nodes[1].eng.counters();
+    assert_eq!((c.pkey_violations, c.icrc_errors), (8, 0), "first try + 7 retries, all dropped");
+}

@@ -36,6 +36,8 @@ pub struct Counters {
     pub bad_state_drops: u64,
     /// UD packets dropped for a Q_Key mismatch.
     pub qkey_violations: u64,
+    /// Packets dropped because their P_Key is not the default partition (0xFFFF / 0x7FFF).
+    pub pkey_violations: u64,
     /// UD/UC packets dropped for want of a receive WQE.
     pub no_recv_wqe_drops: u64,
     /// NAKs other than PSN sequence error sent by a responder (invalid request, remote

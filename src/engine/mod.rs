@@ -667,6 +667,11 @@ impl<M: HostMemory> Engine<M> {
                 }
             }
         }
+        // One partition (P_Key table = [0xFFFF]): full or limited membership of it matches.
+        if p.headers.bth.pkey & 0x7FFF != 0x7FFF {
+            c.pkey_violations += 1;
+            return;
+        }
         let qpn = p.headers.bth.dest_qp;
         let Some(Some(q)) = self.qps.get_mut(qpn as usize) else {
             c.unknown_qp += 1;
