@@ -718,3 +718,27 @@ fn packets_of_another_partition_are_dropped() {
     let c = net.nodes[1].eng.counters();
     assert_eq!((c.pkey_violations, c.icrc_errors), (8, 0), "first try + 7 retries, all dropped");
 }
+
+#[test]
+fn busy_qps_take_turns_in_trains_of_tx_burst_packets() {
+    let mut net = Net::new(2, 29, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let o = QpOpts { mtu: Mtu::Mtu256, ..QpOpts::default() };
+    let (a1, b1) = connect(&mut net, 0, 1, &o);
+    let (a2, b2) = connect(&mut net, 0, 1, &o);
+    let len = 100 * 256;
+    for (a, b) in [(a1, b1), (a2, b2)] {
+        let (src, smr) = buffer(&mut net, a, len as u64);
+        let (dst, dmr) = buffer(&mut net, b, len as u64);
+        let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    }
+    net.pump_tx();
+    let qps: Vec<u32> = net.trace.as_ref().unwrap().iter().map(|(_, p)| p.dest_qp()).collect();
+    // 100 packets each in runs of TX_BURST, alternating (then the two tails of 4).
+    assert_eq!(qps.len(), 200);
+    for (i, run) in qps[..192].chunks(TX_BURST as usize).enumerate() {
+        assert!(run.iter().all(|&q| q == run[0]), "run {i} mixes QPs");
+        assert_eq!(run[0], if i % 2 == 0 { b1.qpn } else { b2.qpn });
+    }
+}

@@ -171,8 +171,13 @@ pub struct Engine<M: HostMemory> {
     free_qpns: VecDeque<Qpn>,
     nqps: u32,
     txq: VecDeque<Qpn>,
+    /// Packets the QP at the head of `txq` has sent in its current turn.
+    burst: u32,
     timers: TimerHeap,
 }
+
+/// Packets one QP sends in a row before the next QP's turn (a GSO train's worth).
+pub const TX_BURST: u32 = 32;
 
 impl<M: HostMemory> Engine<M> {
     pub fn new(cfg: EngineConfig, mem: M) -> Engine<M> {
@@ -193,6 +198,7 @@ impl<M: HostMemory> Engine<M> {
             free_qpns: VecDeque::new(),
             nqps: 0,
             txq: VecDeque::new(),
+            burst: 0,
             timers: TimerHeap::default(),
         }
     }
@@ -719,7 +725,8 @@ impl<M: HostMemory> Engine<M> {
     // ---- outputs -----------------------------------------------------------------------
 
     /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes). QPs take
-    /// turns, so a long message does not starve the others; call until `None`.
+    /// turns of up to [`TX_BURST`] packets, so a long message does not starve the others and
+    /// a flow's packets come in trains; call until `None`.
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < MAX_PACKET {
             return None;
@@ -729,12 +736,22 @@ impl<M: HostMemory> Engine<M> {
             match req::poll_transmit(q, &mut self.sh, now, buf) {
                 Some(t) => {
                     self.sh.counters.sent_pkts += 1;
-                    self.txq.push_back(qpn);
+                    // Serve a QP for a burst before the next one's turn: consecutive packets
+                    // of one flow are what the transport can hand to the kernel as one GSO
+                    // train; QPs still take turns so none starves.
+                    self.burst += 1;
+                    if self.burst < TX_BURST {
+                        self.txq.push_front(qpn);
+                    } else {
+                        self.burst = 0;
+                        self.txq.push_back(qpn);
+                    }
                     self.arm_timer(qpn);
                     return Some(t);
                 }
                 None => {
                     q.in_txq = false;
+                    self.burst = 0;
                     self.arm_timer(qpn);
                 }
             }
