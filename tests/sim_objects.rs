@@ -518,3 +518,22 @@ fn armed_cq_raises_one_completion_event() {
     assert_eq!(evs, vec![Event::Completion(a.cq)], "one-shot");
     assert_eq!(net.poll_all(0, a.cq).len(), 3);
 }
+
+#[test]
+fn zero_based_region_is_addressed_from_zero() {
+    let mut net = Net::new(2, 16, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    net.nodes[0].mem().set(src, b"zerobase");
+    let dst = net.nodes[1].mem().alloc(4096);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::ZERO_BASED;
+    let mr = net.nodes[1].eng.reg_mr(b.pd, dst, 4096, dst, access).unwrap();
+    for (id, va) in [(1u64, 0x100u64), (2, 4090)] {
+        let w = WrKind::RdmaWrite { remote_addr: va, rkey: mr.rkey };
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(id, w, &[sge(src, 8, smr)])).unwrap();
+        net.run_idle(MS);
+    }
+    let wc = net.poll_all(0, a.cq);
+    assert_eq!(wc.iter().map(|w| w.status).collect::<Vec<_>>(), vec![WcStatus::Success, WcStatus::RemAccessErr]);
+    assert_eq!(net.nodes[1].mem().get(dst + 0x100, 8), b"zerobase");
+}
