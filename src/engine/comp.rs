@@ -75,12 +75,11 @@ pub(crate) fn enter_error<M>(q: &mut Qp, sh: &mut Shared<M>) {
 }
 
 pub(crate) fn flush_send<M>(q: &mut Qp, sh: &mut Shared<M>) {
+    // Everything not yet reported is flushed (as rxe does), keeping a WQE's own error.
     for w in q.sq.wqes.iter_mut() {
-        if w.state != WqeState::Done || w.status == WcStatus::Success && !w.signaled {
-            w.state = WqeState::Done;
-            if w.status == WcStatus::Success {
-                w.status = WcStatus::WrFlushErr;
-            }
+        w.state = WqeState::Done;
+        if w.status == WcStatus::Success {
+            w.status = WcStatus::WrFlushErr;
         }
     }
     while let Some(w) = q.sq.wqes.pop_front() {
