@@ -22,7 +22,7 @@ import tempfile
 
 EXEMPT = re.compile(r"^tests\.(test_mlx5\w*|test_efa\w*|test_rdmacm)\.")
 HEAD = re.compile(r"^(test\w*) \((tests\.[\w.]+)\)")
-STATUS = re.compile(r" \.\.\. (ok|FAIL|ERROR|expected failure|unexpected success|skipped (['\"])(.*)\2)$")
+STATUS = re.compile(r"(?: \.\.\. |^)(ok|FAIL|ERROR|expected failure|unexpected success|skipped (['\"])(.*)\2)$")
 
 
 def parse(output):

@@ -31,14 +31,20 @@ fn pump(net: &mut Net, buf: &mut [u8]) -> usize {
 #[test]
 #[ignore = "measurement: cargo test --release --test sim_perf -- --ignored --nocapture"]
 fn engine_throughput() {
+    let only_small = std::env::var_os("URXE_PERF_SMALL_ONLY").is_some();
     for (mtu, size) in [(Mtu::Mtu4096, 1u32 << 20), (Mtu::Mtu1024, 1 << 20), (Mtu::Mtu4096, 64)] {
+        if only_small && size != 64 {
+            continue;
+        }
         let mut net = Net::with_memory(2, 1, LinkCfg::default(), 4 << 20);
         let o = QpOpts { mtu, max_send_wr: 1024, ..QpOpts::default() };
         let (a, b) = connect(&mut net, 0, 1, &o);
         let (src, smr) = buffer(&mut net, a, size as u64);
         let (dst, dmr) = buffer(&mut net, b, size as u64);
         let mut buf = vec![0u8; MAX_PACKET];
-        let total: u64 = 512 << 20;
+        // URXE_PERF_MIB scales the run (e.g. small under valgrind --tool=callgrind).
+        let mib: u64 = std::env::var("URXE_PERF_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(512);
+        let total: u64 = mib << 20;
         let wrs = total / size as u64;
         let t0 = Instant::now();
         let (mut posted, mut done, mut pkts) = (0u64, 0u64, 0usize);

@@ -12,8 +12,8 @@
 
 use crate::device::UrxeDevice;
 use urxe::engine::{
-    AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MwBind, MwId, MwType, PdId, QpAttr, QpAttrMask,
-    QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
+    AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MrInfo, MwBind, MwId, MwType, PdId, QpAttr,
+    QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use urxe::transport::Device;
 
@@ -67,6 +67,14 @@ pub fn dealloc_pd(dev: &UrxeDevice, pd: PdId) -> R<()> {
 pub fn reg_mr(dev: &UrxeDevice, pd: PdId, addr: u64, len: u64, iova: u64, access: AccessFlags) -> R<MrKeys> {
     let h = transport(dev)?.with(|en, _| en.reg_mr(pd, addr, len, iova, access)).map_err(e)?;
     Ok(MrKeys { id: h.id, lkey: h.lkey, rkey: h.rkey })
+}
+/// Checks that PD `pd` exists (importing it into another context of this process).
+pub fn query_pd(dev: &UrxeDevice, pd: PdId) -> R<()> {
+    transport(dev)?.with(|en, _| en.query_pd(pd)).map_err(e)
+}
+/// Attributes of MR `mr` (importing it into another context of this process).
+pub fn query_mr(dev: &UrxeDevice, mr: MrId) -> R<MrInfo> {
+    transport(dev)?.with(|en, _| en.query_mr(mr)).map_err(e)
 }
 pub fn dereg_mr(dev: &UrxeDevice, mr: MrId) -> R<()> {
     transport(dev)?.with(|en, _| en.dereg_mr(mr)).map_err(e)

@@ -1383,28 +1383,64 @@ export! {
 export! {
     /// `ibv_import_pd(3)`: sharing engine objects between contexts is not supported yet.
     fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd as ptr {
+        // A context imported with ibv_import_device lives in this process and shares urxe0's
+        // one engine, so the handle names the same engine PD: a new shell over it.
         // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        Err(libc::EOPNOTSUPP)
+        let dev = unsafe { dev_of(context) }?;
+        glue::query_pd(dev, pd_handle).map_err(|_| libc::EINVAL)?;
+        let pd = Box::new(UrxePd { ibv: ibv_pd { context, handle: pd_handle }, id: pd_handle });
+        Ok(Box::into_raw(pd) as *mut ibv_pd)
     }
 }
 
 export! {
-    /// `ibv_unimport_pd(3)`: nothing can have been imported.
-    fn ibv_unimport_pd(pd: *mut ibv_pd) as void {}
+    /// `ibv_unimport_pd(3)`: frees the shell; the PD itself stays (dealloc destroys it).
+    fn ibv_unimport_pd(pd: *mut ibv_pd) as void {
+        // SAFETY: caller passes a PD of ours.
+        if let Ok(s) = unsafe { shell::<_, UrxePd>(pd) } {
+            // SAFETY: from Box::into_raw in ibv_import_pd/ibv_alloc_pd; freed once.
+            drop(unsafe { Box::from_raw(s as *const UrxePd as *mut UrxePd) });
+        }
+    }
 }
 
 export! {
-    /// `ibv_import_mr(3)`: EOPNOTSUPP (see ibv_import_pd).
+    /// `ibv_import_mr(3)`: a new shell over MR `mr_handle` of this process, which must belong
+    /// to `pd`.
     fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr as ptr {
-        non_null(pd)?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: caller passes a PD of ours.
+        let p: &UrxePd = unsafe { shell(pd) }?;
+        // SAFETY: its context is live.
+        let dev = unsafe { dev_of(p.ibv.context) }?;
+        let info = glue::query_mr(dev, mr_handle).map_err(|_| libc::EINVAL)?;
+        if info.pd != p.id {
+            return Err(libc::EINVAL);
+        }
+        let mr = Box::new(UrxeMr {
+            ibv: ibv_mr {
+                context: p.ibv.context,
+                pd,
+                addr: info.addr as usize as *mut c_void,
+                length: info.len as usize,
+                handle: mr_handle,
+                lkey: info.lkey,
+                rkey: info.rkey,
+            },
+            id: mr_handle,
+        });
+        Ok(Box::into_raw(mr) as *mut ibv_mr)
     }
 }
 
 export! {
-    /// `ibv_unimport_mr(3)`.
-    fn ibv_unimport_mr(mr: *mut ibv_mr) as void {}
+    /// `ibv_unimport_mr(3)`: frees the shell; the MR stays registered.
+    fn ibv_unimport_mr(mr: *mut ibv_mr) as void {
+        // SAFETY: caller passes an MR of ours.
+        if let Ok(s) = unsafe { shell::<_, UrxeMr>(mr) } {
+            // SAFETY: from Box::into_raw in reg_mr_common/ibv_import_mr; freed once.
+            drop(unsafe { Box::from_raw(s as *const UrxeMr as *mut UrxeMr) });
+        }
+    }
 }
 
 export! {

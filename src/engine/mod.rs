@@ -267,6 +267,18 @@ impl<M: HostMemory> Engine<M> {
         Ok(MrHandle { id, lkey: key, rkey: key })
     }
 
+    /// Whether `pd` exists (`ibv_import_pd` of a PD handle).
+    pub fn query_pd(&self, pd: PdId) -> Result<(), Error> {
+        self.sh.pds.get(pd).map(|_| ()).ok_or(Error::NotFound)
+    }
+
+    /// A registered MR's attributes (`ibv_import_mr` of an MR handle).
+    pub fn query_mr(&self, mr: MrId) -> Result<MrInfo, Error> {
+        let m = self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
+        let key = (mr << 8) | self.sh.keys.generation(mr) as u32;
+        Ok(MrInfo { pd: m.pd, addr: m.addr, len: m.len, iova: m.iova, access: m.access, lkey: key, rkey: key })
+    }
+
     pub fn dereg_mr(&mut self, mr: MrId) -> Result<(), Error> {
         let m = *self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
         if m.bound_mws != 0 {

@@ -136,6 +136,11 @@ impl KeyTable {
         Some((idx, self.key_of(idx)))
     }
 
+    /// The generation byte of slot `idx` (the low byte of its keys).
+    pub fn generation(&self, idx: u32) -> u8 {
+        self.slots.get(idx as usize).map(|s| s.0).unwrap_or(0)
+    }
+
     fn key_of(&self, idx: u32) -> u32 {
         (idx << 8) | self.slots[idx as usize].0 as u32
     }

@@ -366,6 +366,18 @@ impl WrOpcode {
     }
 }
 
+/// What `Engine::query_mr` reports (for `ibv_import_mr`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct MrInfo {
+    pub pd: PdId,
+    pub addr: u64,
+    pub len: u64,
+    pub iova: u64,
+    pub access: AccessFlags,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
 /// What `Engine::reg_mr` returns: the MR handle and its keys (lkey = rkey =
 /// `(index << 8) | generation`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]

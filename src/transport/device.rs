@@ -87,18 +87,18 @@ struct Shared {
     stop: AtomicBool,
     /// Deadline (ns) the progress thread sleeps until; `u64::MAX` = no deadline.
     thread_deadline: AtomicU64,
-    /// When (ns) an application thread last progressed the device from `poll`. While that is
-    /// recent, the application is busy-polling and does all the work itself; the progress
-    /// thread keeps out of its way (no lock contention, no competing for packets).
+    /// When (ns) an application thread last progressed the device from `poll`: while that is
+    /// recent the application's own polling moves the device, and a new deadline need not ring
+    /// the progress thread's doorbell.
     app_polled_at: AtomicU64,
-    /// The same epoch as `Core::epoch`, readable without the lock.
-    epoch: Instant,
+    /// The progress thread runs at real-time priority.
+    rt: AtomicBool,
 }
 
 /// Consecutive empty polls after which a polling thread yields the CPU once.
 pub const IDLE_POLLS_PER_YIELD: u32 = 32;
 
-/// How long after an application poll the progress thread leaves the data path to it.
+/// How long after an application poll the doorbell is not rung for a moved deadline.
 const APP_ACTIVE_NS: u64 = 1_000_000;
 
 /// A running device. Dropping it stops the progress thread.
@@ -292,6 +292,7 @@ impl Device {
 
     fn start(rx: RoceSocket, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
         let gso = gso_setting()?;
+        let rt = rt_setting()?;
         let local = rx.local_addr().ip();
         cfg.local_addr = local;
         let engine = Engine::new(cfg, ProcessMemory);
@@ -325,11 +326,12 @@ impl Device {
             stop: AtomicBool::new(false),
             thread_deadline: AtomicU64::new(u64::MAX),
             app_polled_at: AtomicU64::new(0),
-            epoch,
+            rt: AtomicBool::new(false),
         });
         let sh = shared.clone();
-        let thread =
-            std::thread::Builder::new().name("urxe-progress".into()).spawn(move || progress_thread(sh, poll, stats))?;
+        let thread = std::thread::Builder::new()
+            .name("urxe-progress".into())
+            .spawn(move || progress_thread(sh, poll, stats, rt))?;
         Ok(Device { shared, thread: Some(thread), local })
     }
 
@@ -449,7 +451,13 @@ fn serve_stats(shared: &Shared, l: &UnixListener) {
             Ok((s, _)) => {
                 let text = {
                     let c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
-                    format!("pid {}\naddress {}\n{}", std::process::id(), c.local, c.stats_text())
+                    let prio = if shared.rt.load(Ordering::Relaxed) { "real-time" } else { "normal" };
+                    format!(
+                        "pid {}\naddress {}\nprogress thread {prio}\n{}",
+                        std::process::id(),
+                        c.local,
+                        c.stats_text()
+                    )
                 };
                 // The client reads to EOF; a blocking write of a few KiB to a fresh socket.
                 let mut s = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(s));
@@ -462,7 +470,36 @@ fn serve_stats(shared: &Shared, l: &UnixListener) {
     }
 }
 
-fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListener>) {
+/// `URXE_RT`: `1` (default) runs the progress thread at real-time priority when the process
+/// may (CAP_SYS_NICE or RLIMIT_RTPRIO), `0` leaves it at normal priority.
+fn rt_setting() -> io::Result<bool> {
+    match std::env::var("URXE_RT").as_deref() {
+        Err(_) | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_RT={v}: expected 0 or 1"))),
+    }
+}
+
+/// The progress thread does what a NIC and the kernel's softirq do for kernel rxe: it lands data
+/// in memory that an application may be spinning on (ib_write_lat polls a buffer, not the CQ).
+/// At normal priority it would wait for a time slice behind that spinning thread; SCHED_FIFO
+/// (lowest RT level) lets it run as soon as a packet arrives. It blocks between packets and
+/// never spins (see the minimum sleep below), so this cannot starve anything. Best effort:
+/// without the privilege, it stays at normal priority.
+fn raise_priority() -> bool {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: plain syscall on the calling thread (pid 0) with a valid param.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
+/// deadline that does not move can never make the (possibly real-time) thread spin.
+const MIN_SLEEP: Duration = Duration::from_micros(50);
+
+fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListener>, rt: bool) {
+    if rt {
+        shared.rt.store(raise_priority(), Ordering::Relaxed);
+    }
     let mut events = Events::with_capacity(16);
     let mut timeout: Option<Duration> = None;
     loop {
@@ -483,20 +520,13 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
                 serve_stats(&shared, l);
             }
         }
-        // While the application busy-polls, it does the work; sleep until its activity lapses.
-        let epoch_now = shared.epoch.elapsed().as_nanos() as u64;
-        let polled = shared.app_polled_at.load(Ordering::Acquire);
-        if polled != 0 && epoch_now.saturating_sub(polled) < APP_ACTIVE_NS {
-            timeout = Some(Duration::from_nanos(APP_ACTIVE_NS - epoch_now.saturating_sub(polled)));
-            continue;
-        }
         let mut c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
         c.counters.progress_wakeups += 1;
         c.progress();
         let now = c.now();
         let due = c.engine.poll_timeout();
         // If the socket is full, WRITABLE (edge-triggered) wakes us when it drains.
-        timeout = due.map(|d| Duration::from_nanos(d.saturating_sub(now)));
+        timeout = due.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
         shared.thread_deadline.store(due.unwrap_or(u64::MAX), Ordering::Release);
         drop(c);
     }

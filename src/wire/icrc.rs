@@ -62,48 +62,52 @@ impl IpFields {
 /// pseudo-headers are derived from `bth_to_icrc.len()`.
 pub fn icrc(ip: &IpFields, udp_sport: u16, udp_dport: u16, bth_to_icrc: &[u8]) -> u32 {
     let udp_len = (UDP_HDR_LEN + bth_to_icrc.len() + ICRC_LEN) as u16;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&[0xFF; 8]);
+    // The masked prefix (LRH stand-in, IP, UDP, BTH) is assembled in one buffer and hashed in
+    // one call: crc32fast's vector path only pays off on longer inputs, and small packets are
+    // mostly prefix.
+    let mut pre = [0xFFu8; 8 + IPV6_HDR_LEN + UDP_HDR_LEN + BTH_LEN];
+    let mut n = 8;
     match ip {
         IpFields::V4 { src, dst, id, flags_frag } => {
             let total = IPV4_HDR_LEN as u16 + udp_len;
-            let mut hdr = [0u8; IPV4_HDR_LEN];
-            hdr[0] = 0x45;
-            hdr[1] = 0xFF; // TOS masked
-            hdr[2..4].copy_from_slice(&total.to_be_bytes());
-            hdr[4..6].copy_from_slice(&id.to_be_bytes());
-            hdr[6..8].copy_from_slice(&flags_frag.to_be_bytes());
-            hdr[8] = 0xFF; // TTL masked
-            hdr[9] = 17;
-            hdr[10] = 0xFF; // checksum masked
-            hdr[11] = 0xFF;
-            hdr[12..16].copy_from_slice(src);
-            hdr[16..20].copy_from_slice(dst);
-            h.update(&hdr);
+            let h = &mut pre[n..n + IPV4_HDR_LEN];
+            h[0] = 0x45;
+            // h[1] TOS, h[8] TTL, h[10..12] checksum stay masked (0xFF).
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[4..6].copy_from_slice(&id.to_be_bytes());
+            h[6..8].copy_from_slice(&flags_frag.to_be_bytes());
+            h[9] = 17;
+            h[12..16].copy_from_slice(src);
+            h[16..20].copy_from_slice(dst);
+            n += IPV4_HDR_LEN;
         }
         IpFields::V6 { src, dst } => {
-            let mut hdr = [0u8; IPV6_HDR_LEN];
-            // version 6, traffic class and flow label masked to ones
-            hdr[0] = 0x6F;
-            hdr[1] = 0xFF;
-            hdr[2] = 0xFF;
-            hdr[3] = 0xFF;
-            hdr[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            hdr[6] = 17;
-            hdr[7] = 0xFF; // hop limit masked
-            hdr[8..24].copy_from_slice(src);
-            hdr[24..40].copy_from_slice(dst);
-            h.update(&hdr);
+            let h = &mut pre[n..n + IPV6_HDR_LEN];
+            // version 6; traffic class, flow label and hop limit stay masked (0xFF).
+            h[0] = 0x6F;
+            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            h[6] = 17;
+            h[8..24].copy_from_slice(src);
+            h[24..40].copy_from_slice(dst);
+            n += IPV6_HDR_LEN;
         }
     }
-    let mut udp = [0u8; UDP_HDR_LEN];
-    udp[0..2].copy_from_slice(&udp_sport.to_be_bytes());
-    udp[2..4].copy_from_slice(&udp_dport.to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    udp[6] = 0xFF;
-    udp[7] = 0xFF;
-    h.update(&udp);
-    update_after_udp(&mut h, bth_to_icrc);
+    let u = &mut pre[n..n + UDP_HDR_LEN];
+    u[0..2].copy_from_slice(&udp_sport.to_be_bytes());
+    u[2..4].copy_from_slice(&udp_dport.to_be_bytes());
+    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    // u[6..8] checksum stays masked (0xFF).
+    n += UDP_HDR_LEN;
+    let mut h = crc32fast::Hasher::new();
+    if bth_to_icrc.len() >= BTH_LEN {
+        pre[n..n + BTH_LEN].copy_from_slice(&bth_to_icrc[..BTH_LEN]);
+        pre[n + 4] = 0xFF;
+        h.update(&pre[..n + BTH_LEN]);
+        h.update(&bth_to_icrc[BTH_LEN..]);
+    } else {
+        h.update(&pre[..n]);
+        h.update(bth_to_icrc);
+    }
     h.finalize()
 }
 

@@ -116,14 +116,17 @@ impl HeaderSet {
     }
 
     /// Bytes of extension headers (excluding the BTH).
+    #[inline]
     pub const fn len(self) -> usize {
+        // ORDER lists the headers by bit position, so bit i's size is ORDER[i].1.
         let mut n = 0;
-        let mut i = 0;
-        while i < Self::ORDER.len() {
-            if self.contains(Self::ORDER[i].0) {
+        let mut bits = self.0;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            if i < Self::ORDER.len() {
                 n += Self::ORDER[i].1;
             }
-            i += 1;
+            bits &= bits - 1;
         }
         n
     }
@@ -132,23 +135,16 @@ impl HeaderSet {
         self.0 == 0
     }
 
-    /// Offset of `h` from the start of the BTH, if this set contains it.
+    /// Offset of `h` from the start of the BTH, if this set contains it. `h` is one header.
+    #[inline]
     pub const fn offset_of(self, h: HeaderSet) -> Option<usize> {
         if !self.contains(h) || h.0 == 0 {
             return None;
         }
-        let mut off = crate::wire::bth::BTH_LEN;
-        let mut i = 0;
-        while i < Self::ORDER.len() {
-            if Self::ORDER[i].0 .0 == h.0 {
-                return Some(off);
-            }
-            if self.contains(Self::ORDER[i].0) {
-                off += Self::ORDER[i].1;
-            }
-            i += 1;
-        }
-        None
+        // The headers before `h` in wire order are the set's bits below h's bit: their sizes
+        // add up to the offset.
+        let before = HeaderSet(self.0 & (h.0 - 1));
+        Some(crate::wire::bth::BTH_LEN + before.len())
     }
 }
 
@@ -474,6 +470,27 @@ mod tests {
             let top = v >> 5;
             let tr = [Transport::Rc, Transport::Uc, Transport::Rd, Transport::Ud, Transport::Cnp, Transport::Xrc];
             assert_eq!(i.transport, tr[top as usize], "{v:#x}");
+        }
+    }
+
+    #[test]
+    fn header_order_is_by_bit_position() {
+        // len() and offset_of() rely on ORDER[i] being bit i.
+        for (i, (h, _)) in HeaderSet::ORDER.iter().enumerate() {
+            assert_eq!(h.0, 1 << i);
+        }
+        // And offsets agree with a plain walk over the wire order for every opcode.
+        for info in OPCODES.iter() {
+            let mut off = crate::wire::bth::BTH_LEN;
+            for (h, size) in HeaderSet::ORDER {
+                if info.headers.contains(h) {
+                    assert_eq!(info.headers.offset_of(h), Some(off));
+                    off += size;
+                } else {
+                    assert_eq!(info.headers.offset_of(h), None);
+                }
+            }
+            assert_eq!(info.header_len(), off);
         }
     }
 
