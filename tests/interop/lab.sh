@@ -4,6 +4,7 @@
 #   lab.sh up          netns $IX_NS with bridge br0 = 10.77.0.1/24 (MTU 9000); idempotent
 #   lab.sh loss PCT    drop PCT% of RoCEv2 packets (UDP dport 4791) crossing br0, both
 #                      directions; VM<->VM, VM->host and host->VM are all covered
+#   lab.sh loss PCT spare-acks   the same, but RC ACK packets (BTH opcode 0x11) are never dropped
 #   lab.sh loss 0      remove the loss rules
 #   lab.sh drops       print how many packets the loss rules dropped so far
 #   lab.sh down        stop our qemu/dumpcap processes (pidfiles, checked) and delete the netns
@@ -32,23 +33,24 @@ stop_pidfile() {
   rm -f "$pf"
 }
 
-loss_rules() {  # $1 = percent
-  local pct=$1
+loss_rules() {  # $1 = percent, $2 = match that exempts packets ("" = none)
+  local pct=$1 m=$2
   # One random draw per packet at the point where it is already captured on br0:
   #  - bridge forward: VM <-> VM frames (promiscuous br0 captures their local copy first)
   #  - bridge output:  host -> VM frames (br0's transmit tap has seen them)
   #  - inet input:     VM -> host packets (br0's receive tap has seen them)
   # TCP (the tools' out-of-band exchange on port 18515) is never touched.
+  # @th,64,8 is the first byte after the 8-byte UDP header: the BTH opcode.
   cat <<NFT
 table bridge urxe_ix_loss {
   chain ix_forward { type filter hook forward priority 0; policy accept;
-    udp dport 4791 numgen random mod 100 < $pct counter drop; }
+    udp dport 4791 $m numgen random mod 100 < $pct counter drop; }
   chain ix_output { type filter hook output priority 0; policy accept;
-    udp dport 4791 numgen random mod 100 < $pct counter drop; }
+    udp dport 4791 $m numgen random mod 100 < $pct counter drop; }
 }
 table inet urxe_ix_loss {
   chain ix_input { type filter hook input priority 0; policy accept;
-    udp dport 4791 numgen random mod 100 < $pct counter drop; }
+    udp dport 4791 $m numgen random mod 100 < $pct counter drop; }
 }
 NFT
 }
@@ -68,7 +70,13 @@ up)
   fi
   echo "lab: up (netns $NS, br0 $HOST_CIDR)" ;;
 loss)
-  pct=${2:?usage: lab.sh loss PCT}
+  pct=${2:?usage: lab.sh loss PCT [spare-acks]}
+  spare=
+  case ${3:-} in
+    '') ;;
+    spare-acks) spare='@th,64,8 != 0x11' ;;
+    *) die "loss: unknown option '$3'" ;;
+  esac
   [[ $pct =~ ^[0-9]+$ ]] && [ "$pct" -le 100 ] || die "loss PCT must be 0..100"
   ns_exists || die "netns $NS is not up"
   for fam in bridge inet; do
@@ -76,8 +84,8 @@ loss)
       ip netns exec "$NS" nft delete table "$fam" urxe_ix_loss
   done
   if [ "$pct" -gt 0 ]; then
-    loss_rules "$pct" | ip netns exec "$NS" nft -f -
-    echo "lab: ${pct}% random loss on udp/4791"
+    loss_rules "$pct" "$spare" | ip netns exec "$NS" nft -f -
+    echo "lab: ${pct}% random loss on udp/4791${spare:+ (RC ACKs spared)}"
   else
     echo "lab: no loss"
   fi ;;

@@ -65,8 +65,10 @@ QEMU=(ip netns exec "$NS" qemu-system-x86_64 -name "urxe-ix-$NAME"
   -pidfile "$PIDF")
 if [ $# -eq 0 ]; then "${QEMU[@]}"; exit 0; fi
 
+# qemu runs in the background so that a TERM to vm.sh is handled at once (trap -> cleanup)
 qrc=0
-timeout -k 5 "$LIMIT" "${QEMU[@]}" </dev/null >"$DIR/qemu.log" 2>&1 || qrc=$?
+timeout -k 5 "$LIMIT" "${QEMU[@]}" </dev/null >"$DIR/qemu.log" 2>&1 &
+wait $! || qrc=$?
 cat "$SHARE/job.out" 2>/dev/null || true
 if [ -f "$SHARE/job.rc" ]; then
   rc=$(cat "$SHARE/job.rc")
