@@ -16,6 +16,7 @@
 #   IX_LOSS_PCT     (5) random drop percentage of the loss variants
 #   IX_CASE_TIMEOUT (60 s; loss variants: 2x) per tool invocation
 #   IX_TAIL_WAIT    (30 s) how long the server may run on after its client ended
+#   IX_NO_PREFLIGHT=1  skip the "ibv_devinfo -d urxe0" probe (to test the harness's failure paths)
 # exit status: 0 = every row passed, 1 = a row failed, 2 = could not run
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -29,6 +30,7 @@ URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
 LOSS_PCT=${IX_LOSS_PCT:-5}
 CASE_TIMEOUT=${IX_CASE_TIMEOUT:-60}
 TAIL_WAIT=${IX_TAIL_WAIT:-30}
+FAIL_GRACE=5
 VM_IP=10.77.0.2
 die() { printf 'matrix: ERROR: %s\n' "$*" >&2; exit 2; }
 say() { printf 'matrix: %s\n' "$*" >&2; }
@@ -141,7 +143,7 @@ trap 'say "interrupted"; exit 130' INT TERM
 in_ns_host() {  # run a command as the host side (urxe mode), inside the netns
   ip netns exec "$IX_NS" env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR=10.77.0.1 "$@"
 }
-if [ "$HOST_SIDE" = urxe ]; then
+if [ "$HOST_SIDE" = urxe ] && [ "${IX_NO_PREFLIGHT:-0}" != 1 ]; then
   # Fail fast (and not 40 times by timeout) when the library cannot even list its device.
   if ! in_ns_host timeout 20 ibv_devinfo -d urxe0 >"$OUT/logs/preflight.log" 2>&1; then
     cat "$OUT/logs/preflight.log" >&2
@@ -174,32 +176,52 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs
   for t in $(seq 1 50); do [ -s "$tmpcap" ] && break; sleep 0.1; done
   [ -s "$tmpcap" ] || say "$id: capture did not start (see logs/$id.dumpcap.log)"
 
-  # server first, then the client (which retries its TCP connect until the server listens)
-  local srv_pid cli_rc=0 srv_rc=0
+  # Server first, then the client (which retries its TCP connect until the server listens).
+  # Both run in the background under their own timeouts; this loop only ends a case early:
+  # a side that fails takes its peer down after FAIL_GRACE s instead of the peer's timeout.
+  local srv_pid cli_pid cli_rc=0 srv_rc=0 srv_done= cli_done= kills=0
   if [ "$dir" = hs ]; then                      # host side serves, the rxe VM is the client
     if [ "$HOST_SIDE" = urxe ]; then
       in_ns_host timeout -k 5 "$((limit + 15))" $cmd_host >"$srv_log" 2>&1 & srv_pid=$!
     else
       "$HERE/vm.sh" h "$HOST_IP" "timeout $((limit + 10)) $cmd_host" >"$srv_log" 2>&1 & srv_pid=$!
     fi
-    BG+=("$srv_pid")
-    "$HERE/vm.sh" r "$VM_IP" "timeout $limit oob-retry $retry $cmd_vm $HOST_IP" >"$cli_log" 2>&1 || cli_rc=$?
+    "$HERE/vm.sh" r "$VM_IP" "timeout $limit oob-retry $retry $cmd_vm $HOST_IP" >"$cli_log" 2>&1 & cli_pid=$!
   else                                          # the rxe VM serves, the host side is the client
     "$HERE/vm.sh" r "$VM_IP" "timeout $((limit + 10)) $cmd_vm" >"$srv_log" 2>&1 & srv_pid=$!
-    BG+=("$srv_pid")
     if [ "$HOST_SIDE" = urxe ]; then
-      in_ns_host timeout -k 5 "$limit" "$HERE/guest/oob-retry" "$retry" $cmd_host "$VM_IP" >"$cli_log" 2>&1 || cli_rc=$?
+      in_ns_host timeout -k 5 "$limit" "$HERE/guest/oob-retry" "$retry" $cmd_host "$VM_IP" >"$cli_log" 2>&1 & cli_pid=$!
     else
-      "$HERE/vm.sh" h "$HOST_IP" "timeout $limit oob-retry $retry $cmd_host $VM_IP" >"$cli_log" 2>&1 || cli_rc=$?
+      "$HERE/vm.sh" h "$HOST_IP" "timeout $limit oob-retry $retry $cmd_host $VM_IP" >"$cli_log" 2>&1 & cli_pid=$!
     fi
   fi
-  # the server ends right after the client; give it TAIL_WAIT s, then stop it (a hang = FAIL)
-  for t in $(seq 1 $((TAIL_WAIT * 5))); do kill -0 "$srv_pid" 2>/dev/null || break; sleep 0.2; done
-  if kill -0 "$srv_pid" 2>/dev/null; then
-    say "$id: server still running ${TAIL_WAIT}s after the client ended: stopping it"
-    kill "$srv_pid" 2>/dev/null || true
-  fi
-  wait "$srv_pid" || srv_rc=$?
+  BG+=("$srv_pid" "$cli_pid")
+  local deadline=$((SECONDS + limit + 90)) stop_at=
+  while [ -z "$srv_done" ] || [ -z "$cli_done" ]; do
+    if [ -z "$srv_done" ] && ! kill -0 "$srv_pid" 2>/dev/null; then
+      wait "$srv_pid" || srv_rc=$?; srv_done=1
+      # a failed server: the client cannot succeed any more
+      [ "$srv_rc" != 0 ] && [ -z "$cli_done" ] && stop_at=$((SECONDS + FAIL_GRACE))
+    fi
+    if [ -z "$cli_done" ] && ! kill -0 "$cli_pid" 2>/dev/null; then
+      wait "$cli_pid" || cli_rc=$?; cli_done=1
+      # the server ends right after its client; a hang past TAIL_WAIT is a failure
+      if [ -z "$srv_done" ]; then
+        [ "$cli_rc" = 0 ] && stop_at=$((SECONDS + TAIL_WAIT)) || stop_at=$((SECONDS + FAIL_GRACE))
+      fi
+    fi
+    if { [ -n "$stop_at" ] && [ "$SECONDS" -ge "$stop_at" ]; } || [ "$SECONDS" -ge "$deadline" ]; then
+      kills=$((kills + 1))
+      [ "$kills" -gt 2 ] && { say "$id: a side does not stop; giving up on it"; break; }
+      local sig=TERM; [ "$kills" = 2 ] && sig=KILL
+      [ -z "$srv_done" ] && { say "$id: stopping the server ($sig; client rc ${cli_rc})"; kill -s $sig "$srv_pid" 2>/dev/null || true; }
+      [ -z "$cli_done" ] && { say "$id: stopping the client ($sig; server rc ${srv_rc})"; kill -s $sig "$cli_pid" 2>/dev/null || true; }
+      stop_at=$((SECONDS + 15)); deadline=$stop_at
+    fi
+    sleep 0.2
+  done
+  [ -n "$srv_done" ] || srv_rc=137
+  [ -n "$cli_done" ] || cli_rc=137
   sleep 0.3
   kill -INT "$cap" 2>/dev/null || true
   wait "$cap" 2>/dev/null || true
