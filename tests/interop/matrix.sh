@@ -47,21 +47,23 @@ NAMES=(rc_pingpong_1024 rc_pingpong_4096 uc_pingpong ud_pingpong srq_pingpong se
 # into a QP that no longer exists (a property of the tool, not of the transport). Their loss
 # variants therefore spare RC ACK packets; everything else (data, read responses, atomic
 # ACKs, and the perftest rows' ACKs) is dropped at random.
-declare -A CMD MTU RC
-def() { CMD[$1]=$2; MTU[$1]=$3; RC[$1]=$4; }
+# LOSS_N: iterations of the loss variant, chosen so that it offers ~300 droppable packets
+# (P(no drop at 5%) ~ 1e-7: a loss row whose rules dropped nothing fails).
+declare -A CMD MTU RC LOSS_N
+def() { CMD[$1]=$2; MTU[$1]=$3; RC[$1]=$4; LOSS_N[$1]=${5:-}; }
 PT='-d @DEV@ -x 1 -F -m 1024'
-def rc_pingpong_1024 "ibv_rc_pingpong -d @DEV@ -g 1 -m 1024 -s 4096 -n 20 -c"  1500 tail
-def rc_pingpong_4096 "ibv_rc_pingpong -d @DEV@ -g 1 -m 4096 -s 16384 -n 20 -c" 9000 tail
+def rc_pingpong_1024 "ibv_rc_pingpong -d @DEV@ -g 1 -m 1024 -s 4096 -n 20 -c"  1500 tail 40
+def rc_pingpong_4096 "ibv_rc_pingpong -d @DEV@ -g 1 -m 4096 -s 16384 -n 20 -c" 9000 tail 40
 def uc_pingpong      "ibv_uc_pingpong -d @DEV@ -g 1 -m 1024 -s 4096 -n 20 -c"  1500 no
 def ud_pingpong      "ibv_ud_pingpong -d @DEV@ -g 1 -s 512 -n 20 -c"           1500 no
-def srq_pingpong     "ibv_srq_pingpong -d @DEV@ -g 1 -m 1024 -q 4 -s 4096 -n 10 -c" 1500 tail
-def send_bw          "ib_send_bw $PT -s 4096 -n 20"                            1500 yes
-def write_bw         "ib_write_bw $PT -s 4096 -n 20"                           1500 yes
-def read_bw          "ib_read_bw $PT -s 4096 -n 20"                            1500 yes
-def atomic_fetch_add "ib_atomic_bw $PT -A FETCH_AND_ADD -n 20"                 1500 yes
-def atomic_cmp_swap  "ib_atomic_bw $PT -A CMP_AND_SWAP -n 20"                  1500 yes
-def write_lat        "ib_write_lat $PT -s 64 -n 20"                            1500 yes
-def read_lat         "ib_read_lat $PT -s 64 -n 20"                             1500 yes
+def srq_pingpong     "ibv_srq_pingpong -d @DEV@ -g 1 -m 1024 -q 4 -s 4096 -n 10 -c" 1500 tail 40
+def send_bw          "ib_send_bw $PT -s 4096 -n 20"                            1500 yes 60
+def write_bw         "ib_write_bw $PT -s 4096 -n 20"                           1500 yes 60
+def read_bw          "ib_read_bw $PT -s 4096 -n 20"                            1500 yes 60
+def atomic_fetch_add "ib_atomic_bw $PT -A FETCH_AND_ADD -n 20"                 1500 yes 150
+def atomic_cmp_swap  "ib_atomic_bw $PT -A CMP_AND_SWAP -n 20"                  1500 yes 150
+def write_lat        "ib_write_lat $PT -s 64 -n 20"                            1500 yes 80
+def read_lat         "ib_read_lat $PT -s 64 -n 20"                             1500 yes 150
 
 # ------------------------------------------------------------------ options
 OUT= SEL= DIRS=hs,vs LOSS=both
@@ -72,7 +74,7 @@ while [ $# -gt 0 ]; do
     -d) DIRS=${2:?-d needs hs, vs or hs,vs}; shift 2 ;;
     --no-loss) LOSS=none; shift ;;
     --loss-only) LOSS=only; shift ;;
-    --list) for n in "${NAMES[@]}"; do printf '%-18s %s%s\n' "$n" "${CMD[$n]}" "$([ "${RC[$n]}" != no ] && echo '   (+loss)')"; done; exit 0 ;;
+    --list) for n in "${NAMES[@]}"; do printf '%-18s %s%s\n' "$n" "${CMD[$n]}" "$([ "${RC[$n]}" != no ] && echo "   (+loss: -n ${LOSS_N[$n]})")"; done; exit 0 ;;
     -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
@@ -158,7 +160,9 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs
   name=$s; [ "$loss" = 1 ] && name="$s+loss"
   id=$name.$dir; id=${id//+/_}
   limit=$CASE_TIMEOUT; [ "$loss" = 1 ] && limit=$((CASE_TIMEOUT * 2))
-  local cmd_host=${CMD[$s]//@DEV@/$HOST_DEV} cmd_vm=${CMD[$s]//@DEV@/rxe0}
+  local cmd=${CMD[$s]}
+  if [ "$loss" = 1 ]; then cmd=$(sed -E "s/ -n [0-9]+/ -n ${LOSS_N[$s]}/" <<<"$cmd"); fi
+  local cmd_host=${cmd//@DEV@/$HOST_DEV} cmd_vm=${cmd//@DEV@/rxe0}
   local srv_log="$OUT/logs/$id.server.log" cli_log="$OUT/logs/$id.client.log"
   local pcap="$OUT/pcaps/$id.pcap" tmpcap="$IX_RUN/urxe-ix-capture.pcap"
   local t0=$SECONDS
