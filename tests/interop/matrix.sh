@@ -127,6 +127,14 @@ elif [ "$CHECK_MODE" = urxe ]; then
   printf 'matrix: !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n\n' >&2
 fi
 
+mkdir -p "$IX_RUN"
+other=$(cat "$IX_RUN/matrix.pid" 2>/dev/null || true)
+if [[ $other =~ ^[0-9]+$ ]] && [ "$other" != $$ ] &&
+   tr '\0' ' ' <"/proc/$other/cmdline" 2>/dev/null | grep -q 'matrix\.sh'; then
+  die "another matrix.sh (pid $other) is using netns $IX_NS; wait for it or stop it"
+fi
+echo $$ >"$IX_RUN/matrix.pid"
+
 [ -n "$OUT" ] || OUT=$REPO/target/interop/$HOST_SIDE-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT/pcaps" "$OUT/logs" "$IX_RUN/pids"
 OUT=$(cd "$OUT" && pwd)
@@ -136,6 +144,7 @@ cleanup() {
   local p
   for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done
   "$HERE/lab.sh" down >/dev/null 2>&1 || true
+  rm -f "$IX_RUN/matrix.pid"
 }
 trap cleanup EXIT
 trap 'say "interrupted"; exit 130' INT TERM

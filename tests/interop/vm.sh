@@ -47,7 +47,7 @@ cleanup() {
   ip -n "$NS" link del "$TAP" 2>/dev/null || true
 }
 trap cleanup EXIT
-trap 'cat "$SHARE/job.out" 2>/dev/null; echo "vm $NAME: stopped by a signal"; exit 130' INT TERM
+trap 'cat "$SHARE/job.out" 2>/dev/null || true; echo "vm $NAME: stopped by a signal"; exit 130' INT TERM
 ip -n "$NS" link set "$TAP" mtu "$MTU" master br0 up
 
 octets=${IP%/*}
