@@ -3,7 +3,8 @@
 #
 #   vm.sh NAME IP[/NN] 'SHELL COMMANDS'   run the commands in the guest (busybox sh, cwd =
 #                                          the 9p share), print their output, exit with
-#                                          their status (124: VM timed out, 99: no status)
+#                                          their status (124: VM timed out, 98: the guest
+#                                          never got ready = the command never ran, 99: no status)
 #   vm.sh NAME IP[/NN]                     interactive serial console (debugging)
 #
 # The guest has rxe0 on eth0 (GID index 1 = ::ffff:IP), Debian's ibv_* / perftest tools
@@ -72,6 +73,10 @@ wait $! || qrc=$?
 cat "$SHARE/job.out" 2>/dev/null || true
 if [ -f "$SHARE/job.rc" ]; then
   rc=$(cat "$SHARE/job.rc")
+elif [ ! -f "$SHARE/ready" ]; then
+  echo "vm $NAME: the guest never got ready (qemu rc $qrc); serial log tail:"
+  tail -n 15 "$DIR/serial.log" 2>/dev/null || true
+  rc=98
 elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
   echo "vm $NAME: TIMEOUT after ${LIMIT}s; serial log tail:"; tail -n 15 "$DIR/serial.log" 2>/dev/null || true
   rc=124
