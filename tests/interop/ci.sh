@@ -1,0 +1,15 @@
+#!/bin/bash
+# tests/interop/ci.sh — the CI entry point: prepare a fresh Debian 12 machine, build urxe,
+# run the interop matrix. Arguments go to matrix.sh. Exit status = matrix.sh's.
+#   IX_SKIP_BUILD=1   do not build (use an existing target/)
+#   HOST_SIDE=vm      harness self-test without urxe (no build needed)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+"$HERE/setup.sh"
+if [ "${HOST_SIDE:-urxe}" = urxe ] && [ "${IX_SKIP_BUILD:-0}" != 1 ]; then
+  command -v cargo >/dev/null || { echo "ci: cargo not found (install Rust, or IX_SKIP_BUILD=1)" >&2; exit 2; }
+  (cd "$REPO" && cargo build --release)
+  [ -x "$REPO/provider/build.sh" ] && (cd "$REPO" && provider/build.sh)
+fi
+exec "$HERE/matrix.sh" "$@"
