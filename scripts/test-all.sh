@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (README, .ci/run): installs what it needs, checks formatting and lints,
 # builds the drop-in library, runs every test: unit, property, simulator, capture verifier,
-# ABI, unmodified Debian binaries and our C programs over urxe, and rdma-core's own suite.
+# ABI, unmodified Debian binaries and our C programs over urxe, rdma-core's own suite, and the
+# interop matrix against the Linux kernel's rdma_rxe.
 # Exits nonzero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,4 +24,6 @@ step "rdma-core's pyverbs test suite against urxe"
 mkdir -p target/urxe/reports
 /usr/bin/python3 scripts/rdma_core_suite.py --lib target/urxe/lib \
   --out target/urxe/reports/rdma-core-suite.md --log target/urxe/reports/rdma-core-suite.log
+step "interoperability with the kernel's rdma_rxe (qemu VMs, both directions, 5% loss rows)"
+IX_SKIP_BUILD=1 bash tests/interop/ci.sh -o target/interop/ci
 step "done"
