@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,6 +68,12 @@ pub struct Core {
     gso: bool,
     /// Consecutive `poll` calls that found nothing.
     idle_polls: u32,
+    /// When the last poll that found a completion returned (ns), if no poll came since.
+    found_at: Option<u64>,
+    /// How long the application stayed away from polling after its last completion: a
+    /// memory spinner (ib_write_lat, NCCL-style flags) stays away for a round trip; a CQ
+    /// poller comes back within microseconds.
+    away_after_found: u64,
     pub counters: TransportCounters,
 }
 
@@ -91,8 +97,68 @@ struct Shared {
     /// recent the application's own polling moves the device, and a new deadline need not ring
     /// the progress thread's doorbell.
     app_polled_at: AtomicU64,
+    /// Application threads inside `poll` right now. While one is, the progress thread does not
+    /// take the lock for a packet arrival: the poller is about to receive it, and a real-time
+    /// thread preempting a busy poller and contending for its lock costs several context
+    /// switches per packet.
+    in_poll: AtomicU32,
+    /// The progress thread stepped aside for a poller; the poller drains on its way out.
+    rx_skipped: AtomicBool,
+    /// The progress thread is woken by packet arrivals. A poller that keeps finding its CQ
+    /// empty disarms this: it takes the packets itself, and each wakeup would cost the machine
+    /// an inter-processor interrupt (a VM exit on a virtual machine) per packet. A poll that
+    /// finds a completion re-arms it (the application may now wait elsewhere, e.g. spin on
+    /// memory), and the progress thread re-arms it when nobody polled for [`REARM_AFTER_NS`].
+    rx_armed: AtomicBool,
+    /// When (ns) the progress thread will wake at the latest (`u64::MAX`: no timeout).
+    thread_wake_at: AtomicU64,
+    registry: mio::Registry,
+    rx_fd: std::os::fd::RawFd,
+    /// The same epoch as `Core::epoch`, readable without the lock.
+    epoch: Instant,
     /// The progress thread runs at real-time priority.
     rt: AtomicBool,
+}
+
+/// Consecutive empty polls after which packet arrivals stop waking the progress thread.
+const DISARM_AFTER_EMPTY_POLLS: u32 = 2;
+
+/// An application that stayed away from its CQ this long after a completion waits elsewhere
+/// (e.g. spins on memory): re-arm packet wakeups when it finds a completion.
+const AWAY_MEANS_ELSEWHERE_NS: u64 = 10_000;
+
+/// With packet wakeups disarmed, the progress thread re-arms them when no application thread
+/// polled for this long (and checks that often).
+const REARM_AFTER_NS: u64 = 1_000_000;
+
+impl Shared {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Arms or disarms packet-arrival wakeups of the progress thread (one epoll_ctl).
+    fn set_rx_armed(&self, armed: bool) {
+        if self.rx_armed.swap(armed, Ordering::SeqCst) == armed {
+            return;
+        }
+        // Disarmed = not registered at all: even a write-only registration wakes the thread as
+        // the socket's buffers drain.
+        let r = if armed {
+            self.registry.register(&mut SourceFd(&self.rx_fd), RX, Interest::READABLE | Interest::WRITABLE)
+        } else {
+            self.registry.deregister(&mut SourceFd(&self.rx_fd))
+        };
+        if r.is_err() && !armed {
+            // Cannot disarm: stay armed, the safe state.
+            self.rx_armed.store(true, Ordering::SeqCst);
+            return;
+        }
+        // Disarmed, the thread must still check within REARM_AFTER_NS whether anyone polls: if it
+        // sleeps longer than that (e.g. with no timeout at all), ring it so it re-plans.
+        if !armed && self.thread_wake_at.load(Ordering::SeqCst) > self.now() + REARM_AFTER_NS {
+            let _ = self.waker.wake();
+        }
+    }
 }
 
 /// Consecutive empty polls after which a polling thread yields the CPU once.
@@ -298,7 +364,8 @@ impl Device {
         let engine = Engine::new(cfg, ProcessMemory);
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
-        poll.registry().register(&mut SourceFd(&rx.raw_fd()), RX, Interest::READABLE | Interest::WRITABLE)?;
+        let rx_fd = rx.raw_fd();
+        poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE | Interest::WRITABLE)?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process.
         let stats = bind_stats_listener(local);
         let mut stats = stats.ok();
@@ -318,6 +385,8 @@ impl Device {
             epoch,
             gso,
             idle_polls: 0,
+            found_at: None,
+            away_after_found: u64::MAX,
             counters: TransportCounters::default(),
         };
         let shared = Arc::new(Shared {
@@ -326,6 +395,13 @@ impl Device {
             stop: AtomicBool::new(false),
             thread_deadline: AtomicU64::new(u64::MAX),
             app_polled_at: AtomicU64::new(0),
+            in_poll: AtomicU32::new(0),
+            rx_skipped: AtomicBool::new(false),
+            rx_armed: AtomicBool::new(true),
+            thread_wake_at: AtomicU64::new(u64::MAX),
+            registry: poll.registry().try_clone()?,
+            rx_fd,
+            epoch,
             rt: AtomicBool::new(false),
         });
         let sh = shared.clone();
@@ -368,20 +444,41 @@ impl Device {
     /// yields the CPU every [`IDLE_POLLS_PER_YIELD`] polls, because on a soft device the peer
     /// it waits for (often a process on the same few cores) needs CPU time to answer.
     pub fn poll<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R, found: impl FnOnce(&R) -> bool) -> R {
+        self.shared.in_poll.fetch_add(1, Ordering::SeqCst);
         let mut c = self.lock();
+        if let Some(t) = c.found_at.take() {
+            c.away_after_found = c.now().saturating_sub(t);
+        }
         let sent_all = c.progress();
         self.shared.app_polled_at.store(c.now().max(1), Ordering::Release);
         let r = f(&mut c.engine);
         c.deliver_events();
         self.kick_if_needed(&mut c, sent_all);
-        let idle = if found(&r) {
+        let got = found(&r);
+        let idle = if got {
             c.idle_polls = 0;
             false
         } else {
             c.idle_polls = c.idle_polls.wrapping_add(1);
             c.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
         };
+        let empty_streak = c.idle_polls;
+        let rearm = got && c.away_after_found >= AWAY_MEANS_ELSEWHERE_NS;
+        if got {
+            c.found_at = Some(c.now());
+        }
         drop(c);
+        if rearm {
+            self.shared.set_rx_armed(true);
+        } else if !got && empty_streak == DISARM_AFTER_EMPTY_POLLS {
+            self.shared.set_rx_armed(false);
+        }
+        self.shared.in_poll.fetch_sub(1, Ordering::SeqCst);
+        // Packets that arrived while we were inside, and that the progress thread left to us:
+        // land them now (their completions show in the next poll).
+        if self.shared.rx_skipped.swap(false, Ordering::SeqCst) {
+            self.lock().progress();
+        }
         if idle {
             std::thread::yield_now();
         }
@@ -501,10 +598,25 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
         shared.rt.store(raise_priority(), Ordering::Relaxed);
     }
     let mut events = Events::with_capacity(16);
-    let mut timeout: Option<Duration> = None;
+    // Absolute deadline (ns since the epoch) of the engine's next timer.
+    let mut deadline: Option<u64> = None;
     loop {
         if shared.stop.load(Ordering::Acquire) {
             return;
+        }
+        let now = shared.now();
+        let mut wake_at = deadline;
+        if !shared.rx_armed.load(Ordering::SeqCst) {
+            // Pollers take the packets; check now and then that someone still polls.
+            let check = now + REARM_AFTER_NS;
+            wake_at = Some(wake_at.map_or(check, |d| d.min(check)));
+        }
+        let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
+        shared.thread_wake_at.store(wake_at.unwrap_or(u64::MAX), Ordering::SeqCst);
+        // A disarm between reading rx_armed above and storing the wake time would not ring us:
+        // look again now that the wake time is published.
+        if wake_at.is_none_or(|w| w > now + REARM_AFTER_NS) && !shared.rx_armed.load(Ordering::SeqCst) {
+            continue;
         }
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -520,14 +632,31 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
                 serve_stats(&shared, l);
             }
         }
+        if !shared.rx_armed.load(Ordering::SeqCst) {
+            let idle_for = shared.now().saturating_sub(shared.app_polled_at.load(Ordering::Acquire));
+            if idle_for < REARM_AFTER_NS && events.is_empty() && deadline.is_none_or(|d| d > shared.now()) {
+                continue;
+            }
+            if idle_for >= REARM_AFTER_NS {
+                shared.set_rx_armed(true);
+            }
+        }
+        // Only packets woke us and an application thread is inside poll: it receives them.
+        let rx_only = !events.is_empty() && events.iter().all(|e| e.token() == RX);
+        if rx_only && shared.in_poll.load(Ordering::SeqCst) > 0 {
+            shared.rx_skipped.store(true, Ordering::SeqCst);
+            // Still inside: it sees the flag on its way out. Gone meanwhile (it may have
+            // checked the flag before we set it): handle the packets here.
+            if shared.in_poll.load(Ordering::SeqCst) > 0 {
+                continue;
+            }
+        }
         let mut c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
         c.counters.progress_wakeups += 1;
         c.progress();
-        let now = c.now();
-        let due = c.engine.poll_timeout();
+        deadline = c.engine.poll_timeout();
         // If the socket is full, WRITABLE (edge-triggered) wakes us when it drains.
-        timeout = due.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
-        shared.thread_deadline.store(due.unwrap_or(u64::MAX), Ordering::Release);
+        shared.thread_deadline.store(deadline.unwrap_or(u64::MAX), Ordering::Release);
         drop(c);
     }
 }
