@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -97,13 +97,11 @@ struct Shared {
     /// recent the application's own polling moves the device, and a new deadline need not ring
     /// the progress thread's doorbell.
     app_polled_at: AtomicU64,
-    /// Application threads inside `poll` right now. While one is, the progress thread does not
-    /// take the lock for a packet arrival: the poller is about to receive it, and a real-time
-    /// thread preempting a busy poller and contending for its lock costs several context
-    /// switches per packet.
-    in_poll: AtomicU32,
-    /// The progress thread stepped aside for a poller; the poller drains on its way out.
-    rx_skipped: AtomicBool,
+    /// The progress thread found the lock held by an application thread and left the work to
+    /// it: whoever leaves the library next runs one progress step. The progress thread never
+    /// blocks on the lock — a real-time thread preempting an application thread and then
+    /// waiting for that thread's lock costs two context switches and two futex calls.
+    work_left: AtomicBool,
     /// The progress thread is woken by packet arrivals. A poller that keeps finding its CQ
     /// empty disarms this: it takes the packets itself, and each wakeup would cost the machine
     /// an inter-processor interrupt (a VM exit on a virtual machine) per packet. A poll that
@@ -395,8 +393,7 @@ impl Device {
             stop: AtomicBool::new(false),
             thread_deadline: AtomicU64::new(u64::MAX),
             app_polled_at: AtomicU64::new(0),
-            in_poll: AtomicU32::new(0),
-            rx_skipped: AtomicBool::new(false),
+            work_left: AtomicBool::new(false),
             rx_armed: AtomicBool::new(true),
             thread_wake_at: AtomicU64::new(u64::MAX),
             registry: poll.registry().try_clone()?,
@@ -431,11 +428,31 @@ impl Device {
         let sent_all = c.transmit(now);
         c.deliver_events();
         self.kick_if_needed(&mut c, sent_all);
+        drop(c);
+        self.take_left_work();
         r
     }
 
+    /// Runs the progress step the progress thread left to us (packets that arrived, a timer
+    /// that fired) while we held the lock; their completions show in the next poll.
+    fn take_left_work(&self) {
+        if self.shared.work_left.swap(false, Ordering::SeqCst) {
+            let mut c = self.lock();
+            c.progress();
+            let sent_all = true;
+            self.kick_if_needed(&mut c, sent_all);
+        }
+    }
+
     /// Posting path: like [`Device::with`] (the closure posts), transmitting in this thread.
+    /// A post right after a completion means the application works through the library (a
+    /// throughput loop posting between polls), not that it waits elsewhere.
     pub fn post<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> R) -> R {
+        let mut c = self.lock();
+        if let Some(t) = c.found_at.take() {
+            c.away_after_found = c.now().saturating_sub(t);
+        }
+        drop(c);
         self.with(f)
     }
 
@@ -444,7 +461,6 @@ impl Device {
     /// yields the CPU every [`IDLE_POLLS_PER_YIELD`] polls, because on a soft device the peer
     /// it waits for (often a process on the same few cores) needs CPU time to answer.
     pub fn poll<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R, found: impl FnOnce(&R) -> bool) -> R {
-        self.shared.in_poll.fetch_add(1, Ordering::SeqCst);
         let mut c = self.lock();
         if let Some(t) = c.found_at.take() {
             c.away_after_found = c.now().saturating_sub(t);
@@ -473,12 +489,7 @@ impl Device {
         } else if !got && empty_streak == DISARM_AFTER_EMPTY_POLLS {
             self.shared.set_rx_armed(false);
         }
-        self.shared.in_poll.fetch_sub(1, Ordering::SeqCst);
-        // Packets that arrived while we were inside, and that the progress thread left to us:
-        // land them now (their completions show in the next poll).
-        if self.shared.rx_skipped.swap(false, Ordering::SeqCst) {
-            self.lock().progress();
-        }
+        self.take_left_work();
         if idle {
             std::thread::yield_now();
         }
@@ -641,17 +652,26 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
                 shared.set_rx_armed(true);
             }
         }
-        // Only packets woke us and an application thread is inside poll: it receives them.
-        let rx_only = !events.is_empty() && events.iter().all(|e| e.token() == RX);
-        if rx_only && shared.in_poll.load(Ordering::SeqCst) > 0 {
-            shared.rx_skipped.store(true, Ordering::SeqCst);
-            // Still inside: it sees the flag on its way out. Gone meanwhile (it may have
-            // checked the flag before we set it): handle the packets here.
-            if shared.in_poll.load(Ordering::SeqCst) > 0 {
-                continue;
+        // Never wait for the lock: if an application thread holds it, it is active and runs
+        // the step on its way out. Dekker-style: flag first, then try once more, so a thread
+        // that left between our first try and the flag cannot miss it.
+        let mut c = match shared.core.try_lock() {
+            Ok(c) => c,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                shared.work_left.store(true, Ordering::SeqCst);
+                match shared.core.try_lock() {
+                    Ok(c) => c,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => {
+                        // The application runs timers and packets now; look again in a while
+                        // rather than re-waking at a deadline that is already past.
+                        deadline = Some(shared.now() + REARM_AFTER_NS);
+                        continue;
+                    }
+                }
             }
-        }
-        let mut c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
+        };
         c.counters.progress_wakeups += 1;
         c.progress();
         deadline = c.engine.poll_timeout();
