@@ -742,3 +742,45 @@ fn busy_qps_take_turns_in_trains_of_tx_burst_packets() {
         assert_eq!(run[0], if i % 2 == 0 { b1.qpn } else { b2.qpn });
     }
 }
+
+#[test]
+fn peers_sending_migreq_1_like_mlx5_are_accepted() {
+    // mlx5 sends BTH MigReq=1 where rxe and urxe send 0: set it on every packet (both ways),
+    // recompute the ICRC, and the traffic must still complete byte for byte.
+    let mut net = Net::new(2, 1, LinkCfg::default());
+    let addrs: Vec<std::net::IpAddr> = net.nodes.iter().map(|n| n.addr).collect();
+    let seen = Rc::new(RefCell::new(0usize));
+    let s2 = seen.clone();
+    net.interceptor = Some(Box::new(move |p: &mut Packet| {
+        let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (addrs[p.from], addrs[p.to]) else {
+            return Verdict::Pass;
+        };
+        p.data[1] |= 0x40;
+        let n = p.data.len();
+        let crc = urxe::wire::icrc::icrc(&urxe::wire::icrc::IpFields::v4_df(s, d), p.src_port, 4791, &p.data[..n - 4]);
+        urxe::wire::icrc::store_icrc(&mut p.data, crc);
+        *s2.borrow_mut() += 1;
+        Verdict::Pass
+    }));
+    let o = QpOpts::default();
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 10_000);
+    let (dst, dmr) = buffer(&mut net, b, 10_000);
+    let data = pattern(10_000, 11);
+    net.nodes[0].mem().set(src, &data);
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &[sge(dst, 10_000, dmr)] }).unwrap();
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, 10_000, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq).iter().map(|w| w.status).collect::<Vec<_>>(), vec![WcStatus::Success]);
+    assert_eq!(net.poll_all(1, b.cq)[0].byte_len, 10_000);
+    assert_eq!(net.nodes[1].mem().get(dst, 10_000), data);
+    // And a READ back (responses from node 1 carry MigReq=1 too).
+    let (back, bmr) = buffer(&mut net, a, 10_000);
+    let kind = WrKind::RdmaRead { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(2, kind, &[sge(back, 10_000, bmr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq).iter().map(|w| w.status).collect::<Vec<_>>(), vec![WcStatus::Success]);
+    assert_eq!(net.nodes[0].mem().get(back, 10_000), data);
+    assert!(*seen.borrow() > 20, "every packet was rewritten");
+    assert_eq!(net.nodes[1].eng.counters().icrc_errors + net.nodes[0].eng.counters().icrc_errors, 0);
+}
