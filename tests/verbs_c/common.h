@@ -259,6 +259,43 @@ static inline void exchange(int fd, const struct peer_info *mine, struct peer_in
 	xfer(fd, theirs, sizeof(*theirs), 0);
 }
 
+/* RESET->INIT happened already: move an RC QP to RTR and RTS towards `peer` (path MTU 1024,
+ * timeout 14, retry 7, rnr_retry 7, `rd_atomic` outstanding reads/atomics each way). */
+static inline void rc_qp_to_rts(struct ibv_qp *qp, const struct peer_info *me, const struct peer_info *peer,
+				int gidx, uint8_t rd_atomic)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer->qpn;
+	a.rq_psn = peer->psn;
+	a.max_dest_rd_atomic = rd_atomic;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, peer->gid, 16);
+	a.ah_attr.grh.sgid_index = (uint8_t)gidx;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.dlid = peer->lid;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+		die("modify QP to RTR");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = me->psn;
+	a.max_rd_atomic = rd_atomic;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				  IBV_QP_MAX_QP_RD_ATOMIC))
+		die("modify QP to RTS");
+}
+
 /* ---- device ---- */
 
 static inline void gid_str(const union ibv_gid *g, char *out, size_t n)

@@ -67,35 +67,7 @@ static void setup(struct ctx *c, const char *devname, int gidx)
 
 static void connect_qp(struct ctx *c)
 {
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = c->peer.qpn;
-	a.rq_psn = c->peer.psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	memcpy(a.ah_attr.grh.dgid.raw, c->peer.gid, 16);
-	a.ah_attr.grh.sgid_index = (uint8_t)c->d.gidx;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.dlid = c->peer.lid;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(c->qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("modify QP to RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = c->me.psn;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(c->qp, &a,
-			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("modify QP to RTS");
+	rc_qp_to_rts(c->qp, &c->me, &c->peer, c->d.gidx, 1);
 }
 
 static void set_nonblock(struct ctx *c, int on)
