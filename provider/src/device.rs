@@ -36,10 +36,10 @@ pub const VENDOR_ID: u32 = 0x00ff_ffff;
 pub const GID_TABLE_LEN: u32 = 4;
 pub const PORT_NUM: u8 = 1;
 pub const PKEY_DEFAULT: u16 = 0xffff;
-/// Device capability flags: what rxe advertises.
+/// Device capability flags: what rxe advertises, less IBV_DEVICE_AUTO_PATH_MIG (urxe has no
+/// alternate path; setting one raises IBV_EVENT_PATH_MIG_ERR).
 pub const DEVICE_CAP_FLAGS: u64 = IBV_DEVICE_BAD_PKEY_CNTR
     | IBV_DEVICE_BAD_QKEY_CNTR
-    | IBV_DEVICE_AUTO_PATH_MIG
     | IBV_DEVICE_CHANGE_PHY_PORT
     | IBV_DEVICE_UD_AV_PORT_ENFORCE
     | IBV_DEVICE_PORT_ACTIVE_EVENT
