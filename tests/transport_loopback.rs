@@ -139,7 +139,7 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     b.dev.with(|e, _| e.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &rsge }).unwrap());
     let ssge = [Sge { addr: src.as_ptr() as u64, length: n as u32, lkey: smr.lkey }];
     let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
-    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
     let wc = wait_wc(&a);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (1, WcStatus::Success, WcOpcode::Send));
     let wc = wait_wc(&b);
@@ -152,7 +152,7 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let sge = [Sge { addr: src.as_ptr() as u64, length: 65536, lkey: smr.lkey }];
     let kind = WrKind::RdmaWrite { remote_addr: dst.as_ptr() as u64 + 4096, rkey: dmr.rkey };
     let wr = SendWr { wr_id: 2, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     assert_eq!(&dst[4096..4096 + 65536], &w[..]);
 
@@ -161,7 +161,7 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let sge = [Sge { addr: back.as_mut_ptr() as u64, length: 65536, lkey: bmr.lkey }];
     let kind = WrKind::RdmaRead { remote_addr: dst.as_ptr() as u64 + 4096, rkey: dmr.rkey };
     let wr = SendWr { wr_id: 3, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
     let wc = wait_wc(&a);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (3, WcStatus::Success, WcOpcode::RdmaRead));
     assert_eq!(back, w);
@@ -178,14 +178,14 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let sge = [Sge { addr: orig.as_mut_ptr() as u64, length: 8, lkey: omr.lkey }];
     let kind = WrKind::AtomicFetchAdd { remote_addr: word_addr, rkey: wmr.rkey, add: 2 };
     let wr = SendWr { wr_id: 4, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     // SAFETY: plain reads of our own Vec after the completion (the engine wrote it).
     assert_eq!(unsafe { std::ptr::read_volatile(orig.as_ptr()) }, 40);
     assert_eq!(unsafe { std::ptr::read_volatile(word.as_ptr()) }, 42);
     let kind = WrKind::AtomicCmpSwp { remote_addr: word_addr, rkey: wmr.rkey, compare: 42, swap: 7 };
     let wr = SendWr { wr_id: 5, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     assert_eq!(unsafe { std::ptr::read_volatile(word.as_ptr()) }, 7);
 
@@ -221,7 +221,7 @@ fn progress_thread_completes_work_and_signals_armed_cq() {
     });
     let ssge = [Sge { addr: src.as_ptr() as u64, length: 5000, lkey: smr.lkey }];
     let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
-    a.dev.post(|e, now| e.post_send(now, a.qpn, &wr).unwrap());
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
     let ev = eb.recv_timeout(Duration::from_secs(10)).expect("completion event from b's progress thread");
     assert_eq!(ev, Event::Completion(b.cq));
     assert_eq!(wait_wc(&a).status, WcStatus::Success);

@@ -109,6 +109,10 @@ pub fn query_qp(dev: &UrxeDevice, qpn: Qpn) -> R<QpAttr> {
 pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> R<()> {
     transport(dev)?.with(|en, _| en.destroy_qp(qpn)).map_err(e)
 }
+/// Send WRs carrying at most this many payload bytes may wait for the next post of a burst
+/// (doorbell batching, see `Device::post`): they are one small packet each.
+const SMALL_POST_BYTES: u64 = 1024;
+
 /// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
 /// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;
 /// its error (the first WR that failed) is returned as is.
@@ -117,10 +121,17 @@ pub fn post_send_chain(
     qpn: Qpn,
     each: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> R<()>) -> R<()>,
 ) -> R<()> {
-    transport(dev)?.post(|en, now| each(&mut |wr| en.post_send(now, qpn, wr).map_err(e)))
+    transport(dev)?.post(|en, now| {
+        let mut small = true;
+        let r = each(&mut |wr| {
+            small &= wr.request_payload_len() <= SMALL_POST_BYTES;
+            en.post_send(now, qpn, wr).map_err(e)
+        });
+        (r, small)
+    })
 }
 pub fn post_recv(dev: &UrxeDevice, qpn: Qpn, wr: &RecvWr<'_>) -> R<()> {
-    transport(dev)?.with(|en, _| en.post_recv(qpn, wr)).map_err(e)
+    transport(dev)?.post_recv(|en| en.post_recv(qpn, wr)).map_err(e)
 }
 /// Returns the SRQ and the granted attributes.
 pub fn create_srq(dev: &UrxeDevice, pd: PdId, attr: SrqAttr) -> R<(SrqId, SrqAttr)> {
@@ -136,7 +147,7 @@ pub fn destroy_srq(dev: &UrxeDevice, srq: SrqId) -> R<()> {
     transport(dev)?.with(|en, _| en.destroy_srq(srq)).map_err(e)
 }
 pub fn post_srq_recv(dev: &UrxeDevice, srq: SrqId, wr: &RecvWr<'_>) -> R<()> {
-    transport(dev)?.with(|en, _| en.post_srq_recv(srq, wr)).map_err(e)
+    transport(dev)?.post_recv(|en| en.post_srq_recv(srq, wr)).map_err(e)
 }
 pub fn create_ah(dev: &UrxeDevice, pd: PdId, attr: &AhAttr) -> R<AhId> {
     transport(dev)?.with(|en, _| en.create_ah(pd, attr)).map_err(e)
@@ -155,5 +166,5 @@ pub fn dealloc_mw(dev: &UrxeDevice, mw: MwId) -> R<()> {
 /// window's new rkey.
 pub fn bind_mw(dev: &UrxeDevice, qpn: Qpn, wr_id: u64, signaled: bool, bind: &MwBind) -> R<u32> {
     let flags = if signaled { SendFlags::SIGNALED } else { SendFlags::EMPTY };
-    transport(dev)?.post(|en, now| en.bind_mw(now, qpn, wr_id, flags, bind)).map_err(e)
+    transport(dev)?.post(|en, now| (en.bind_mw(now, qpn, wr_id, flags, bind), false)).map_err(e)
 }

@@ -451,6 +451,21 @@ pub struct SendWr<'a> {
     pub ud: Option<UdDest>,
 }
 
+impl SendWr<'_> {
+    /// Payload bytes this WR carries in its request packets (none for READ, atomics and local
+    /// operations, whose requests are headers only).
+    pub fn request_payload_len(&self) -> u64 {
+        match self.kind {
+            WrKind::Send
+            | WrKind::SendWithImm { .. }
+            | WrKind::SendWithInv { .. }
+            | WrKind::RdmaWrite { .. }
+            | WrKind::RdmaWriteWithImm { .. } => self.sg_list.iter().map(|s| u64::from(s.length)).sum(),
+            _ => 0,
+        }
+    }
+}
+
 /// A receive work request (`struct ibv_recv_wr`, one element of the chain).
 #[derive(Clone, Copy, Debug)]
 pub struct RecvWr<'a> {

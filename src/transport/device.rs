@@ -50,6 +50,8 @@ pub struct TransportCounters {
     /// Datagrams from a non-RoCE source port arrangement we could not attribute (no source).
     pub rx_unaddressed: u64,
     pub progress_wakeups: u64,
+    /// Send posts whose transmission waited for the next one of a burst (doorbell batching).
+    pub tx_deferred_posts: u64,
 }
 
 /// The engine and everything the data path touches, behind one lock.
@@ -74,6 +76,15 @@ pub struct Core {
     /// memory spinner (ib_write_lat, NCCL-style flags) stays away for a round trip; a CQ
     /// poller comes back within microseconds.
     away_after_found: u64,
+    /// Consecutive completions after each of which the application stayed away that long.
+    away_streak: u32,
+    /// When the last send post returned (ns).
+    last_post_end: u64,
+    /// Library calls whose packets were left for the next call (a burst of small posts, see
+    /// [`Device::post`]; responses of a poll that found a completion, see [`Device::poll`]).
+    deferred: u32,
+    /// When the first of them was posted (ns).
+    deferred_since: u64,
     pub counters: TransportCounters,
 }
 
@@ -93,10 +104,10 @@ struct Shared {
     stop: AtomicBool,
     /// Deadline (ns) the progress thread sleeps until; `u64::MAX` = no deadline.
     thread_deadline: AtomicU64,
-    /// When (ns) an application thread last progressed the device from `poll`: while that is
-    /// recent the application's own polling moves the device, and a new deadline need not ring
-    /// the progress thread's doorbell.
-    app_polled_at: AtomicU64,
+    /// When (ns) an application thread last polled or posted: while that is recent the
+    /// application works through the library and its next poll moves the device, so a new
+    /// deadline need not ring the progress thread's doorbell.
+    app_active_at: AtomicU64,
     /// The progress thread found the lock held by an application thread and left the work to
     /// it: whoever leaves the library next runs one progress step. The progress thread never
     /// blocks on the lock — a real-time thread preempting an application thread and then
@@ -116,6 +127,36 @@ struct Shared {
     epoch: Instant,
     /// The progress thread runs at real-time priority.
     rt: AtomicBool,
+    /// Counters kept outside the lock (who woke whom).
+    wake_counters: WakeCounters,
+}
+
+/// How often the progress thread is woken and why; kept outside the lock (relaxed atomics).
+#[derive(Default)]
+struct WakeCounters {
+    /// Doorbell rings (eventfd writes) by application threads.
+    doorbells: AtomicU64,
+    /// Packet-arrival wakeups armed / disarmed.
+    rx_arms: AtomicU64,
+    rx_disarms: AtomicU64,
+    /// Times the progress thread returned from its wait.
+    thread_wakeups: AtomicU64,
+    /// Wakeups that found an application thread holding the lock and left it the work.
+    lock_busy: AtomicU64,
+}
+
+impl WakeCounters {
+    fn text(&self) -> String {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "WakeCounters\n    doorbells: {}\n    rx_arms: {}\n    rx_disarms: {}\n    thread_wakeups: {}\n    lock_busy: {}\n",
+            l(&self.doorbells),
+            l(&self.rx_arms),
+            l(&self.rx_disarms),
+            l(&self.thread_wakeups),
+            l(&self.lock_busy)
+        )
+    }
 }
 
 /// Consecutive empty polls after which packet arrivals stop waking the progress thread.
@@ -124,6 +165,8 @@ const DISARM_AFTER_EMPTY_POLLS: u32 = 2;
 /// An application that stayed away from its CQ this long after a completion waits elsewhere
 /// (e.g. spins on memory): re-arm packet wakeups when it finds a completion.
 const AWAY_MEANS_ELSEWHERE_NS: u64 = 10_000;
+/// ... after this many completions in a row.
+const AWAY_STREAK_TO_REARM: u32 = 2;
 
 /// With packet wakeups disarmed, the progress thread re-arms them when no application thread
 /// polled for this long (and checks that often).
@@ -151,19 +194,34 @@ impl Shared {
             self.rx_armed.store(true, Ordering::SeqCst);
             return;
         }
+        let n = if armed { &self.wake_counters.rx_arms } else { &self.wake_counters.rx_disarms };
+        n.fetch_add(1, Ordering::Relaxed);
         // Disarmed, the thread must still check within REARM_AFTER_NS whether anyone polls: if it
         // sleeps longer than that (e.g. with no timeout at all), ring it so it re-plans.
         if !armed && self.thread_wake_at.load(Ordering::SeqCst) > self.now() + REARM_AFTER_NS {
-            let _ = self.waker.wake();
+            self.ring();
         }
+    }
+
+    /// Rings the progress thread's doorbell.
+    fn ring(&self) {
+        self.wake_counters.doorbells.fetch_add(1, Ordering::Relaxed);
+        let _ = self.waker.wake();
     }
 }
 
 /// Consecutive empty polls after which a polling thread yields the CPU once.
 pub const IDLE_POLLS_PER_YIELD: u32 = 32;
 
-/// How long after an application poll the doorbell is not rung for a moved deadline.
+/// How long after an application poll or post the doorbell is not rung for a moved deadline.
 const APP_ACTIVE_NS: u64 = 1_000_000;
+
+/// A send post this soon after the previous one returned continues a burst.
+const BURST_GAP_NS: u64 = 5_000;
+/// At most this many posts of a burst wait for the next ...
+const BURST_MAX_POSTS: u32 = 32;
+/// ... and the first of them waits at most this long (checked at each post).
+const BURST_MAX_NS: u64 = 50_000;
 
 /// A running device. Dropping it stops the progress thread.
 pub struct Device {
@@ -271,6 +329,7 @@ impl Core {
     /// Moves every packet the engine has into the socket. Returns false if the socket is full
     /// (the rest stays queued in the engine or the batch).
     fn transmit(&mut self, now: Nanos) -> bool {
+        self.deferred = 0;
         if !self.flush_send() {
             return false;
         }
@@ -279,13 +338,22 @@ impl Core {
                 return false;
             }
             let Some(t) = self.engine.poll_transmit(now, &mut self.send.next_buf()[..TX_SLOT]) else { break };
-            let extends = match self.send_key {
+            let extends = match self.send_key.as_mut() {
                 Some(k) if k.sport == t.src_port && k.dst == t.dst => {
-                    !k.gso
+                    if !k.gso
                         || (t.len <= k.seg
                             && self.send.last_len() == Some(k.seg)
                             && self.send.data().len() + t.len <= MAX_GSO_BYTES
                             && self.send.len() < MAX_GSO_SEGMENTS)
+                    {
+                        true
+                    } else if self.send.len() == 1 {
+                        // Not a train (e.g. an ACK, then a request): one sendmmsg for both.
+                        k.gso = false;
+                        true
+                    } else {
+                        false
+                    }
                 }
                 _ => false,
             };
@@ -385,6 +453,10 @@ impl Device {
             idle_polls: 0,
             found_at: None,
             away_after_found: u64::MAX,
+            away_streak: 0,
+            last_post_end: 0,
+            deferred: 0,
+            deferred_since: 0,
             counters: TransportCounters::default(),
         };
         let shared = Arc::new(Shared {
@@ -392,7 +464,7 @@ impl Device {
             waker,
             stop: AtomicBool::new(false),
             thread_deadline: AtomicU64::new(u64::MAX),
-            app_polled_at: AtomicU64::new(0),
+            app_active_at: AtomicU64::new(0),
             work_left: AtomicBool::new(false),
             rx_armed: AtomicBool::new(true),
             thread_wake_at: AtomicU64::new(u64::MAX),
@@ -400,6 +472,7 @@ impl Device {
             rx_fd,
             epoch,
             rt: AtomicBool::new(false),
+            wake_counters: WakeCounters::default(),
         });
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
@@ -424,6 +497,10 @@ impl Device {
     pub fn with<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> R) -> R {
         let mut c = self.lock();
         let now = c.now();
+        if c.deferred > 0 {
+            // Owed packets leave first: `f` may destroy the QP that owes them.
+            c.transmit(now);
+        }
         let r = f(&mut c.engine, now);
         let sent_all = c.transmit(now);
         c.deliver_events();
@@ -447,13 +524,56 @@ impl Device {
     /// Posting path: like [`Device::with`] (the closure posts), transmitting in this thread.
     /// A post right after a completion means the application works through the library (a
     /// throughput loop posting between polls), not that it waits elsewhere.
-    pub fn post<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> R) -> R {
+    ///
+    /// Doorbell batching: the closure also says whether every WR it posted is small (one short
+    /// packet). A small post that
+    /// follows the previous one within [`BURST_GAP_NS`], while the application busy-polls its CQ
+    /// (packet wakeups disarmed), is queued without transmitting; the burst leaves as one batch
+    /// (a UDP GSO train on loopback) at the next poll or verb call, after [`BURST_MAX_POSTS`]
+    /// posts or [`BURST_MAX_NS`], whichever comes first. A busy poller always comes back to its
+    /// CQ; should it stop calling the library altogether, the progress thread takes over within
+    /// about [`REARM_AFTER_NS`] (it does when nobody polled or posted for that long).
+    pub fn post<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> (R, bool)) -> R {
         let mut c = self.lock();
+        let now = c.now();
         if let Some(t) = c.found_at.take() {
-            c.away_after_found = c.now().saturating_sub(t);
+            c.away_after_found = now.saturating_sub(t);
         }
+        self.shared.app_active_at.store(now.max(1), Ordering::Release);
+        let (r, small) = f(&mut c.engine, now);
+        let burst = small
+            && !self.shared.rx_armed.load(Ordering::Relaxed)
+            && now.saturating_sub(c.last_post_end) < BURST_GAP_NS
+            && (c.deferred == 0
+                || (c.deferred < BURST_MAX_POSTS && now.saturating_sub(c.deferred_since) < BURST_MAX_NS));
+        if burst {
+            if c.deferred == 0 {
+                c.deferred_since = now;
+            }
+            c.deferred += 1;
+            c.counters.tx_deferred_posts += 1;
+        } else {
+            let sent_all = c.transmit(now);
+            c.deliver_events();
+            self.kick_if_needed(&mut c, sent_all);
+        }
+        c.last_post_end = c.now();
         drop(c);
-        self.with(f)
+        self.take_left_work();
+        r
+    }
+
+    /// Receive-posting path: a receive WR produces no packet, so nothing is transmitted here;
+    /// packets owed by an earlier call (see [`Device::poll`]) leave with the next post or poll
+    /// (a poller that found a receive completion reposts the buffer, then answers).
+    pub fn post_recv<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R) -> R {
+        let mut c = self.lock();
+        let r = f(&mut c.engine);
+        // Receives posted to a QP in the error state complete at once (flushed).
+        c.deliver_events();
+        drop(c);
+        self.take_left_work();
+        r
     }
 
     /// Polling path: receive and progress in the caller's thread, then read the CQ.
@@ -465,12 +585,29 @@ impl Device {
         if let Some(t) = c.found_at.take() {
             c.away_after_found = c.now().saturating_sub(t);
         }
-        let sent_all = c.progress();
-        self.shared.app_polled_at.store(c.now().max(1), Ordering::Release);
+        let now = c.now();
+        c.receive(now);
+        if c.engine.poll_timeout().is_some_and(|t| t <= now) {
+            c.engine.handle_timeout(now);
+        }
+        self.shared.app_active_at.store(now.max(1), Ordering::Release);
         let r = f(&mut c.engine);
+        let got = found(&r);
+        // A busy poller that found a completion acts on it next, typically by posting: what
+        // the packets just received call for (ACKs) leaves with that post, one send call
+        // instead of two on the round trip's critical path. Nothing waits long: every library
+        // call transmits, and the progress thread takes over if the application goes quiet.
+        let sent_all = if got && c.deferred == 0 && !self.shared.rx_armed.load(Ordering::Relaxed) {
+            if c.deferred == 0 {
+                c.deferred_since = now;
+            }
+            c.deferred += 1;
+            true
+        } else {
+            c.transmit(now)
+        };
         c.deliver_events();
         self.kick_if_needed(&mut c, sent_all);
-        let got = found(&r);
         let idle = if got {
             c.idle_polls = 0;
             false
@@ -479,8 +616,17 @@ impl Device {
             c.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
         };
         let empty_streak = c.idle_polls;
-        let rearm = got && c.away_after_found >= AWAY_MEANS_ELSEWHERE_NS;
+        // One long absence may be a preemption; the same absence after two completions in a
+        // row is the application's pattern (it waits elsewhere after each completion).
+        let mut rearm = false;
         if got {
+            if c.away_after_found >= AWAY_MEANS_ELSEWHERE_NS {
+                c.away_streak = c.away_streak.saturating_add(1);
+                rearm = c.away_streak >= AWAY_STREAK_TO_REARM;
+            } else {
+                c.away_streak = 0;
+            }
+            c.away_after_found = 0;
             c.found_at = Some(c.now());
         }
         drop(c);
@@ -500,14 +646,23 @@ impl Device {
     /// has a backlog to drain.
     fn kick_if_needed(&self, c: &mut Core, sent_all: bool) {
         let due = c.engine.poll_timeout().unwrap_or(u64::MAX);
-        let polling = c.now().saturating_sub(self.shared.app_polled_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
-        if !sent_all || (!polling && due < self.shared.thread_deadline.load(Ordering::Acquire)) {
-            let _ = self.shared.waker.wake();
+        let now = c.now();
+        let polling = now.saturating_sub(self.shared.app_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
+        // Disarmed, the thread looks by itself within REARM_AFTER_NS and takes over once nobody
+        // has polled for that long; until then the pollers run the timers.
+        let thread_looks_by = if self.shared.rx_armed.load(Ordering::SeqCst) {
+            self.shared.thread_deadline.load(Ordering::Acquire)
+        } else {
+            now + 2 * REARM_AFTER_NS
+        };
+        if !sent_all || (!polling && due < thread_looks_by) {
+            self.shared.ring();
         }
     }
 
     pub fn stats_text(&self) -> String {
-        self.lock().stats_text()
+        let t = self.lock().stats_text();
+        t + &self.shared.wake_counters.text()
     }
 
     pub fn transport_counters(&self) -> TransportCounters {
@@ -561,10 +716,11 @@ fn serve_stats(shared: &Shared, l: &UnixListener) {
                     let c = shared.core.lock().unwrap_or_else(|p| p.into_inner());
                     let prio = if shared.rt.load(Ordering::Relaxed) { "real-time" } else { "normal" };
                     format!(
-                        "pid {}\naddress {}\nprogress thread {prio}\n{}",
+                        "pid {}\naddress {}\nprogress thread {prio}\n{}{}",
                         std::process::id(),
                         c.local,
-                        c.stats_text()
+                        c.stats_text(),
+                        shared.wake_counters.text()
                     )
                 };
                 // The client reads to EOF; a blocking write of a few KiB to a fresh socket.
@@ -638,13 +794,14 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
         if shared.stop.load(Ordering::Acquire) {
             return;
         }
+        shared.wake_counters.thread_wakeups.fetch_add(1, Ordering::Relaxed);
         if let Some(l) = &stats {
             if events.iter().any(|e| e.token() == STATS) {
                 serve_stats(&shared, l);
             }
         }
         if !shared.rx_armed.load(Ordering::SeqCst) {
-            let idle_for = shared.now().saturating_sub(shared.app_polled_at.load(Ordering::Acquire));
+            let idle_for = shared.now().saturating_sub(shared.app_active_at.load(Ordering::Acquire));
             if idle_for < REARM_AFTER_NS && events.is_empty() && deadline.is_none_or(|d| d > shared.now()) {
                 continue;
             }
@@ -664,6 +821,7 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
                     Ok(c) => c,
                     Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                     Err(std::sync::TryLockError::WouldBlock) => {
+                        shared.wake_counters.lock_busy.fetch_add(1, Ordering::Relaxed);
                         // The application runs timers and packets now; look again in a while
                         // rather than re-waking at a deadline that is already past.
                         deadline = Some(shared.now() + REARM_AFTER_NS);
