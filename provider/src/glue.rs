@@ -111,7 +111,7 @@ pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> R<()> {
 }
 /// Send WRs carrying at most this many payload bytes may wait for the next post of a burst
 /// (doorbell batching, see `Device::post`): they are one small packet each.
-const SMALL_POST_BYTES: u64 = 1024;
+const SMALL_POST_BYTES: u64 = 4096;
 
 /// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
 /// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;

@@ -222,6 +222,11 @@ const BURST_GAP_NS: u64 = 5_000;
 const BURST_MAX_POSTS: u32 = 32;
 /// ... and the first of them waits at most this long (checked at each post).
 const BURST_MAX_NS: u64 = 50_000;
+/// Consecutive polls that found completions (e.g. the send CQ, then the receive CQ) may leave
+/// their packets for the next call, up to this many ...
+const POLL_DEFER_MAX: u32 = 4;
+/// ... within this long.
+const POLL_DEFER_NS: u64 = 20_000;
 
 /// A running device. Dropping it stops the progress thread.
 pub struct Device {
@@ -504,7 +509,7 @@ impl Device {
         let r = f(&mut c.engine, now);
         let sent_all = c.transmit(now);
         c.deliver_events();
-        self.kick_if_needed(&mut c, sent_all);
+        self.kick_if_needed(&mut c, now, sent_all);
         drop(c);
         self.take_left_work();
         r
@@ -516,8 +521,8 @@ impl Device {
         if self.shared.work_left.swap(false, Ordering::SeqCst) {
             let mut c = self.lock();
             c.progress();
-            let sent_all = true;
-            self.kick_if_needed(&mut c, sent_all);
+            let now = c.now();
+            self.kick_if_needed(&mut c, now, true);
         }
     }
 
@@ -555,9 +560,9 @@ impl Device {
         } else {
             let sent_all = c.transmit(now);
             c.deliver_events();
-            self.kick_if_needed(&mut c, sent_all);
+            self.kick_if_needed(&mut c, now, sent_all);
         }
-        c.last_post_end = c.now();
+        c.last_post_end = if burst { now } else { c.now() };
         drop(c);
         self.take_left_work();
         r
@@ -582,10 +587,10 @@ impl Device {
     /// it waits for (often a process on the same few cores) needs CPU time to answer.
     pub fn poll<R>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> R, found: impl FnOnce(&R) -> bool) -> R {
         let mut c = self.lock();
-        if let Some(t) = c.found_at.take() {
-            c.away_after_found = c.now().saturating_sub(t);
-        }
         let now = c.now();
+        if let Some(t) = c.found_at.take() {
+            c.away_after_found = now.saturating_sub(t);
+        }
         c.receive(now);
         if c.engine.poll_timeout().is_some_and(|t| t <= now) {
             c.engine.handle_timeout(now);
@@ -597,7 +602,12 @@ impl Device {
         // the packets just received call for (ACKs) leaves with that post, one send call
         // instead of two on the round trip's critical path. Nothing waits long: every library
         // call transmits, and the progress thread takes over if the application goes quiet.
-        let sent_all = if got && c.deferred == 0 && !self.shared.rx_armed.load(Ordering::Relaxed) {
+        // A poll that finds nothing means the application waits: owed packets go now.
+        let defer = got
+            && !self.shared.rx_armed.load(Ordering::Relaxed)
+            && (c.deferred == 0
+                || (c.deferred < POLL_DEFER_MAX && now.saturating_sub(c.deferred_since) < POLL_DEFER_NS));
+        let sent_all = if defer {
             if c.deferred == 0 {
                 c.deferred_since = now;
             }
@@ -607,7 +617,7 @@ impl Device {
             c.transmit(now)
         };
         c.deliver_events();
-        self.kick_if_needed(&mut c, sent_all);
+        self.kick_if_needed(&mut c, now, sent_all);
         let idle = if got {
             c.idle_polls = 0;
             false
@@ -627,7 +637,7 @@ impl Device {
                 c.away_streak = 0;
             }
             c.away_after_found = 0;
-            c.found_at = Some(c.now());
+            c.found_at = Some(now);
         }
         drop(c);
         if rearm {
@@ -644,9 +654,8 @@ impl Device {
 
     /// Wakes the progress thread if it sleeps past the engine's new deadline or the socket
     /// has a backlog to drain.
-    fn kick_if_needed(&self, c: &mut Core, sent_all: bool) {
+    fn kick_if_needed(&self, c: &mut Core, now: Nanos, sent_all: bool) {
         let due = c.engine.poll_timeout().unwrap_or(u64::MAX);
-        let now = c.now();
         let polling = now.saturating_sub(self.shared.app_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
         // Disarmed, the thread looks by itself within REARM_AFTER_NS and takes over once nobody
         // has polled for that long; until then the pollers run the timers.
