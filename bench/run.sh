@@ -16,6 +16,8 @@
 #   QUICK=0          1 = smoke run (defaults DUR=1 PP=20000 LAT_ITERS=2000)
 #   PP=100000        round trips of the UDP ping-pong
 #   LAT_ITERS=10000  iterations of ib_send_lat / ib_write_lat
+#   LAT_RUNS=5       runs of each latency figure (urxe's and the ping-pong ceiling alike); the
+#                    run with the median typical/p50 is reported, every run is in raw.txt
 #   URXE_LIB_DIR     directory holding urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
 #   URXE_DEV=urxe0   GID_INDEX=1   device and GID index given to perftest (-d, -x)
 #   PIN=1            sender/client on CPU 0, receiver/server on CPU 1 for every figure; 0 = unpinned
@@ -38,6 +40,7 @@ if [ "$QUICK" = 1 ]; then
 else
   DUR=${DUR:-3} PP=${PP:-100000} LAT_ITERS=${LAT_ITERS:-10000}
 fi
+LAT_RUNS=${LAT_RUNS:-$([ "$QUICK" = 1 ] && echo 1 || echo 5)}
 URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
 URXE_DEV=${URXE_DEV:-urxe0}
 GID_INDEX=${GID_INDEX:-1}
@@ -53,11 +56,12 @@ PERFTEST_ARGS=${PERFTEST_ARGS:-}
 TX_CPU=0
 RX_CPU=1
 
-for v in DUR PP LAT_ITERS IDLE_WAIT; do
+for v in DUR PP LAT_ITERS LAT_RUNS IDLE_WAIT; do
   case ${!v} in '' | *[!0-9]*) echo "run.sh: $v must be a whole number, got '${!v}'" >&2; exit 2 ;; esac
 done
 [ "$DUR" -ge 1 ] || { echo "run.sh: DUR must be >= 1" >&2; exit 2; }
 [ "$PP" -ge 1 ] || { echo "run.sh: PP must be >= 1" >&2; exit 2; }
+[ "$LAT_RUNS" -ge 1 ] || { echo "run.sh: LAT_RUNS must be >= 1" >&2; exit 2; }
 [ "$LAT_ITERS" -ge 5 ] || { echo "run.sh: LAT_ITERS must be >= 5 (perftest's minimum)" >&2; exit 2; }
 if [ "$PIN" = 1 ] && [ "$(nproc)" -lt 2 ]; then
   echo "run.sh: fewer than 2 CPUs, running unpinned" >&2
@@ -73,6 +77,20 @@ ERRORS=0
 trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
 
 note() { echo "# $*" | tee -a "$RAW" >&2; }
+
+# median_of KEY LINE... -> the line whose KEY has the median value among lines that have it
+# (the lower middle for an even count); the first line if none has it (an error line).
+median_of() {
+  local key=$1 l v
+  shift
+  local pairs=()
+  for l in "$@"; do
+    v=$(kv "$l" "$key")
+    [ -n "$(num "$v")" ] && pairs+=("$v	$l")
+  done
+  if [ ${#pairs[@]} = 0 ]; then echo "$1"; return; fi
+  printf '%s\n' "${pairs[@]}" | sort -g -k1,1 | sed -n "$(((${#pairs[@]} + 1) / 2))p" | cut -f2-
+}
 record() { echo "$*" >>"$RAW"; }
 
 # value of KEY in a "k=v k=v" line
@@ -258,9 +276,14 @@ step_begin
 MMSG=$(run_ceiling mmsg64 $((DUR + 20)))
 step_end mmsg64
 record "$MMSG"
-note "ceiling: 64-byte busy-poll UDP ping-pong, $PP round trips"
+note "ceiling: 64-byte busy-poll UDP ping-pong, $PP round trips, $LAT_RUNS run(s)"
 step_begin
-PPONG=$(run_ceiling pingpong $((DUR * 10 + 30)))
+runs=()
+for i in $(seq 1 "$LAT_RUNS"); do
+  runs+=("$(run_ceiling pingpong $((DUR * 10 + 30)))")
+  record "run $i: ${runs[-1]}"
+done
+PPONG=$(median_of ow_p50_us "${runs[@]}")
 step_end pingpong
 record "$PPONG"
 for l in "$TCP" "$GSO" "$MMSG" "$PPONG"; do
@@ -333,6 +356,16 @@ perftest_pair() {
   fi
 }
 
+# lat_runs NAME PORT_OFFSET TOOL -> the median (by typical latency) of LAT_RUNS runs at 2 B
+lat_runs() {
+  local name=$1 off=$2 tool=$3 i runs=()
+  for i in $(seq 1 "$LAT_RUNS"); do
+    runs+=("$(perftest_pair "${name}_run$i" "$off" "$LAT_TMO" "$tool" -s 2 -n "$LAT_ITERS")")
+    record "run $i: $name ${runs[-1]}"
+  done
+  median_of lat_typical_us "${runs[@]}"
+}
+
 BW_D=$((DUR + 2))  # perftest -D with margin -f 1: samples the middle DUR seconds
 BW_TMO=${BW_TMO:-$((BW_D + 25))}
 LAT_TMO=${LAT_TMO:-$((30 + LAT_ITERS / 500))}
@@ -351,14 +384,14 @@ note "urxe: ib_send_bw 64 B, ${DUR}s"
 SBW64=$(perftest_pair send_bw_64 20 "$BW_TMO" ib_send_bw -s 64 -D "$BW_D" -f 1 --report_gbits)
 [ -z "$URXE_ERR" ] && step_end send_bw_64
 record "urxe=ib_send_bw_64 $SBW64"
-note "urxe: ib_send_lat 2 B, $LAT_ITERS iterations"
+note "urxe: ib_send_lat 2 B, $LAT_ITERS iterations, $LAT_RUNS run(s)"
 [ -z "$URXE_ERR" ] && step_begin
-SLAT=$(perftest_pair send_lat_2 30 "$LAT_TMO" ib_send_lat -s 2 -n "$LAT_ITERS")
+SLAT=$(lat_runs send_lat_2 30 ib_send_lat)
 [ -z "$URXE_ERR" ] && step_end send_lat_2
 record "urxe=ib_send_lat_2 $SLAT"
-note "urxe: ib_write_lat 2 B, $LAT_ITERS iterations"
+note "urxe: ib_write_lat 2 B, $LAT_ITERS iterations, $LAT_RUNS run(s)"
 [ -z "$URXE_ERR" ] && step_begin
-WLAT=$(perftest_pair write_lat_2 40 "$LAT_TMO" ib_write_lat -s 2 -n "$LAT_ITERS")
+WLAT=$(lat_runs write_lat_2 40 ib_write_lat)
 [ -z "$URXE_ERR" ] && step_end write_lat_2
 record "urxe=ib_write_lat_2 $WLAT"
 
@@ -411,7 +444,7 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo "## urxe vs ceilings — $STARTED, commit $COMMIT"
   echo
   echo "Machine: $(nproc) CPUs, $(uname -r); $IDLE_NOTE. DUR=${DUR}s, ping-pong $PP round trips," \
-    "latency $LAT_ITERS iterations, placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
+    "latency $LAT_ITERS iterations; latency figures (urxe and ping-pong) are the median of $LAT_RUNS runs; placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
   [ -n "$BUSY_STEPS" ] && echo "Other load just before:$BUSY_STEPS — those figures are suspect; see raw.txt."
   echo
   echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | first bar | result |"
