@@ -247,3 +247,94 @@ fn urxe_stat_reads_counters_of_a_running_device() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_urxe")).arg("stat").output().unwrap();
     assert!(String::from_utf8(out.stdout).unwrap().contains(&format!("pid {}", std::process::id())));
 }
+
+/// Polls `s`'s empty CQ until packet wakeups of its progress thread are disarmed (the
+/// busy-polling state in which posts and ACKs may wait for the application's next call).
+fn busy_poll_idle(s: &Side) {
+    let mut wc = [WorkCompletion::default(); 1];
+    for _ in 0..4 {
+        assert_eq!(s.dev.poll(|e| e.poll_cq(s.cq, &mut wc).unwrap(), |n| *n > 0), 0);
+    }
+}
+
+#[test]
+fn burst_of_small_posts_is_batched_and_left_to_the_progress_thread_when_the_poster_goes_quiet() {
+    // a busy-polls, then posts 20 small SENDs back to back (a burst: all but the first wait
+    // for the next call) and never calls the library again until b has them all: a's progress
+    // thread must send the rest by itself once a has been quiet for about a millisecond.
+    let (da, _ea) = open(6);
+    let (db, _eb) = open(7);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 1000, 2000);
+    connect(&b, &a, 2000, 1000);
+    const N: usize = 20;
+    let mut src = pattern(64 * N, 5);
+    let mut dst = vec![0u8; 64 * N];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    for i in 0..N {
+        let rsge = [Sge { addr: dst.as_mut_ptr() as u64 + 64 * i as u64, length: 64, lkey: dmr.lkey }];
+        b.dev.post_recv(|e| e.post_recv(b.qpn, &RecvWr { wr_id: i as u64, sg_list: &rsge }).unwrap());
+    }
+    busy_poll_idle(&a);
+    let before = a.dev.transport_counters();
+    for i in 0..N {
+        let ssge = [Sge { addr: src.as_ptr() as u64 + 64 * i as u64, length: 64, lkey: smr.lkey }];
+        let wr = SendWr { wr_id: i as u64, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+        a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), true));
+    }
+    let posted = Instant::now();
+    for i in 0..N {
+        let wc = wait_wc(&b);
+        assert_eq!((wc.wr_id, wc.status, wc.byte_len), (i as u64, WcStatus::Success, 64));
+    }
+    let took = posted.elapsed();
+    assert_eq!(dst, src);
+    let after = a.dev.transport_counters();
+    let deferred = after.tx_deferred_posts - before.tx_deferred_posts;
+    // The first post leaves at once; the burst's others waited (unless the thread was slow
+    // enough between two posts to break the burst, which would still be correct).
+    assert!(deferred >= 1 && deferred < N as u64, "deferred {deferred} of {N}: {after:?}");
+    assert!(took < Duration::from_secs(2), "the burst reached b only after {took:?}");
+    for i in 0..N {
+        let wc = wait_wc(&a);
+        assert_eq!((wc.wr_id, wc.status), (i as u64, WcStatus::Success));
+    }
+    assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
+}
+
+#[test]
+fn ack_owed_by_a_poll_leaves_before_destroy_qp() {
+    // b busy-polls and finds the receive completion: the ACK it owes waits for b's next call.
+    // That call destroys the QP (ibv_rc_pingpong does this right after its last completion):
+    // the ACK must leave first, so a's SEND completes without a single retransmission.
+    let (da, _ea) = open(8);
+    let (db, _eb) = open(9);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 5, 6);
+    connect(&b, &a, 6, 5);
+    let mut src = pattern(64, 1);
+    let mut dst = vec![0u8; 64];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    let rsge = [Sge { addr: dst.as_mut_ptr() as u64, length: 64, lkey: dmr.lkey }];
+    b.dev.post_recv(|e| e.post_recv(b.qpn, &RecvWr { wr_id: 7, sg_list: &rsge }).unwrap());
+    busy_poll_idle(&b);
+    let before = b.dev.transport_counters();
+    let ssge = [Sge { addr: src.as_ptr() as u64, length: 64, lkey: smr.lkey }];
+    let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), true));
+    let wc = wait_wc(&b);
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+    let after = b.dev.transport_counters();
+    assert_eq!(after.tx_deferred_polls, before.tx_deferred_polls + 1, "the poll left its ACK owed: {after:?}");
+    assert_eq!(after.tx_datagrams, before.tx_datagrams, "nothing sent yet: {after:?}");
+    b.dev.with(|e, _| e.destroy_qp(b.qpn).unwrap());
+    assert_eq!(b.dev.transport_counters().tx_datagrams, before.tx_datagrams + 1, "the ACK left before the QP died");
+    let wc = wait_wc(&a);
+    assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
+    assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
+    assert_eq!(dst, src);
+}

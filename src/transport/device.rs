@@ -52,6 +52,8 @@ pub struct TransportCounters {
     pub progress_wakeups: u64,
     /// Send posts whose transmission waited for the next one of a burst (doorbell batching).
     pub tx_deferred_posts: u64,
+    /// Polls that found a completion and left the packets they produced (ACKs) for the next call.
+    pub tx_deferred_polls: u64,
 }
 
 /// The engine and everything the data path touches, behind one lock.
@@ -612,6 +614,7 @@ impl Device {
                 c.deferred_since = now;
             }
             c.deferred += 1;
+            c.counters.tx_deferred_polls += 1;
             true
         } else {
             c.transmit(now)
