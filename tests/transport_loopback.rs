@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use urxe::engine::*;
-use urxe::transport::Device;
+use urxe::transport::{Device, TransportCounters};
 
 struct Side {
     dev: Device,
@@ -337,4 +337,90 @@ fn ack_owed_by_a_poll_leaves_before_destroy_qp() {
     assert_eq!((wc.wr_id, wc.status), (1, WcStatus::Success));
     assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
     assert_eq!(dst, src);
+}
+
+/// Spins (bounded) until `f` holds; the library is not called meanwhile.
+fn spin_until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn progress_thread_holds_an_ack_for_the_next_post_and_sends_it_alone_if_none_comes() {
+    // ib_write_lat's pattern: b posts, then waits by spinning on memory (it never polls, so its
+    // progress thread stays armed). a's WRITE is placed by b's thread, which holds the ACK for
+    // b's next post: both packets then leave in one send call. Scheduling may delay b past the
+    // hold time in a round (the ACK then leaves alone, which is also correct), so the
+    // piggyback is required in at least one of several rounds. Finally a WRITE that no post
+    // follows: its ACK leaves by itself within the hold time. No round retransmits anything.
+    let (da, _ea) = open(10);
+    let (db, _eb) = open(11);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 300, 400);
+    connect(&b, &a, 400, 300);
+    const ROUNDS: usize = 8;
+    let mut src = pattern(64 * ROUNDS, 9);
+    let mut dst = vec![0u8; 64 * ROUNDS];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    let mut bsrc = pattern(64 * (ROUNDS + 1), 11);
+    let mut adst = vec![0u8; 64 * (ROUNDS + 1)];
+    let bmr = reg(&b, &mut bsrc);
+    let amr = reg(&a, &mut adst);
+    let write = |s: &Side, wr_id: u64, from: &[u8], lkey: u32, to: &[u8], rkey: u32| {
+        let sge = [Sge { addr: from.as_ptr() as u64, length: from.len() as u32, lkey }];
+        let kind = WrKind::RdmaWrite { remote_addr: to.as_ptr() as u64, rkey };
+        let wr = SendWr { wr_id, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+        s.dev.post(|e, now| (e.post_send(now, s.qpn, &wr).unwrap(), true));
+    };
+    // SAFETY (both closures): volatile reads of our own buffers, written by a progress thread.
+    let landed = |buf: &[u8], want: u8| {
+        let p = buf.as_ptr() as usize + buf.len() - 1;
+        spin_until("a WRITE placed in memory", || unsafe { std::ptr::read_volatile(p as *const u8) } == want);
+    };
+    let calls = |c: TransportCounters| c.tx_gso_sends + c.tx_mmsg_sends;
+    write(&b, 100, &bsrc[..64], bmr.lkey, &adst[..64], amr.rkey);
+    landed(&adst[..64], bsrc[63]);
+    let mut piggybacked = 0;
+    for r in 0..ROUNDS {
+        let (s, d) = (&src[64 * r..64 * (r + 1)], &dst[64 * r..64 * (r + 1)]);
+        let before = b.dev.transport_counters();
+        write(&a, r as u64, s, smr.lkey, d, dmr.rkey);
+        landed(d, s[63]);
+        let o = 64 * (r + 1);
+        write(&b, 101 + r as u64, &bsrc[o..o + 64], bmr.lkey, &adst[o..o + 64], amr.rkey);
+        let after = b.dev.transport_counters();
+        assert_eq!(after.tx_held_acks, before.tx_held_acks + 1, "round {r}: b's thread held the ACK: {after:?}");
+        if after.tx_datagrams == before.tx_datagrams + 2 && calls(after) == calls(before) + 1 {
+            piggybacked += 1;
+        }
+        landed(&adst[o..o + 64], bsrc[o + 63]);
+    }
+    assert!(piggybacked >= 1, "no round's ACK left with b's next WRITE");
+    for r in 0..ROUNDS {
+        let wc = wait_wc(&a);
+        assert_eq!((wc.wr_id, wc.status), (r as u64, WcStatus::Success));
+    }
+    for r in 0..=ROUNDS {
+        let wc = wait_wc(&b);
+        assert_eq!((wc.wr_id, wc.status), (100 + r as u64, WcStatus::Success));
+    }
+    assert_eq!(dst, src);
+    assert_eq!(adst, bsrc);
+
+    // b stays quiet now: the ACK of the next WRITE leaves alone, well within a's 67 ms
+    // retransmission timeout.
+    let before = b.dev.transport_counters();
+    write(&b, 200, &bsrc[..8], bmr.lkey, &adst[..8], amr.rkey); // b is active again
+    write(&a, 300, &src[..64], smr.lkey, &dst[..64], dmr.rkey);
+    let wc = wait_wc(&a);
+    assert_eq!((wc.wr_id, wc.status), (300, WcStatus::Success));
+    assert_eq!(wait_wc(&b).wr_id, 200);
+    assert!(b.dev.transport_counters().tx_held_acks > before.tx_held_acks);
+    assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
+    assert_eq!(b.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
 }

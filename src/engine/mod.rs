@@ -771,6 +771,22 @@ impl<M: HostMemory> Engine<M> {
         None
     }
 
+    /// Whether any QP may have a packet to send (cheap; `poll_transmit` decides exactly).
+    pub fn may_transmit(&self) -> bool {
+        !self.txq.is_empty()
+    }
+
+    /// Whether packets wait to be sent and all of them are plain positive ACKs. Such ACKs only
+    /// complete the peer's sends; a transport may hold them for a moment so they leave in the
+    /// same send call as the application's next request (see the transport's progress thread).
+    pub fn only_acks_pending(&self) -> bool {
+        !self.txq.is_empty()
+            && self.txq.iter().all(|&qpn| match self.qps.get(qpn as usize) {
+                Some(Some(q)) => req::only_acks_pending(q),
+                _ => true,
+            })
+    }
+
     /// The earliest deadline at which `handle_timeout` has work (maybe spuriously early).
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         while let Some((at, qpn)) = self.timers.peek() {

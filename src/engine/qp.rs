@@ -197,6 +197,8 @@ pub(crate) struct RespState {
     pub out: VecDeque<RespOut>,
     pub out_cap: usize,
     pub comm_est_sent: bool,
+    /// A plain ACK let one ready request packet of this QP go first (see `req::poll_transmit`).
+    pub ack_yielded: bool,
 }
 
 pub(crate) struct Qp {
@@ -259,6 +261,7 @@ impl Qp {
                 out: VecDeque::new(),
                 out_cap: 0,
                 comm_est_sent: false,
+                ack_yielded: false,
             },
             in_txq: false,
             heap_at: None,
@@ -296,6 +299,7 @@ impl Qp {
         self.resp.out.clear();
         self.resp.res.iter_mut().for_each(|r| *r = RdRes::Empty);
         self.resp.comm_est_sent = false;
+        self.resp.ack_yielded = false;
         self.last_wqe_reached = false;
         while let Some(w) = self.sq.wqes.pop_front() {
             self.sq.release_slot(w.slot);

@@ -4,7 +4,7 @@
 //! buffer with the payload copied once, from host memory straight into the buffer.
 
 use super::comp;
-use super::qp::{Qp, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
+use super::qp::{Qp, RespOut, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
 use super::resp;
 use super::types::*;
 use super::Shared;
@@ -128,17 +128,46 @@ pub(crate) fn may_transmit(q: &Qp) -> bool {
     matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.rnr_until.is_none() && q.req.next < q.sq.wqes.len()
 }
 
+/// Whether all this QP may send now is plain positive ACKs: no request packet, READ or atomic
+/// response, or NAK waits (cheap and conservative, like [`may_transmit`]).
+pub(crate) fn only_acks_pending(q: &Qp) -> bool {
+    let requests =
+        matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.rnr_until.is_none() && q.req.next < q.sq.wqes.len();
+    !requests && q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
+}
+
 /// Produces this QP's next packet: responder output first (ACKs and READ responses keep
 /// the peer's requester moving), then the requester's.
+///
+/// One exception: a plain positive ACK lets one ready request packet go first. A peer that
+/// busy-polls its send CQ for that ACK then finds the request already there when the ACK
+/// arrives and handles both in one poll (ib_write_lat: it places our WRITE itself instead of
+/// its progress thread being woken for it). One packet only, so ACKs never wait behind a
+/// long message.
 pub(crate) fn poll_transmit<M: HostMemory>(
     q: &mut Qp,
     sh: &mut Shared<M>,
     now: Nanos,
     buf: &mut [u8],
 ) -> Option<Transmit> {
+    if !q.resp.ack_yielded
+        && !q.resp.out.is_empty()
+        && q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
+    {
+        if let Some(t) = poll_request(q, sh, now, buf) {
+            q.resp.ack_yielded = true;
+            return Some(t);
+        }
+    }
+    q.resp.ack_yielded = false;
     if let Some(t) = resp::poll_out(q, sh, buf) {
         return Some(t);
     }
+    poll_request(q, sh, now, buf)
+}
+
+/// The requester's next packet, if one may go now.
+fn poll_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
     if !matches!(q.state, QpState::Rts | QpState::Sqd) || q.req.rnr_until.is_some() {
         return None;
     }

@@ -54,6 +54,8 @@ pub struct TransportCounters {
     pub tx_deferred_posts: u64,
     /// Polls that found a completion and left the packets they produced (ACKs) for the next call.
     pub tx_deferred_polls: u64,
+    /// Times the progress thread held ACKs for the application's next post.
+    pub tx_held_acks: u64,
 }
 
 /// The engine and everything the data path touches, behind one lock.
@@ -87,6 +89,8 @@ pub struct Core {
     deferred: u32,
     /// When the first of them was posted (ns).
     deferred_since: u64,
+    /// The progress thread holds ACKs among them (it holds once, then sends).
+    held_by_thread: bool,
     pub counters: TransportCounters,
 }
 
@@ -224,6 +228,8 @@ const BURST_GAP_NS: u64 = 5_000;
 const BURST_MAX_POSTS: u32 = 32;
 /// ... and the first of them waits at most this long (checked at each post).
 const BURST_MAX_NS: u64 = 50_000;
+/// The progress thread holds ACKs for an active application's next post at most this long.
+const HOLD_ACK_NS: u64 = 20_000;
 /// Consecutive polls that found completions (e.g. the send CQ, then the receive CQ) may leave
 /// their packets for the next call, up to this many ...
 const POLL_DEFER_MAX: u32 = 4;
@@ -337,6 +343,7 @@ impl Core {
     /// (the rest stays queued in the engine or the batch).
     fn transmit(&mut self, now: Nanos) -> bool {
         self.deferred = 0;
+        self.held_by_thread = false;
         if !self.flush_send() {
             return false;
         }
@@ -464,6 +471,7 @@ impl Device {
             last_post_end: 0,
             deferred: 0,
             deferred_since: 0,
+            held_by_thread: false,
             counters: TransportCounters::default(),
         };
         let shared = Arc::new(Shared {
@@ -606,6 +614,7 @@ impl Device {
         // call transmits, and the progress thread takes over if the application goes quiet.
         // A poll that finds nothing means the application waits: owed packets go now.
         let defer = got
+            && c.engine.may_transmit()
             && !self.shared.rx_armed.load(Ordering::Relaxed)
             && (c.deferred == 0
                 || (c.deferred < POLL_DEFER_MAX && now.saturating_sub(c.deferred_since) < POLL_DEFER_NS));
@@ -843,8 +852,33 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
             }
         };
         c.counters.progress_wakeups += 1;
-        c.progress();
+        let now = c.now();
+        let active = now.saturating_sub(shared.app_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
+        c.receive(now);
+        if c.engine.poll_timeout().is_some_and(|t| t <= now) {
+            c.engine.handle_timeout(now);
+        }
+        if active && !c.held_by_thread && c.engine.only_acks_pending() {
+            // Requests that arrived while the application waits elsewhere (ib_write_lat spins on
+            // memory): their ACKs are held for a moment so they leave with the application's
+            // next post. The peer, polling for that ACK, then receives it together with the
+            // next request and places it itself, and no thread hand-off is left on the round
+            // trip. If the application does not post in time, the ACKs leave at HOLD_ACK_NS.
+            if c.deferred == 0 {
+                c.deferred_since = now;
+            }
+            c.deferred += 1;
+            c.held_by_thread = true;
+            c.counters.tx_held_acks += 1;
+        } else {
+            c.transmit(now);
+        }
+        c.deliver_events();
         deadline = c.engine.poll_timeout();
+        if c.deferred > 0 {
+            let hold = c.deferred_since + HOLD_ACK_NS;
+            deadline = Some(deadline.map_or(hold, |d| d.min(hold)));
+        }
         // If the socket is full, WRITABLE (edge-triggered) wakes us when it drains.
         shared.thread_deadline.store(deadline.unwrap_or(u64::MAX), Ordering::Release);
         drop(c);
