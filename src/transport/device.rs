@@ -229,7 +229,11 @@ const BURST_MAX_POSTS: u32 = 32;
 /// ... and the first of them waits at most this long (checked at each post).
 const BURST_MAX_NS: u64 = 50_000;
 /// The progress thread holds ACKs for an active application's next post at most this long.
-const HOLD_ACK_NS: u64 = 20_000;
+/// The thread's poll has whole-millisecond resolution (epoll rounds its timeout up), so this
+/// is what a shorter value would amount to anyway; in the pattern the hold is for (the
+/// application posts right after the thread places the peer's WRITE) the post ends it within
+/// microseconds, and an application's empty poll sends it at once.
+const HOLD_ACK_NS: u64 = 1_000_000;
 /// Consecutive polls that found completions (e.g. the send CQ, then the receive CQ) may leave
 /// their packets for the next call, up to this many ...
 const POLL_DEFER_MAX: u32 = 4;
@@ -863,7 +867,8 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
             // memory): their ACKs are held for a moment so they leave with the application's
             // next post. The peer, polling for that ACK, then receives it together with the
             // next request and places it itself, and no thread hand-off is left on the round
-            // trip. If the application does not post in time, the ACKs leave at HOLD_ACK_NS.
+            // trip. If the application does not post, the ACKs leave at its next empty poll or
+            // after HOLD_ACK_NS.
             if c.deferred == 0 {
                 c.deferred_since = now;
             }
