@@ -188,10 +188,12 @@ impl Shared {
         if self.rx_armed.swap(armed, Ordering::SeqCst) == armed {
             return;
         }
-        // Disarmed = not registered at all: even a write-only registration wakes the thread as
-        // the socket's buffers drain.
+        // Disarmed = not registered at all. Armed = readable only: a writable interest would
+        // fire at once on registration (the socket is writable), waking the real-time thread
+        // for nothing right when a busy application re-arms; a full socket is retried on a
+        // timer instead (see the progress thread).
         let r = if armed {
-            self.registry.register(&mut SourceFd(&self.rx_fd), RX, Interest::READABLE | Interest::WRITABLE)
+            self.registry.register(&mut SourceFd(&self.rx_fd), RX, Interest::READABLE)
         } else {
             self.registry.deregister(&mut SourceFd(&self.rx_fd))
         };
@@ -449,7 +451,7 @@ impl Device {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
         let rx_fd = rx.raw_fd();
-        poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE | Interest::WRITABLE)?;
+        poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process.
         let stats = bind_stats_listener(local);
         let mut stats = stats.ok();
@@ -875,8 +877,12 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
             c.deferred += 1;
             c.held_by_thread = true;
             c.counters.tx_held_acks += 1;
-        } else {
-            c.transmit(now);
+        } else if !c.transmit(now) {
+            // A socket is full (packets stay queued): try again shortly. Sockets are not watched
+            // for writability (the per-flow ones are not registered at all); a full UDP send
+            // buffer drains within microseconds on loopback, a NIC's within a millisecond.
+            c.deferred_since = now;
+            c.deferred = c.deferred.max(1);
         }
         c.deliver_events();
         deadline = c.engine.poll_timeout();
@@ -884,7 +890,6 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
             let hold = c.deferred_since + HOLD_ACK_NS;
             deadline = Some(deadline.map_or(hold, |d| d.min(hold)));
         }
-        // If the socket is full, WRITABLE (edge-triggered) wakes us when it drains.
         shared.thread_deadline.store(deadline.unwrap_or(u64::MAX), Ordering::Release);
         drop(c);
     }
