@@ -408,18 +408,6 @@ impl Core {
         }
     }
 
-    /// One full progress step: receive, timers, transmit, events.
-    fn progress(&mut self) -> bool {
-        let now = self.now();
-        self.receive(now);
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-        }
-        let sent_all = self.transmit(now);
-        self.deliver_events();
-        sent_all
-    }
-
     /// Counters as `name value` lines (what `urxe stat` prints).
     pub fn stats_text(&self) -> String {
         let c: &Counters = self.engine.counters();
@@ -533,12 +521,34 @@ impl Device {
 
     /// Runs the progress step the progress thread left to us (packets that arrived, a timer
     /// that fired) while we held the lock; their completions show in the next poll.
+    ///
+    /// Packets this application owes on purpose (see [`Device::post`] and [`Device::poll`]) stay
+    /// owed, and so do plain ACKs for what this step receives while we busy-poll: the step was
+    /// left to us because we are active, so our next call sends them (with the post they wait
+    /// for), and the progress thread's next look (within about a millisecond: it is disarmed)
+    /// does if we stop. Sending them here, alone, would undo the pairing the wait is for.
     fn take_left_work(&self) {
         if self.shared.work_left.swap(false, Ordering::SeqCst) {
             let mut c = self.lock();
-            c.progress();
             let now = c.now();
-            self.kick_if_needed(&mut c, now, true);
+            c.receive(now);
+            if c.engine.poll_timeout().is_some_and(|t| t <= now) {
+                c.engine.handle_timeout(now);
+            }
+            // Like a busy poller's own receive: plain ACKs it produces wait for our next call.
+            let hold =
+                c.deferred > 0 || (!self.shared.rx_armed.load(Ordering::Relaxed) && c.engine.only_acks_pending());
+            let sent_all = if hold {
+                if c.deferred == 0 {
+                    c.deferred_since = now;
+                }
+                c.deferred += 1;
+                true
+            } else {
+                c.transmit(now)
+            };
+            c.deliver_events();
+            self.kick_if_needed(&mut c, now, sent_all);
         }
     }
 
