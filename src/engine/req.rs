@@ -122,18 +122,23 @@ pub(crate) fn post<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, wr: &SendWr<'_
 
 /// Whether the QP may have a packet to send (cheap; `poll_transmit` decides exactly).
 pub(crate) fn may_transmit(q: &Qp) -> bool {
-    if !q.resp.out.is_empty() {
-        return true;
-    }
+    !q.resp.out.is_empty() || requester_may_send(q)
+}
+
+/// Whether the requester may have a request packet to send (cheap and conservative).
+fn requester_may_send(q: &Qp) -> bool {
     matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.rnr_until.is_none() && q.req.next < q.sq.wqes.len()
+}
+
+/// Whether everything the responder has queued is plain positive ACKs (none: true).
+fn only_plain_acks_queued(q: &Qp) -> bool {
+    q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
 }
 
 /// Whether all this QP may send now is plain positive ACKs: no request packet, READ or atomic
 /// response, or NAK waits (cheap and conservative, like [`may_transmit`]).
 pub(crate) fn only_acks_pending(q: &Qp) -> bool {
-    let requests =
-        matches!(q.state, QpState::Rts | QpState::Sqd) && q.req.rnr_until.is_none() && q.req.next < q.sq.wqes.len();
-    !requests && q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
+    !requester_may_send(q) && only_plain_acks_queued(q)
 }
 
 /// Produces this QP's next packet: responder output first (ACKs and READ responses keep
@@ -150,10 +155,7 @@ pub(crate) fn poll_transmit<M: HostMemory>(
     now: Nanos,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    if !q.resp.ack_yielded
-        && !q.resp.out.is_empty()
-        && q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
-    {
+    if !q.resp.ack_yielded && !q.resp.out.is_empty() && only_plain_acks_queued(q) {
         if let Some(t) = poll_request(q, sh, now, buf) {
             q.resp.ack_yielded = true;
             return Some(t);

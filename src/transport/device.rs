@@ -408,6 +408,28 @@ impl Core {
         }
     }
 
+    /// Takes in what arrived and what is due: queued datagrams, then expired timers.
+    fn take_in(&mut self, now: Nanos) {
+        self.receive(now);
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+    }
+
+    /// Leaves what the engine would send now for a later call (see [`Core::deferred`]).
+    fn owe(&mut self, now: Nanos) {
+        if self.deferred == 0 {
+            self.deferred_since = now;
+        }
+        self.deferred += 1;
+    }
+
+    /// Whether one more call may leave its packets owed: none are yet, or fewer than `max`
+    /// calls did so, the first less than `window` ago.
+    fn may_owe_more(&self, now: Nanos, max: u32, window: u64) -> bool {
+        self.deferred == 0 || (self.deferred < max && now.saturating_sub(self.deferred_since) < window)
+    }
+
     /// Counters as `name value` lines (what `urxe stat` prints).
     pub fn stats_text(&self) -> String {
         let c: &Counters = self.engine.counters();
@@ -531,18 +553,12 @@ impl Device {
         if self.shared.work_left.swap(false, Ordering::SeqCst) {
             let mut c = self.lock();
             let now = c.now();
-            c.receive(now);
-            if c.engine.poll_timeout().is_some_and(|t| t <= now) {
-                c.engine.handle_timeout(now);
-            }
+            c.take_in(now);
             // Like a busy poller's own receive: plain ACKs it produces wait for our next call.
             let hold =
                 c.deferred > 0 || (!self.shared.rx_armed.load(Ordering::Relaxed) && c.engine.only_acks_pending());
             let sent_all = if hold {
-                if c.deferred == 0 {
-                    c.deferred_since = now;
-                }
-                c.deferred += 1;
+                c.owe(now);
                 true
             } else {
                 c.transmit(now)
@@ -575,13 +591,9 @@ impl Device {
         let burst = small
             && !self.shared.rx_armed.load(Ordering::Relaxed)
             && now.saturating_sub(c.last_post_end) < BURST_GAP_NS
-            && (c.deferred == 0
-                || (c.deferred < BURST_MAX_POSTS && now.saturating_sub(c.deferred_since) < BURST_MAX_NS));
+            && c.may_owe_more(now, BURST_MAX_POSTS, BURST_MAX_NS);
         if burst {
-            if c.deferred == 0 {
-                c.deferred_since = now;
-            }
-            c.deferred += 1;
+            c.owe(now);
             c.counters.tx_deferred_posts += 1;
         } else {
             let sent_all = c.transmit(now);
@@ -617,10 +629,7 @@ impl Device {
         if let Some(t) = c.found_at.take() {
             c.away_after_found = now.saturating_sub(t);
         }
-        c.receive(now);
-        if c.engine.poll_timeout().is_some_and(|t| t <= now) {
-            c.engine.handle_timeout(now);
-        }
+        c.take_in(now);
         self.shared.app_active_at.store(now.max(1), Ordering::Release);
         let r = f(&mut c.engine);
         let got = found(&r);
@@ -632,13 +641,9 @@ impl Device {
         let defer = got
             && c.engine.may_transmit()
             && !self.shared.rx_armed.load(Ordering::Relaxed)
-            && (c.deferred == 0
-                || (c.deferred < POLL_DEFER_MAX && now.saturating_sub(c.deferred_since) < POLL_DEFER_NS));
+            && c.may_owe_more(now, POLL_DEFER_MAX, POLL_DEFER_NS);
         let sent_all = if defer {
-            if c.deferred == 0 {
-                c.deferred_since = now;
-            }
-            c.deferred += 1;
+            c.owe(now);
             c.counters.tx_deferred_polls += 1;
             true
         } else {
@@ -870,10 +875,7 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
         c.counters.progress_wakeups += 1;
         let now = c.now();
         let active = now.saturating_sub(shared.app_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
-        c.receive(now);
-        if c.engine.poll_timeout().is_some_and(|t| t <= now) {
-            c.engine.handle_timeout(now);
-        }
+        c.take_in(now);
         if active && !c.held_by_thread && c.engine.only_acks_pending() {
             // Requests that arrived while the application waits elsewhere (ib_write_lat spins on
             // memory): their ACKs are held for a moment so they leave with the application's
@@ -881,18 +883,14 @@ fn progress_thread(shared: Arc<Shared>, mut poll: Poll, stats: Option<UnixListen
             // next request and places it itself, and no thread hand-off is left on the round
             // trip. If the application does not post, the ACKs leave at its next empty poll or
             // after HOLD_ACK_NS.
-            if c.deferred == 0 {
-                c.deferred_since = now;
-            }
-            c.deferred += 1;
+            c.owe(now);
             c.held_by_thread = true;
             c.counters.tx_held_acks += 1;
         } else if !c.transmit(now) {
             // A socket is full (packets stay queued): try again shortly. Sockets are not watched
             // for writability (the per-flow ones are not registered at all); a full UDP send
             // buffer drains within microseconds on loopback, a NIC's within a millisecond.
-            c.deferred_since = now;
-            c.deferred = c.deferred.max(1);
+            c.owe(now);
         }
         c.deliver_events();
         deadline = c.engine.poll_timeout();
