@@ -278,9 +278,15 @@ fn ib_send_bw_rc() {
     perftest("ib_send_bw", 18701, &["-c", "RC", "-n", "1000"]);
 }
 
+/// UC has neither flow control nor retransmission, and a sender on loopback can outrun a
+/// receiver that shares the CPU with other tests: once more data is in flight than the
+/// receiver's socket buffer holds (16 MiB, urxe's setting), a dropped message hangs perftest's
+/// server, which waits for every one (seen once in CI with 1000 × 64 KiB; 20000 × 64 KiB beside
+/// a CPU hog hung 4 runs of 4). 200 × 64 KiB = 12.5 MiB fits even if the server read nothing
+/// until the end, so this test checks UC SEND, not scheduling luck.
 #[test]
 fn ib_send_bw_uc() {
-    perftest("ib_send_bw", 18702, &["-c", "UC", "-n", "1000"]);
+    perftest("ib_send_bw", 18702, &["-c", "UC", "-n", "200"]);
 }
 
 #[test]
