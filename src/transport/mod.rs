@@ -2,6 +2,7 @@
 //! layer that reads the clock. See docs/DESIGN.md.
 
 pub mod device;
+pub mod group;
 pub mod memory;
 pub mod socket;
 

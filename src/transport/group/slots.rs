@@ -1,0 +1,415 @@
+//! The slot sockets of a shared address and how members get them.
+//!
+//! - The pool: `N` UDP sockets on `addr:4791`, each with SO_REUSEPORT, bound in index order
+//!   by the group's creator, never connected (a connected member makes the kernel rescore
+//!   the lookup and bypass the program). Index `i` of the reuseport group is slot `i`.
+//! - Every member holds a duplicate of every slot socket, received over SCM_RIGHTS from a
+//!   live member through an abstract Unix SEQPACKET socket; both ends check the other's UID
+//!   with SO_PEERCRED. Since each socket lives as long as any member holds it, an exit or a
+//!   crash closes nothing and the kernel never moves a socket to another index.
+//! - Probes: a datagram with opcode [`PROBE_OPCODE`] sent from the address to itself, which
+//!   the program steers to the index in its byte 8. Reading it back from socket `i` proves
+//!   that socket `i` is index `i`; whatever was queued before it belonged to a dead owner
+//!   and is dropped (counted).
+//! - When `addr:4791` cannot be bound, [`diagnose_in_use`] reads /proc/net/udp{,6} to name
+//!   the holder: a kernel socket (rdma_rxe) or another UID.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use super::steer::{PROBE_INDEX_OFFSET, PROBE_OPCODE};
+use super::JoinError;
+use crate::transport::socket::ROCE_PORT;
+
+/// Most descriptors in one SCM_RIGHTS message (the kernel allows 253).
+const FDS_PER_MESSAGE: usize = 32;
+const FD_MAGIC: &[u8; 8] = b"URXEFDS1";
+/// Length of a probe datagram.
+pub const PROBE_LEN: usize = 24;
+/// How long a member waits for its own probe.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Binds one slot socket: SO_REUSEPORT on `addr:4791`, non-blocking, close-on-exec.
+pub fn bind_slot(addr: IpAddr) -> io::Result<Socket> {
+    let domain = if addr.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let s = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), None)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_port(true)?;
+    s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
+    Ok(s)
+}
+
+/// Checks that `s` is a slot socket of `addr`: a UDP socket bound to `addr:4791` with
+/// SO_REUSEPORT. Guards against a member handing over something else.
+pub fn check_slot(s: &Socket, addr: IpAddr) -> io::Result<()> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    if s.r#type()? != Type::DGRAM {
+        return Err(bad("received descriptor is not a datagram socket"));
+    }
+    if s.local_addr()?.as_socket() != Some(SocketAddr::new(addr, ROCE_PORT)) {
+        return Err(bad("received socket is not bound to the group address"));
+    }
+    if !s.reuse_port()? {
+        return Err(bad("received socket lacks SO_REUSEPORT"));
+    }
+    Ok(())
+}
+
+/// Builds a probe for slot `index` carrying `nonce`.
+pub fn probe(index: u8, nonce: u64) -> [u8; PROBE_LEN] {
+    let mut p = [0u8; PROBE_LEN];
+    p[0] = PROBE_OPCODE;
+    p[1..4].copy_from_slice(b"UXP");
+    p[PROBE_INDEX_OFFSET as usize] = index;
+    p[16..24].copy_from_slice(&nonce.to_le_bytes());
+    p
+}
+
+/// Whether a received datagram is a probe (any nonce): members drop these, counted.
+pub fn is_probe(d: &[u8]) -> bool {
+    d.len() == PROBE_LEN && d[0] == PROBE_OPCODE && &d[1..4] == b"UXP"
+}
+
+/// A nonce nobody can guess in advance: time, pid and the address of a stack variable.
+pub fn nonce() -> u64 {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let local = 0u8;
+    let mut x = (t as u64) ^ (std::process::id() as u64) << 32 ^ (&local as *const u8 as u64);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// Sends the probe for `index` from `via` (any slot socket) to the address itself.
+pub fn send_probe(via: &Socket, addr: IpAddr, index: u8, nonce: u64) -> io::Result<()> {
+    via.send_to(&probe(index, nonce), &SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
+    Ok(())
+}
+
+/// Reads `s` until the probe carrying `nonce` arrives: `Some(dropped)` with the number of
+/// datagrams queued before it (a dead owner's traffic), `None` after `timeout`.
+pub fn await_probe(s: &Socket, nonce: u64, timeout: Duration) -> io::Result<Option<u64>> {
+    let end = Instant::now() + timeout;
+    let mut buf = vec![0u8; 65536];
+    let mut dropped = 0u64;
+    loop {
+        // SAFETY: `buf` is valid for writes of its length for the duration of the call.
+        let n =
+            unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            let d = &buf[..n as usize];
+            if is_probe(d) && d[16..24] == nonce.to_le_bytes() {
+                return Ok(Some(dropped));
+            }
+            dropped += 1;
+            continue;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        let mut pfd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
+        // SAFETY: one valid pollfd that lives across the call.
+        unsafe { libc::poll(&mut pfd, 1, ms) };
+    }
+}
+
+/// Who holds UDP 4791 on an address, from /proc/net/udp{,6}.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// A kernel socket (inode 0): kernel rdma_rxe (or another in-kernel UDP tunnel).
+    Kernel,
+    /// A socket of this UID (bound without SO_REUSEPORT, e.g. an older urxe).
+    SameUser,
+    /// A socket of another UID.
+    OtherUser(u32),
+}
+
+/// Names who holds `addr:4791` (bound on that address or on the wildcard).
+pub fn find_holder(addr: IpAddr) -> Option<Holder> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let mut found = None;
+    for file in ["/proc/net/udp", "/proc/net/udp6"] {
+        let Ok(text) = std::fs::read_to_string(file) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 {
+                continue;
+            }
+            let Some((ip_hex, port_hex)) = f[1].split_once(':') else { continue };
+            if u16::from_str_radix(port_hex, 16) != Ok(ROCE_PORT) {
+                continue;
+            }
+            let Some(ip) = parse_proc_ip(ip_hex) else { continue };
+            let same_family_any = ip.is_unspecified() && (ip.is_ipv4() == addr.is_ipv4() || ip.is_ipv6());
+            if ip != addr && !same_family_any && ip != map_v4(addr) {
+                continue;
+            }
+            let uid: u32 = f[7].parse().unwrap_or(u32::MAX);
+            let inode: u64 = f[9].parse().unwrap_or(1);
+            let h = if inode == 0 {
+                Holder::Kernel
+            } else if uid == me {
+                Holder::SameUser
+            } else {
+                Holder::OtherUser(uid)
+            };
+            // A kernel socket explains everything; otherwise report the first foreign holder.
+            match (found, h) {
+                (_, Holder::Kernel) => return Some(Holder::Kernel),
+                (None, _) | (Some(Holder::SameUser), Holder::OtherUser(_)) => found = Some(h),
+                _ => {}
+            }
+        }
+    }
+    found
+}
+
+fn map_v4(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+        v6 => v6,
+    }
+}
+
+/// /proc/net/udp prints each 32-bit word of the address as a host-order integer.
+fn parse_proc_ip(hex: &str) -> Option<IpAddr> {
+    let word = |s: &str| u32::from_str_radix(s, 16).ok().map(u32::to_ne_bytes);
+    match hex.len() {
+        8 => Some(IpAddr::from(word(hex)?)),
+        32 => {
+            let mut o = [0u8; 16];
+            for i in 0..4 {
+                o[i * 4..i * 4 + 4].copy_from_slice(&word(&hex[i * 8..i * 8 + 8])?);
+            }
+            Some(IpAddr::from(o))
+        }
+        _ => None,
+    }
+}
+
+/// The error for an `addr:4791` that cannot be bound with SO_REUSEPORT.
+pub fn diagnose_in_use(addr: IpAddr) -> JoinError {
+    match find_holder(addr) {
+        Some(Holder::Kernel) => JoinError::KernelRxe { addr },
+        Some(Holder::OtherUser(uid)) => JoinError::OtherUser { addr, uid: Some(uid) },
+        Some(Holder::SameUser) => JoinError::NotShared { addr },
+        None => JoinError::OtherUser { addr, uid: None },
+    }
+}
+
+/// Abstract Unix socket name on which the member owning `slot` (pid `pid`) hands out the
+/// slot sockets. Abstract names belong to the network namespace, like the address.
+pub fn handout_name(addr: IpAddr, slot: u8, pid: u32) -> Vec<u8> {
+    let mut n = vec![0u8];
+    n.extend_from_slice(format!("urxe-group/{addr}/{slot}/{pid}").as_bytes());
+    n
+}
+
+fn unix_addr(name: &[u8]) -> io::Result<SockAddr> {
+    use std::os::unix::ffi::OsStrExt;
+    SockAddr::unix(std::ffi::OsStr::from_bytes(name))
+}
+
+/// Listens for members that want the slot sockets.
+pub fn handout_listener(name: &[u8]) -> io::Result<Socket> {
+    let s = Socket::new(Domain::UNIX, Type::SEQPACKET.nonblocking().cloexec(), None)?;
+    s.bind(&unix_addr(name)?)?;
+    s.listen(16)?;
+    Ok(s)
+}
+
+/// (pid, uid) of the process at the other end of a Unix socket.
+pub fn peer_cred(fd: RawFd) -> io::Result<(u32, u32)> {
+    // SAFETY: ucred is plain data.
+    let mut c: libc::ucred = unsafe { zeroed() };
+    let mut len = size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `c` and `len` are valid for writes and live across the call; `len` is its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut c as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((c.pid as u32, c.uid))
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Sends `data` with `fds` attached as one SEQPACKET message.
+fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let mut cbuf = [0u64; (FDS_PER_MESSAGE * 4 + 32) / 8];
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: msghdr is plain data. Every pointer refers to a local that outlives sendmsg; the
+    // control message is built inside `cbuf`, whose size bounds CMSG_SPACE of at most
+    // FDS_PER_MESSAGE descriptors (checked by the assert).
+    unsafe {
+        assert!(fds.len() <= FDS_PER_MESSAGE);
+        let mut msg: libc::msghdr = zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        let bytes = size_of::<RawFd>() * fds.len();
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = libc::CMSG_SPACE(bytes as u32) as usize;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(bytes as u32) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, libc::CMSG_DATA(c), bytes);
+        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Receives one message and the descriptors attached to it (close-on-exec).
+fn recv_with_fds(sock: RawFd, data: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut cbuf = [0u64; (FDS_PER_MESSAGE * 4 + 32) / 8];
+    let mut iov = libc::iovec { iov_base: data.as_mut_ptr() as *mut libc::c_void, iov_len: data.len() };
+    let mut fds = Vec::new();
+    // SAFETY: msghdr is plain data; its pointers refer to locals that outlive recvmsg. The
+    // kernel writes at most msg_controllen bytes of control data; we walk it with the CMSG_*
+    // helpers and take ownership of each descriptor exactly once.
+    let n = unsafe {
+        let mut msg: libc::msghdr = zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = size_of_val(&cbuf);
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let p = libc::CMSG_DATA(c) as *const RawFd;
+                for k in 0..bytes / size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(p.add(k))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "descriptor message truncated"));
+        }
+        n as usize
+    };
+    Ok((n, fds))
+}
+
+/// Serves one waiting member (if any) on `listener`: checks its UID and sends it `slots` in
+/// index order. `Ok(false)` when nobody was waiting; a peer of another UID is refused.
+pub fn serve_one(listener: &Socket, slots: &[Socket]) -> io::Result<bool> {
+    let (conn, _) = match listener.accept() {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    conn.set_nonblocking(false)?;
+    conn.set_write_timeout(Some(Duration::from_secs(1)))?;
+    let (_, uid) = peer_cred(conn.as_raw_fd())?;
+    if uid != euid() {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("uid {uid} asked for the slot sockets")));
+    }
+    let n = slots.len();
+    for (k, chunk) in slots.chunks(FDS_PER_MESSAGE).enumerate() {
+        let mut head = [0u8; 11];
+        head[..8].copy_from_slice(FD_MAGIC);
+        head[8] = n as u8;
+        head[9] = (k * FDS_PER_MESSAGE) as u8;
+        head[10] = chunk.len() as u8;
+        let fds: Vec<RawFd> = chunk.iter().map(|s| s.as_raw_fd()).collect();
+        send_with_fds(conn.as_raw_fd(), &head, &fds)?;
+    }
+    Ok(true)
+}
+
+/// Asks the member listening on `name` (expected pid `pid`, our UID) for the slot sockets of
+/// `addr`, and checks each one.
+pub fn fetch(name: &[u8], pid: u32, addr: IpAddr) -> io::Result<Vec<Socket>> {
+    let s = Socket::new(Domain::UNIX, Type::SEQPACKET.cloexec(), None)?;
+    s.connect(&unix_addr(name)?)?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let (peer_pid, uid) = peer_cred(s.as_raw_fd())?;
+    if uid != euid() || peer_pid != pid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("slot-socket handout answered by pid {peer_pid} uid {uid}, expected pid {pid} uid {}", euid()),
+        ));
+    }
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    let mut out: Vec<Socket> = Vec::new();
+    let mut total = None;
+    for _ in 0..256 / FDS_PER_MESSAGE + 1 {
+        let mut head = [0u8; 16];
+        let (len, fds) = recv_with_fds(s.as_raw_fd(), &mut head)?;
+        if len != 11 || &head[..8] != FD_MAGIC {
+            return Err(bad("bad slot-socket handout message"));
+        }
+        let (n, first, count) = (head[8] as usize, head[9] as usize, head[10] as usize);
+        if *total.get_or_insert(n) != n || first != out.len() || count != fds.len() || n == 0 {
+            return Err(bad("inconsistent slot-socket handout"));
+        }
+        for fd in fds {
+            let sock = Socket::from(fd);
+            check_slot(&sock, addr)?;
+            sock.set_nonblocking(true)?;
+            out.push(sock);
+        }
+        if out.len() == n {
+            return Ok(out);
+        }
+    }
+    Err(bad("slot-socket handout never completed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_udp_addresses_parse_in_host_order() {
+        assert_eq!(parse_proc_ip("0100007F"), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(parse_proc_ip("00000000000000000000000001000000"), Some("::1".parse().unwrap()));
+        assert_eq!(parse_proc_ip("0000000000000000FFFF00000100007F"), Some("::ffff:127.0.0.1".parse().unwrap()));
+        assert_eq!(parse_proc_ip("zz"), None);
+    }
+
+    #[test]
+    fn probes_are_recognised_by_shape() {
+        let p = probe(7, 0x1122);
+        assert!(is_probe(&p));
+        assert_eq!(p[PROBE_INDEX_OFFSET as usize], 7);
+        assert!(!is_probe(&p[..20]));
+        let mut q = p;
+        q[1] = b'X';
+        assert!(!is_probe(&q));
+        assert_ne!(nonce(), nonce());
+    }
+}
