@@ -59,7 +59,7 @@ pub enum JoinError {
     /// Another user's process holds `addr:4791` (groups are per user: the kernel refuses to
     /// put sockets of different UIDs in one SO_REUSEPORT group).
     OtherUser { addr: IpAddr, uid: Option<u32> },
-    /// A kernel socket (rdma_rxe) holds UDP 4791 on the address.
+    /// A kernel socket (rdma_rxe, or a UDP tunnel on port 4791) holds UDP 4791 there.
     KernelRxe { addr: IpAddr },
     /// A process of this user holds `addr:4791` without SO_REUSEPORT.
     NotShared { addr: IpAddr },
@@ -104,7 +104,8 @@ impl std::fmt::Display for JoinError {
             ),
             JoinError::OtherUser { addr, uid: Some(uid) } => write!(
                 f,
-                "UDP {addr}:4791 is held by uid {uid}; one address is shared only among processes of one user: run as uid {uid} or set URXE_ADDR to another address"
+                "UDP {addr}:4791 is held by uid {uid}{}; one address is shared only among processes of one user: run as uid {uid} or set URXE_ADDR to another address",
+                if *uid == 0 { " (root, or the kernel: rdma_rxe or a UDP tunnel on port 4791)" } else { "" }
             ),
             JoinError::OtherUser { addr, uid: None } => write!(
                 f,
@@ -112,7 +113,7 @@ impl std::fmt::Display for JoinError {
             ),
             JoinError::KernelRxe { addr } => write!(
                 f,
-                "UDP port 4791 on {addr} is held by the kernel (rdma_rxe): remove the rxe device (`rdma link delete <rxe>`) or set URXE_ADDR to an address without one"
+                "UDP port 4791 on {addr} is held by a kernel socket (kernel rdma_rxe, or a UDP tunnel such as VXLAN on port 4791): remove the rxe device (`rdma link delete <rxe>`) or the tunnel, or set URXE_ADDR to another address"
             ),
             JoinError::NotShared { addr } => write!(
                 f,

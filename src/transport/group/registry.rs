@@ -98,7 +98,6 @@ pub fn prepare_dir(dir: &Path) -> Result<(), JoinError> {
     if md.mode() & 0o022 != 0 {
         return Err(dir_error(dir, format!("others may write to it (mode {:o})", md.mode() & 0o7777)));
     }
-    // SAFETY: access() only reads the NUL-terminated path we pass.
     let path = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| dir_error(dir, "the path contains a NUL byte".into()))?;
     // SAFETY: `path` is a valid NUL-terminated string that lives across the call.

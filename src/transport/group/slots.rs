@@ -130,7 +130,8 @@ pub fn await_probe(s: &Socket, nonce: u64, timeout: Duration) -> io::Result<Opti
 /// Who holds UDP 4791 on an address, from /proc/net/udp{,6}.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Holder {
-    /// A kernel socket (inode 0): kernel rdma_rxe (or another in-kernel UDP tunnel).
+    /// A kernel socket (no process holds it): kernel rdma_rxe, or a UDP tunnel (VXLAN...)
+    /// on port 4791.
     Kernel,
     /// A socket of this UID (bound without SO_REUSEPORT, e.g. an older urxe).
     SameUser,
@@ -160,8 +161,8 @@ pub fn find_holder(addr: IpAddr) -> Option<Holder> {
                 continue;
             }
             let uid: u32 = f[7].parse().unwrap_or(u32::MAX);
-            let inode: u64 = f[9].parse().unwrap_or(1);
-            let h = if inode == 0 {
+            let inode: u64 = f[9].parse().unwrap_or(0);
+            let h = if uid == 0 && held_by_a_process(inode) == Some(false) {
                 Holder::Kernel
             } else if uid == me {
                 Holder::SameUser
@@ -177,6 +178,29 @@ pub fn find_holder(addr: IpAddr) -> Option<Holder> {
         }
     }
     found
+}
+
+/// Whether some process has socket `inode` open: `Some(false)` only when every process's
+/// descriptors could be read (as root), `None` when some could not.
+fn held_by_a_process(inode: u64) -> Option<bool> {
+    let want = format!("socket:[{inode}]");
+    let mut complete = true;
+    let procs = std::fs::read_dir("/proc").ok()?;
+    for p in procs.flatten() {
+        if !p.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            complete = false;
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
+                return Some(true);
+            }
+        }
+    }
+    complete.then_some(false)
 }
 
 fn map_v4(addr: IpAddr) -> IpAddr {
@@ -271,7 +295,7 @@ fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
         let mut msg: libc::msghdr = zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
-        let bytes = size_of::<RawFd>() * fds.len();
+        let bytes = size_of_val(fds);
         msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
         msg.msg_controllen = libc::CMSG_SPACE(bytes as u32) as usize;
         let c = libc::CMSG_FIRSTHDR(&msg);

@@ -1,0 +1,455 @@
+//! Shared address groups (transport::group) with real processes, real sockets and network
+//! namespaces. No libtest harness: `main` runs each scenario in a fresh network namespace
+//! (`unshare --net`, needs root), and the scenarios start member processes by re-running this
+//! binary with `URXE_GROUP_ROLE=member`. Every wait is bounded.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use urxe::transport::group::{Delivery, GroupConfig, Member};
+
+const ADDR: &str = "10.77.1.1";
+const NOBODY: u32 = 65534;
+
+fn main() {
+    if std::env::var_os("URXE_GROUP_ROLE").is_some() {
+        member();
+        return;
+    }
+    let scenarios: &[(&str, fn())] = &[
+        ("eight_members_get_their_traffic_and_a_crashed_slot_is_taken_over", eight_members_and_a_crash),
+        ("nobody_runs_a_group_of_four", nobody_group),
+        ("two_users_on_one_address_each_get_a_clear_outcome", two_users),
+        ("a_kernel_socket_on_4791_is_named", kernel_socket),
+        ("registry_and_address_problems_are_named", setup_problems),
+    ];
+    if let Ok(name) = std::env::var("URXE_GROUP_INNER") {
+        let (_, f) = scenarios.iter().find(|(n, _)| *n == name).expect("known scenario");
+        sh("ip link set lo up");
+        sh(&format!("ip addr add {ADDR}/32 dev lo"));
+        f();
+        return;
+    }
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "transport_group needs root for network namespaces (unshare --net)");
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let mut failed = 0;
+    for (name, _) in scenarios {
+        if !filter.is_empty() && !filter.iter().any(|f| name.contains(f.as_str())) {
+            continue;
+        }
+        let start = Instant::now();
+        let st = Command::new("timeout")
+            .args(["120", "unshare", "--net", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .env("URXE_GROUP_INNER", name)
+            .status()
+            .expect("run unshare");
+        println!(
+            "test {name} ... {} ({:.1} s)",
+            if st.success() { "ok" } else { "FAILED" },
+            start.elapsed().as_secs_f64()
+        );
+        failed += !st.success() as u32;
+    }
+    assert_eq!(failed, 0, "{failed} scenario(s) failed");
+}
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(st.success(), "{cmd} failed");
+}
+
+// ---------------------------------------------------------------- member process
+
+/// A member: joins, reports, then prints every datagram of its slot socket and obeys stdin
+/// commands (`listen <sid>`, `members`, `quit`/EOF) for at most 60 s.
+fn member() {
+    let addr: IpAddr = std::env::var("URXE_GROUP_ADDR").unwrap().parse().unwrap();
+    let cfg = GroupConfig::from_env(addr);
+    let m = match Member::join(&cfg) {
+        Ok(m) => m,
+        Err(e) => {
+            println!("error errno={} msg={e}", e.errno());
+            std::process::exit(3);
+        }
+    };
+    let qpn_start = m.reserve_qpns(1000).unwrap();
+    println!(
+        "joined slot={} created={} drops={} qpn_start={} pid={}",
+        m.slot(),
+        m.created() as u8,
+        m.takeover_drops(),
+        qpn_start,
+        std::process::id()
+    );
+    let end = Instant::now() + Duration::from_secs(60);
+    let stdin = std::io::stdin();
+    let mut line = String::new();
+    let mut buf = vec![0u8; 65536];
+    while Instant::now() < end {
+        let mut pfd = [
+            libc::pollfd { fd: m.socket().as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds that live across the call.
+        unsafe { libc::poll(pfd.as_mut_ptr(), 2, 200) };
+        if pfd[0].revents != 0 {
+            // SAFETY: `buf` is valid for writes of its length.
+            let n =
+                unsafe { libc::recv(pfd[0].fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+            if n > 0 {
+                let d = &buf[..n as usize];
+                let qpn = if d.len() >= 8 { u32::from_be_bytes([0, d[5], d[6], d[7]]) } else { 0 };
+                let kind = match m.classify(d) {
+                    Delivery::Mine => "mine",
+                    Delivery::Probe => "probe",
+                    Delivery::Stray => "stray",
+                };
+                println!("got qpn={qpn:#08x} len={} kind={kind}", d.len());
+            }
+        }
+        if pfd[1].revents != 0 {
+            line.clear();
+            if stdin.lock().read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            let w: Vec<&str> = line.split_whitespace().collect();
+            match w.as_slice() {
+                ["listen", sid] => {
+                    m.listen(u64::from_str_radix(sid.trim_start_matches("0x"), 16).unwrap()).unwrap();
+                    println!("listening");
+                }
+                ["members"] => {
+                    let ms = m.members().unwrap();
+                    let list: Vec<String> = ms.iter().map(|i| format!("{}:{}", i.slot, i.pid)).collect();
+                    println!("members {}", list.join(","));
+                }
+                ["quit"] => break,
+                _ => println!("unknown command"),
+            }
+        }
+    }
+    drop(m);
+    println!("left");
+}
+
+// ---------------------------------------------------------------- driver side
+
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    slot: u8,
+    joined: String,
+}
+
+fn spawn(dir: &str, uid: Option<u32>, extra: &[(&str, &str)]) -> (Child, Option<ChildStdin>, Receiver<String>) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([format!("--reuid={u}"), format!("--regid={u}"), "--clear-groups".into()]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.env("URXE_GROUP_ROLE", "member")
+        .env("URXE_GROUP_ADDR", ADDR)
+        .env("URXE_RUNTIME_DIR", dir)
+        .env("URXE_GROUP_SLOTS", "16")
+        .env_remove("URXE_GROUP_INNER")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let stdin = child.stdin.take();
+    (child, stdin, rx)
+}
+
+fn expect(rx: &Receiver<String>, prefix: &str, secs: u64) -> String {
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(l) if l.starts_with(prefix) => l,
+        Ok(l) => panic!("expected `{prefix}...`, got `{l}`"),
+        Err(_) => panic!("no `{prefix}...` line within {secs} s"),
+    }
+}
+
+/// Nothing more arrives within `ms`.
+fn quiet(rx: &Receiver<String>, ms: u64) {
+    if let Ok(l) = rx.recv_timeout(Duration::from_millis(ms)) {
+        panic!("unexpected line `{l}`");
+    }
+}
+
+fn field(line: &str, key: &str) -> u64 {
+    let v = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{key} in {line}"));
+    v.parse().unwrap()
+}
+
+fn join(dir: &str, uid: Option<u32>) -> Proc {
+    let (child, stdin, lines) = spawn(dir, uid, &[]);
+    let joined = expect(&lines, "joined", 20);
+    Proc { child, stdin, lines, slot: field(&joined, "slot") as u8, joined }
+}
+
+impl Proc {
+    fn say(&mut self, cmd: &str) {
+        writeln!(self.stdin.as_mut().unwrap(), "{cmd}").unwrap();
+    }
+    fn quit(mut self) {
+        drop(self.stdin.take());
+        expect(&self.lines, "left", 10);
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+fn sender() -> UdpSocket {
+    UdpSocket::bind("127.0.0.1:0").unwrap()
+}
+
+fn dst() -> SocketAddr {
+    SocketAddr::new(ADDR.parse().unwrap(), 4791)
+}
+
+fn data(qpn: u32) -> Vec<u8> {
+    let mut b = vec![0u8; 32];
+    b[0] = 0x04;
+    b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    b
+}
+
+/// A CM MAD on QP1: `attr` with a 4-byte or 8-byte field at `at`.
+fn cm(attr: u16, at: usize, field: &[u8]) -> Vec<u8> {
+    let mut b = data(1);
+    b[0] = 0x64;
+    b.resize(12 + 8 + 256 + 4, 0);
+    b[20] = 1;
+    b[21] = 7;
+    b[36..38].copy_from_slice(&attr.to_be_bytes());
+    b[at..at + field.len()].copy_from_slice(field);
+    b
+}
+
+fn tmpdir(tag: &str, uid: u32) -> String {
+    let d = format!("/tmp/urxe-group-test-{}-{tag}-{uid}", std::process::id());
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn no_socket_on_4791() -> bool {
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        let t = std::fs::read_to_string("/proc/net/udp").unwrap();
+        if !t.lines().any(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(":12B7"))) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+fn by_slot(ps: &mut [Proc], slot: u8) -> &mut Proc {
+    ps.iter_mut().find(|p| p.slot == slot).unwrap()
+}
+
+// ---------------------------------------------------------------- scenarios
+
+fn eight_members_and_a_crash() {
+    let dir = tmpdir("eight", 0);
+    // All eight join at once: the join lock orders them.
+    let spawned: Vec<_> = (0..8).map(|_| spawn(&dir, None, &[])).collect();
+    let mut ps: Vec<Proc> = spawned
+        .into_iter()
+        .map(|(child, stdin, lines)| {
+            let joined = expect(&lines, "joined", 30);
+            Proc { child, stdin, lines, slot: field(&joined, "slot") as u8, joined }
+        })
+        .collect();
+    let mut slots: Vec<u8> = ps.iter().map(|p| p.slot).collect();
+    slots.sort();
+    assert_eq!(slots, (0..8).collect::<Vec<u8>>());
+    assert_eq!(ps.iter().filter(|p| field(&p.joined, "created") == 1).count(), 1, "exactly one creator");
+    for p in &ps {
+        assert_eq!(field(&p.joined, "qpn_start"), 0x11, "{}", p.joined);
+    }
+
+    let tx = sender();
+    // Data by QPN: each slot's packet reaches exactly that member.
+    for s in 0..8u32 {
+        tx.send_to(&data(s << 16 | 0x11), dst()).unwrap();
+    }
+    for p in &ps {
+        let l = expect(&p.lines, "got", 5);
+        assert_eq!(l, format!("got qpn={:#08x} len=32 kind=mine", (p.slot as u32) << 16 | 0x11));
+    }
+    // CM: REP by RemoteCommID (body + 4 = 48), SIDR_REP by RequestID (44).
+    tx.send_to(&cm(0x0013, 48, &(6u32 << 24 | 9).to_be_bytes()), dst()).unwrap();
+    assert_eq!(expect(&by_slot(&mut ps, 6).lines, "got", 5), "got qpn=0x000001 len=280 kind=mine");
+    tx.send_to(&cm(0x0018, 44, &(2u32 << 24 | 9).to_be_bytes()), dst()).unwrap();
+    assert_eq!(expect(&by_slot(&mut ps, 2).lines, "got", 5), "got qpn=0x000001 len=280 kind=mine");
+    // REQ by service ID: slot 5 listens; an unknown service goes to the default (lowest) slot.
+    let sid: u64 = 0x0106_0000_0000_1c06;
+    by_slot(&mut ps, 5).say(&format!("listen {sid:x}"));
+    expect(&by_slot(&mut ps, 5).lines, "listening", 5);
+    tx.send_to(&cm(0x0010, 52, &sid.to_be_bytes()), dst()).unwrap();
+    assert_eq!(expect(&by_slot(&mut ps, 5).lines, "got", 5), "got qpn=0x000001 len=280 kind=mine");
+    tx.send_to(&cm(0x0010, 52, &(sid + 1).to_be_bytes()), dst()).unwrap();
+    assert_eq!(expect(&by_slot(&mut ps, 0).lines, "got", 5), "got qpn=0x000001 len=280 kind=mine");
+    by_slot(&mut ps, 1).say("members");
+    let ml = expect(&by_slot(&mut ps, 1).lines, "members", 5);
+    assert_eq!(ml.split(',').count(), 8, "{ml}");
+    for p in &ps {
+        quiet(&p.lines, 50);
+    }
+
+    // SIGKILL the listener (slot 5); what arrives for slot 5 meanwhile waits in its socket.
+    let victim = ps.iter().position(|p| p.slot == 5).unwrap();
+    let mut dead = ps.remove(victim);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    tx.send_to(&data(5 << 16 | 0x12), dst()).unwrap();
+    tx.send_to(&data(5 << 16 | 0x13), dst()).unwrap();
+    // The others keep working.
+    tx.send_to(&data(3 << 16 | 0x14), dst()).unwrap();
+    assert_eq!(expect(&by_slot(&mut ps, 3).lines, "got", 5), "got qpn=0x030014 len=32 kind=mine");
+    // A newcomer takes slot 5, drops its predecessor's two datagrams, continues its QPN
+    // counter past the dead owner's reservation and prunes the dead listener.
+    let mut newcomer = join(&dir, None);
+    assert_eq!(newcomer.slot, 5, "{}", newcomer.joined);
+    assert_eq!(field(&newcomer.joined, "drops"), 2, "{}", newcomer.joined);
+    assert_eq!(field(&newcomer.joined, "qpn_start"), 0x11 + 1000, "{}", newcomer.joined);
+    assert_eq!(field(&newcomer.joined, "created"), 0);
+    tx.send_to(&data(5 << 16 | 0x15), dst()).unwrap();
+    assert_eq!(expect(&newcomer.lines, "got", 5), "got qpn=0x050015 len=32 kind=mine");
+    tx.send_to(&cm(0x0010, 52, &sid.to_be_bytes()), dst()).unwrap();
+    assert_eq!(expect(&by_slot(&mut ps, 0).lines, "got", 5), "got qpn=0x000001 len=280 kind=mine");
+    quiet(&newcomer.lines, 50);
+    newcomer.say("members");
+    let ml = expect(&newcomer.lines, "members", 5);
+    assert_eq!(ml.split(',').count(), 8, "{ml}");
+    assert!(ml.contains(&format!("5:{}", newcomer.child.id())), "{ml}");
+
+    // Everyone leaves: no socket stays on 4791 and no lock blocks the next run.
+    newcomer.quit();
+    for p in ps {
+        p.quit();
+    }
+    assert!(no_socket_on_4791(), "a socket on 4791 outlived every member");
+    let again = join(&dir, None);
+    assert_eq!((again.slot, field(&again.joined, "created")), (0, 1), "{}", again.joined);
+    again.quit();
+    assert!(no_socket_on_4791());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn nobody_group() {
+    let dir = tmpdir("nobody", NOBODY);
+    let mut ps: Vec<Proc> = (0..4).map(|_| join(&dir, Some(NOBODY))).collect();
+    let tx = sender();
+    for p in &ps {
+        tx.send_to(&data((p.slot as u32) << 16 | 0x20), dst()).unwrap();
+    }
+    for p in &ps {
+        assert_eq!(
+            expect(&p.lines, "got", 5),
+            format!("got qpn={:#08x} len=32 kind=mine", (p.slot as u32) << 16 | 0x20)
+        );
+    }
+    // A crash as an unprivileged user: the slot comes back.
+    let mut dead = ps.remove(1);
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let again = join(&dir, Some(NOBODY));
+    assert_eq!(again.slot, dead.slot);
+    again.quit();
+    for p in ps {
+        p.quit();
+    }
+    assert!(no_socket_on_4791());
+    let md = std::fs::metadata(&dir).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((md.uid(), md.mode() & 0o777), (NOBODY, 0o700));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn refused(dir: &str, uid: Option<u32>) -> String {
+    let (mut child, _stdin, lines) = spawn(dir, uid, &[]);
+    let l = expect(&lines, "error", 20);
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    l
+}
+
+fn two_users() {
+    let (root_dir, nobody_dir) = (tmpdir("two", 0), tmpdir("two", NOBODY));
+    let root = join(&root_dir, None);
+    let l = refused(&nobody_dir, Some(NOBODY));
+    assert!(l.starts_with("error errno=98 "), "{l}");
+    assert!(l.contains("held by uid 0") && l.contains("URXE_ADDR"), "{l}");
+    root.quit();
+    assert!(no_socket_on_4791());
+    let nobody = join(&nobody_dir, Some(NOBODY));
+    let l = refused(&root_dir, None);
+    assert!(l.starts_with("error errno=98 ") && l.contains("held by uid 65534"), "{l}");
+    nobody.quit();
+    std::fs::remove_dir_all(&root_dir).unwrap();
+    std::fs::remove_dir_all(&nobody_dir).unwrap();
+}
+
+fn kernel_socket() {
+    // A VXLAN device on UDP 4791 is a kernel socket on *:4791, as kernel rdma_rxe's is.
+    sh(&format!("ip link add vx0 type vxlan id 7 dstport 4791 local {ADDR} && ip link set vx0 up"));
+    let dir = tmpdir("kernel", 0);
+    let l = refused(&dir, None);
+    assert!(l.starts_with("error errno=98 ") && l.contains("rdma_rxe") && l.contains("URXE_ADDR"), "{l}");
+    sh("ip link del vx0");
+    assert!(no_socket_on_4791());
+    join(&dir, None).quit();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn setup_problems() {
+    use std::os::unix::fs::PermissionsExt;
+    // A registry directory others may write to.
+    let dir = tmpdir("open", 0);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let l = refused(&dir, None);
+    assert!(
+        l.starts_with("error errno=13 ") && l.contains("URXE_RUNTIME_DIR") && l.contains("others may write"),
+        "{l}"
+    );
+    // One the user cannot create.
+    let l = refused("/proc/urxe-cannot-exist", Some(NOBODY));
+    assert!(l.starts_with("error errno=13 ") && l.contains("URXE_RUNTIME_DIR"), "{l}");
+    // Someone else's directory.
+    let l = refused(&dir, Some(NOBODY));
+    assert!(l.contains("belongs to uid 0"), "{l}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    // An address that is not ours.
+    let dir = tmpdir("notlocal", 0);
+    let (mut child, _stdin, lines) = spawn(&dir, None, &[("URXE_GROUP_ADDR", "10.77.99.9")]);
+    let l = expect(&lines, "error", 20);
+    assert_eq!(child.wait().unwrap().code(), Some(3));
+    assert!(l.starts_with("error errno=99 ") && l.contains("not assigned"), "{l}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
