@@ -27,97 +27,20 @@ use std::time::Instant;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Waker};
 
+use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
 use super::memory::ProcessMemory;
-use super::pacing::{Pacing, Signals, RX, SMALL_POST_BYTES};
+use super::pacing::{Signals, RX, SMALL_POST_BYTES};
 use super::progress::{self, rt_setting, STATS, WAKE};
 use super::socket::{RoceSocket, ROCE_PORT};
-use super::stats::{bind_stats_listener, counters_text, TransportCounters};
+use super::stats::{bind_stats_listener, TransportCounters};
 use crate::engine::{
-    CqId, Engine, EngineConfig, Error, Event, MwBind, Nanos, Qpn, RecvWr, SendFlags, SendWr, SrqId, WorkCompletion,
+    CqId, Engine, EngineConfig, Error, MwBind, Nanos, Qpn, RecvWr, SendFlags, SendWr, SrqId, WorkCompletion,
 };
 
+pub use super::hub::EventSink;
 pub use super::pacing::IDLE_POLLS_PER_YIELD;
 pub use super::stats::{stats_socket_name, STATS_SOCKET_PREFIX};
-
-/// Where engine events (completion notifications, async events) go. Called with the device
-/// lock held: it must be quick and must not call back into the device.
-pub type EventSink = Box<dyn FnMut(Event) + Send>;
-
-/// The engine and everything the data path touches, behind one lock.
-pub(super) struct Core {
-    pub(super) engine: Engine<ProcessMemory>,
-    /// Sockets and batches (socket I/O).
-    io: Io,
-    /// When packets move (the pacing policy).
-    pub(super) pacing: Pacing,
-    sink: EventSink,
-    epoch: Instant,
-    pub(super) counters: TransportCounters,
-}
-
-impl Core {
-    pub(super) fn now(&self) -> Nanos {
-        self.epoch.elapsed().as_nanos() as Nanos
-    }
-
-    /// Moves every packet the engine has into the sockets, owed ones included. Returns false if
-    /// a socket is full (the rest stays queued).
-    pub(super) fn transmit(&mut self, now: Nanos) -> bool {
-        self.pacing.paid();
-        self.io.transmit(&mut self.engine, now, &mut self.counters)
-    }
-
-    pub(super) fn deliver_events(&mut self) {
-        while let Some(ev) = self.engine.poll_event() {
-            (self.sink)(ev);
-        }
-    }
-
-    /// Takes in what arrived and what is due: queued datagrams, then expired timers.
-    pub(super) fn take_in(&mut self, now: Nanos) {
-        self.io.receive(&mut self.engine, now, &mut self.counters);
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-        }
-    }
-
-    fn stats_text(&self) -> String {
-        counters_text(self.engine.counters(), &self.counters)
-    }
-}
-
-/// What the application threads and the progress thread of one device share: the core under
-/// its lock, and the lock-free signals between them.
-pub(super) struct Hub {
-    pub(super) core: Mutex<Core>,
-    pub(super) signals: Signals,
-    pub(super) stop: AtomicBool,
-    /// The progress thread runs at real-time priority.
-    pub(super) rt: AtomicBool,
-}
-
-impl Hub {
-    fn lock(&self) -> MutexGuard<'_, Core> {
-        // A panic while holding the lock is caught at the FFI boundary; the engine's state is
-        // still consistent enough to keep serving (no invariant spans a panic point), so
-        // recover the guard rather than poisoning every later call.
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// What the stats socket answers.
-    pub(super) fn stats_report(&self) -> String {
-        let c = self.lock();
-        let prio = if self.rt.load(Ordering::Relaxed) { "real-time" } else { "normal" };
-        format!(
-            "pid {}\naddress {}\nprogress thread {prio}\n{}{}",
-            std::process::id(),
-            c.io.local(),
-            c.stats_text(),
-            self.signals.wake_counters.text()
-        )
-    }
-}
 
 /// A running device. Dropping it stops the progress thread.
 pub struct Device {
@@ -155,14 +78,7 @@ impl Device {
             poll.registry().register(l, STATS, Interest::READABLE)?;
         }
         let epoch = Instant::now();
-        let core = Core {
-            engine,
-            io: Io::new(rx, gso),
-            pacing: Pacing::new(),
-            sink,
-            epoch,
-            counters: TransportCounters::default(),
-        };
+        let core = Core::new(engine, Io::new(rx, gso), sink, epoch);
         let hub = Arc::new(Hub {
             core: Mutex::new(core),
             signals: Signals::new(waker, poll.registry().try_clone()?, rx_fd, epoch),

@@ -7,6 +7,8 @@
 //! - `pacing`: when packets move and who is woken to move them (doorbell batching, arming
 //!   of packet wakeups, the progress thread's doorbell);
 //! - `progress`: the progress thread;
+//! - `hub`: the device's state (the engine and its I/O under one lock) and what application
+//!   threads and the progress thread share;
 //! - `io`: socket I/O and batching between the engine and the sockets (GSO trains,
 //!   sendmmsg/recvmmsg);
 //! - [`socket`]: one RoCEv2 UDP socket and its batches (the libc calls);
@@ -14,6 +16,7 @@
 //! - [`memory`]: the host memory the engine reads and writes.
 
 pub mod device;
+mod hub;
 mod io;
 pub mod memory;
 mod pacing;

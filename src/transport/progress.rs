@@ -15,7 +15,7 @@ use std::time::Duration;
 use mio::net::UnixListener;
 use mio::{Events, Poll, Token};
 
-use super::device::{Core, Hub};
+use super::hub::{Core, Hub};
 use super::pacing::{APP_ACTIVE_NS, REARM_AFTER_NS};
 use super::stats::{serve_stats, WakeCounters};
 
