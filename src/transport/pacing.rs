@@ -336,3 +336,97 @@ impl Signals {
         !sent_all || (!polling && due < thread_looks_by)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_empty_polls_disarm_once_and_every_32nd_yields() {
+        let mut p = Pacing::new();
+        let first = p.after_poll(false, 0);
+        assert!(!first.disarm && !first.rearm && !first.yield_cpu);
+        assert!(p.after_poll(false, 1).disarm);
+        let mut yields = 0;
+        for i in 3..=IDLE_POLLS_PER_YIELD as u64 * 2 {
+            let a = p.after_poll(false, i);
+            assert!(!a.disarm, "disarm only at the second empty poll");
+            yields += a.yield_cpu as u32;
+        }
+        assert_eq!(yields, 2);
+        let found = p.after_poll(true, 100);
+        assert!(!found.disarm && !found.yield_cpu);
+    }
+
+    #[test]
+    fn rearm_after_two_completions_each_followed_by_a_long_absence() {
+        let mut p = Pacing::new();
+        // The first completion: no absence measured yet (away_after_found starts at MAX,
+        // which counts as one).
+        assert!(!p.after_poll(true, 0).rearm);
+        p.app_returns(AWAY_MEANS_ELSEWHERE_NS);
+        assert!(p.after_poll(true, AWAY_MEANS_ELSEWHERE_NS).rearm);
+        // A quick return breaks the streak; it takes two long absences in a row again.
+        let t = AWAY_MEANS_ELSEWHERE_NS + 1;
+        p.app_returns(t);
+        assert!(!p.after_poll(true, t).rearm);
+        let t = t + AWAY_MEANS_ELSEWHERE_NS;
+        p.app_returns(t);
+        assert!(!p.after_poll(true, t).rearm);
+        let t = t + AWAY_MEANS_ELSEWHERE_NS;
+        p.app_returns(t);
+        assert!(p.after_poll(true, t).rearm);
+    }
+
+    #[test]
+    fn a_burst_of_small_posts_waits_within_its_bounds() {
+        let mut p = Pacing::new();
+        p.last_post_end = 1_000;
+        // Armed (the application waits elsewhere) or large: never waits.
+        assert!(!p.post_may_wait(true, true, 1_100));
+        assert!(!p.post_may_wait(false, false, 1_100));
+        // Too long after the previous post: a new burst, sent at once.
+        assert!(!p.post_may_wait(true, false, 1_000 + BURST_GAP_NS));
+        let mut now = 1_100;
+        let mut waited = 0;
+        while p.post_may_wait(true, false, now) {
+            p.owe(now);
+            p.last_post_end = now;
+            now += 100;
+            waited += 1;
+            assert!(waited <= BURST_MAX_POSTS);
+        }
+        assert_eq!(waited, BURST_MAX_POSTS);
+        assert_eq!(p.owed_deadline(), Some(1_100 + HOLD_ACK_NS));
+        p.paid();
+        assert!(!p.owes() && p.post_may_wait(true, false, now));
+        // The window: the first owed post waits at most BURST_MAX_NS.
+        p.owe(now);
+        assert!(!p.post_may_wait(true, false, now + BURST_MAX_NS));
+    }
+
+    #[test]
+    fn a_poll_owes_only_when_it_found_something_to_answer_while_disarmed() {
+        let mut p = Pacing::new();
+        assert!(p.poll_may_wait(true, true, false, 0));
+        assert!(!p.poll_may_wait(false, true, false, 0));
+        assert!(!p.poll_may_wait(true, false, false, 0));
+        assert!(!p.poll_may_wait(true, true, true, 0));
+        for i in 0..POLL_DEFER_MAX as u64 {
+            assert!(p.poll_may_wait(true, true, false, i));
+            p.owe(i);
+        }
+        assert!(!p.poll_may_wait(true, true, false, POLL_DEFER_MAX as u64));
+    }
+
+    #[test]
+    fn the_progress_thread_holds_acks_once() {
+        let mut p = Pacing::new();
+        assert!(!p.thread_may_hold(false));
+        assert!(p.thread_may_hold(true));
+        p.thread_holds(5);
+        assert!(!p.thread_may_hold(true) && p.owes());
+        p.paid();
+        assert!(p.thread_may_hold(true));
+    }
+}
