@@ -14,7 +14,7 @@ fn rdmacm_mirrors_match_the_installed_header() {
         "-p",
         "urxe-rdmacm",
         "--example",
-        "layout_report",
+        "rdmacm_layout_report",
     ]));
     assert!(o.status.success(), "layout_report failed: {}", text(&o));
     let report = String::from_utf8(o.stdout).unwrap();
