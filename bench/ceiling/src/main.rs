@@ -4,7 +4,9 @@
 //! Modes, each printing exactly one `mode=NAME key=value ...` line on stdout:
 //!   gso       UDP_SEGMENT sends of 15 x 4136-byte segments into a UDP_GRO receiver
 //!             (the bandwidth ceiling; `gbps` is RDMA payload = UDP payload x 4096/4136)
-//!   mmsg64    64-byte datagrams, sendmmsg / recvmmsg in batches of 64 (the message-rate ceiling)
+//!   mmsg64    64-byte datagrams, sendmmsg / recvmmsg in batches of 64
+//!   gso64     64-byte messages as UDP_SEGMENT trains of 64 into a UDP_GRO receiver (the
+//!             message-rate ceiling of a UDP engine that batches small messages, as urxe does)
 //!   pingpong  64-byte ping-pong, both sides spinning on non-blocking receives (the latency floor)
 //!
 //! Sender / client thread pinned to CPU 0, receiver / server thread to CPU 1 (`-c`), receiver on
@@ -363,25 +365,34 @@ fn is_would_block(e: i32) -> bool {
 // ---------------------------------------------------------------- gso
 
 fn mode_gso(cfg: &Cfg) -> Result<String, String> {
+    gso_stream(cfg, SEG, SEGS_PER_SEND, "gso")
+}
+
+fn mode_gso64(cfg: &Cfg) -> Result<String, String> {
+    gso_stream(cfg, SMALL, BATCH, "gso64")
+}
+
+/// UDP_SEGMENT sends of `segs` segments of `seg` bytes into a UDP_GRO receiver.
+fn gso_stream(cfg: &Cfg, seg: usize, segs: usize, name: &str) -> Result<String, String> {
     let (rx, port) = rx_socket(cfg.buf).map_err(|e| format!("rx socket: {e}"))?;
     set_int(rx.0, SOL_UDP, UDP_GRO, 1).map_err(|e| format!("UDP_GRO: {e}"))?;
     let rcvbuf = get_int(rx.0, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0);
     let (tx, _) = udp_socket(TX_IP, 0, cfg.buf).map_err(|e| format!("tx socket: {e}"))?;
     connect(&tx, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
-    set_int(tx.0, SOL_UDP, UDP_SEGMENT, SEG as i32).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
+    set_int(tx.0, SOL_UDP, UDP_SEGMENT, seg as i32).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
     let (txfd, rxfd) = (tx.0, rx.0);
 
-    let mut sbuf = vec![0u8; SEG * SEGS_PER_SEND];
+    let mut sbuf = vec![0u8; seg * segs];
     let send = move |seq: u64| -> io::Result<u64> {
-        for i in 0..SEGS_PER_SEND {
-            sbuf[i * SEG..i * SEG + 8].copy_from_slice(&(seq + i as u64).to_le_bytes());
+        for i in 0..segs {
+            sbuf[i * seg..i * seg + 8].copy_from_slice(&(seq + i as u64).to_le_bytes());
         }
         let r = unsafe { libc::send(txfd, sbuf.as_ptr() as *const libc::c_void, sbuf.len(), 0) };
         if r < 0 {
             let e = errno();
             return if is_would_block(e) { Ok(0) } else { Err(io::Error::from_raw_os_error(e)) };
         }
-        Ok(SEGS_PER_SEND as u64)
+        Ok(segs as u64)
     };
 
     let mut rbuf = vec![0u8; 65536];
@@ -410,12 +421,12 @@ fn mode_gso(cfg: &Cfg) -> Result<String, String> {
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        let seg = gso.filter(|g| *g > 0).unwrap_or(n.max(1));
-        let nseg = n.div_ceil(seg).max(1);
+        let gseg = gso.filter(|g| *g > 0).unwrap_or(n.max(1));
+        let nseg = n.div_ceil(gseg).max(1);
         let first = seq_at(&rbuf, 0);
         let mut consecutive = true;
         for k in 0..nseg {
-            if let Some(s) = seq_at(&rbuf[..n], k * seg) {
+            if let Some(s) = seq_at(&rbuf[..n], k * gseg) {
                 o.seq(s);
                 if first.map(|f| f + k as u64) != Some(s) {
                     consecutive = false;
@@ -428,7 +439,7 @@ fn mode_gso(cfg: &Cfg) -> Result<String, String> {
         if gso.is_some() {
             o.gro_cmsgs += 1;
         }
-        if n == SEG * SEGS_PER_SEND && gso == Some(SEG) && consecutive {
+        if n == seg * segs && gso == Some(seg) && consecutive {
             o.intact += 1;
         }
         Ok(Got::Data)
@@ -438,15 +449,18 @@ fn mode_gso(cfg: &Cfg) -> Result<String, String> {
     let (t, r) = stream(cfg, send, recv);
     let drops = d0.and_then(|a| udp_rcvbuf_errors().map(|b| b.saturating_sub(a)));
     let udp_gbps = if r.window_s > 0.0 { r.bytes as f64 * 8.0 / r.window_s / 1e9 } else { 0.0 };
+    // The RDMA payload share of a full-size RoCE packet; for small messages, the rate matters.
     let gbps = udp_gbps * RDMA_PAYLOAD as f64 / SEG as f64;
+    let seg_per_s = if r.window_s > 0.0 { r.msgs as f64 / r.window_s } else { 0.0 };
     Ok(format!(
-        "mode=gso gbps={:.2} udp_gbps={:.2} seg_per_s={:.0} seg_bytes={} segs_per_send={} recvs={} gro_cmsg_recvs={} \
-         intact_pct={:.1} rcvbuf={} port={} {}",
+        "mode={name} gbps={:.2} udp_gbps={:.2} mmsg_per_s={:.4} seg_per_s={:.0} seg_bytes={} segs_per_send={} recvs={} \
+         gro_cmsg_recvs={} intact_pct={:.1} rcvbuf={} port={} {}",
         gbps,
         udp_gbps,
-        if r.window_s > 0.0 { r.msgs as f64 / r.window_s } else { 0.0 },
-        SEG,
-        SEGS_PER_SEND,
+        seg_per_s / 1e6,
+        seg_per_s,
+        seg,
+        segs,
         r.recvs,
         r.gro_cmsgs,
         if r.recvs > 0 { 100.0 * r.intact as f64 / r.recvs as f64 } else { 0.0 },
@@ -696,7 +710,7 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
 // ---------------------------------------------------------------- main
 
 const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] MODE...
-modes: gso mmsg64 pingpong all
+modes: gso gso64 mmsg64 pingpong all
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
   -c  CPUs of the sender/client and receiver/server threads (default 0,1)
@@ -734,8 +748,8 @@ fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
                 }
             }
             "-h" | "--help" => return Err(String::new()),
-            "all" => modes.extend(["gso", "mmsg64", "pingpong"].map(String::from)),
-            "gso" | "mmsg64" | "pingpong" => modes.push(a.clone()),
+            "all" => modes.extend(["gso", "gso64", "mmsg64", "pingpong"].map(String::from)),
+            "gso" | "gso64" | "mmsg64" | "pingpong" => modes.push(a.clone()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -761,6 +775,7 @@ fn main() -> ExitCode {
     for m in &modes {
         let r = match m.as_str() {
             "gso" => mode_gso(&cfg),
+            "gso64" => mode_gso64(&cfg),
             "mmsg64" => mode_mmsg64(&cfg),
             _ => mode_pingpong(&cfg),
         };
