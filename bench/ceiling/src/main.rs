@@ -609,7 +609,7 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
                     break;
                 }
                 polls += 1;
-                if polls % 64 == 0 && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
+                if polls.is_multiple_of(64) && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
                     break;
                 }
             }
