@@ -1,0 +1,55 @@
+//! Protection domains: `ibv_alloc_pd`, `ibv_dealloc_pd`, and `ibv_import_pd` /
+//! `ibv_unimport_pd` (a second shell over a PD of this process).
+
+use super::dev_of;
+use crate::abi::*;
+use crate::glue;
+use crate::objects::*;
+
+export! {
+    /// `ibv_alloc_pd(3)`.
+    fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd as ptr {
+        // SAFETY: caller passes a context of ours.
+        let dev = unsafe { dev_of(context) }?;
+        let id = glue::alloc_pd(dev)?;
+        let pd = Box::new(UrxePd { ibv: ibv_pd { context, handle: id }, id });
+        Ok(Box::into_raw(pd) as *mut ibv_pd)
+    }
+}
+
+export! {
+    /// `ibv_dealloc_pd(3)`: 0 or errno (EBUSY while objects use it).
+    fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int as errno {
+        // SAFETY: caller passes a PD of ours.
+        let s: &UrxePd = unsafe { shell(pd) }?;
+        // SAFETY: its context is live.
+        glue::dealloc_pd(unsafe { dev_of(s.ibv.context) }?, s.id)?;
+        // SAFETY: from Box::into_raw in ibv_alloc_pd; freed once.
+        drop(unsafe { Box::from_raw(s as *const UrxePd as *mut UrxePd) });
+        Ok(())
+    }
+}
+
+export! {
+    /// `ibv_import_pd(3)`: sharing engine objects between contexts is not supported yet.
+    fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd as ptr {
+        // A context imported with ibv_import_device lives in this process and shares urxe0's
+        // one engine, so the handle names the same engine PD: a new shell over it.
+        // SAFETY: caller passes a context of ours.
+        let dev = unsafe { dev_of(context) }?;
+        glue::query_pd(dev, pd_handle).map_err(|_| libc::EINVAL)?;
+        let pd = Box::new(UrxePd { ibv: ibv_pd { context, handle: pd_handle }, id: pd_handle });
+        Ok(Box::into_raw(pd) as *mut ibv_pd)
+    }
+}
+
+export! {
+    /// `ibv_unimport_pd(3)`: frees the shell; the PD itself stays (dealloc destroys it).
+    fn ibv_unimport_pd(pd: *mut ibv_pd) as void {
+        // SAFETY: caller passes a PD of ours.
+        if let Ok(s) = unsafe { shell::<_, UrxePd>(pd) } {
+            // SAFETY: from Box::into_raw in ibv_import_pd/ibv_alloc_pd; freed once.
+            drop(unsafe { Box::from_raw(s as *const UrxePd as *mut UrxePd) });
+        }
+    }
+}
