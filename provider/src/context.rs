@@ -63,8 +63,8 @@ pub struct DeviceInfo {
     pub netdev_mtu: u32,
     pub active_mtu: Mtu,
     pub limits: Limits,
-    /// UDP `addr:4791`, bound so the choice is real and conflicts show now. The transport
-    /// takes it over in phase 2.
+    /// UDP `addr:4791`, bound so the choice is real and conflicts show now; the transport
+    /// started by `glue` sends and receives on (a clone of) it.
     pub socket: UdpSocket,
 }
 

@@ -10,7 +10,8 @@
 //!   (the engine disarms; [`notify_cq`] just writes).
 //! - Async events = a per-context pipe with 16-byte records `{u64 element, u32 type, u32 0}`.
 //!
-//! [`notify_cq`] and [`post_async_event`] are what the engine glue calls (phase 2).
+//! The engine glue reports completions with [`notify_cq_id`] and async events with
+//! [`post_engine_async`].
 
 use crate::abi::*;
 use crate::context::ctx_from;

@@ -6,7 +6,7 @@
 //! Modules (the C ABI layer; no protocol logic here), from the ground floor up:
 //! - [`abi`]: `#[repr(C)]` mirrors of `<infiniband/verbs.h>` (and [`abi::Zeroable`], the
 //!   types whose all-zero value is valid); [`layout`]: their layout report.
-//! - [`export`]: the `export!` macro every C entry point goes through; [`entries`]: the table.
+//! - [`export`](mod@export): the `export!` macro every C entry point goes through; [`entries`]: the table.
 //! - [`config`]: address selection (URXE_ADDR / per-process loopback).
 //! - [`context`]: the device `urxe0`, its contexts, and `ctx_from` / `dev_of` (C handle ->
 //!   context/device); everything above imports it, it imports no verb.
@@ -16,9 +16,11 @@
 //!   mw) and the post chains.
 //! - [`device`]: the device verbs (list, open/close, queries) and the context ops table,
 //!   filled with the entry points of [`verbs`].
-//! - [`misc`]: strings, rates, fork, sysfs helpers; [`private`]: IBVERBS_PRIVATE_34 stubs.
+//! - [`stateless`]: the libibverbs functions that touch no device or object (enum strings,
+//!   rates, fork, sysfs and kernel-struct copy helpers); [`private`]: IBVERBS_PRIVATE_34 stubs.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(clippy::missing_safety_doc)]
 
 #[macro_use]
 pub mod export;
@@ -34,9 +36,9 @@ mod event_tests;
 pub mod events;
 pub mod glue;
 pub mod layout;
-pub mod misc;
 pub mod objects;
 pub mod private;
+pub mod stateless;
 pub mod verbs;
 
 pub use layout::layout_report;

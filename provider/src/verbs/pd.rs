@@ -31,7 +31,7 @@ export! {
 }
 
 export! {
-    /// `ibv_import_pd(3)`: sharing engine objects between contexts is not supported yet.
+    /// `ibv_import_pd(3)`: a new shell over PD `pd_handle` of this process.
     fn ibv_import_pd(context: *mut ibv_context, pd_handle: u32) -> *mut ibv_pd as ptr {
         // A context imported with ibv_import_device lives in this process and shares urxe0's
         // one engine, so the handle names the same engine PD: a new shell over it.

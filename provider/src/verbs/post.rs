@@ -1,6 +1,6 @@
 //! Posting work requests: `ops.post_send`, `ops.post_recv` and `ops.post_srq_recv`.
 //!
-//! One walker, [`walk_chain`], follows the caller's linked list for both send and receive
+//! One walker, `walk_chain`, follows the caller's linked list for both send and receive
 //! WRs: it validates each WR's SGE list and hands it on, and stops at the first error with
 //! the WR that failed, which becomes `*bad_wr`. A send chain is walked inside one
 //! [`glue::post_send_chain`] call: posted under one device lock and transmitted once.
