@@ -1,7 +1,7 @@
 //! Address handles: `ibv_create_ah`, `ibv_destroy_ah`, and the two "from a received
 //! completion" verbs (`ibv_init_ah_from_wc`, `ibv_create_ah_from_wc`).
 
-use super::dev_of;
+use super::{destroy_plain, dev_of};
 use crate::abi::*;
 use crate::context::ctx_from;
 use crate::convert;
@@ -28,13 +28,8 @@ export! {
 export! {
     /// `ibv_destroy_ah(3)`.
     fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int as errno {
-        // SAFETY: caller passes an AH of ours.
-        let s: &UrxeAh = unsafe { shell(ah) }?;
-        // SAFETY: its context is live.
-        glue::destroy_ah(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        // SAFETY: from Box::into_raw in ibv_create_ah; freed once.
-        drop(unsafe { Box::from_raw(s as *const UrxeAh as *mut UrxeAh) });
-        Ok(())
+        // SAFETY: caller passes an AH of ours (from ibv_create_ah).
+        unsafe { destroy_plain(ah, |s: &UrxeAh| s.ibv.context, |dev, s| glue::destroy_ah(dev, s.id)) }
     }
 }
 

@@ -2,7 +2,7 @@
 //! `ibv_dereg_mr`, and the import verbs (`ibv_import_mr`, and `ibv_import_dm`: no device
 //! memory).
 
-use super::dev_of;
+use super::{destroy_plain, dev_of, free_plain};
 use crate::abi::*;
 use crate::context::ctx_from;
 use crate::export::{non_null, set_errno};
@@ -103,13 +103,8 @@ export! {
 export! {
     /// `ibv_dereg_mr(3)`.
     fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int as errno {
-        // SAFETY: caller passes an MR of ours.
-        let s: &UrxeMr = unsafe { shell(mr) }?;
-        // SAFETY: its context is live.
-        glue::dereg_mr(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        // SAFETY: from Box::into_raw in reg_mr_common; freed once.
-        drop(unsafe { Box::from_raw(s as *const UrxeMr as *mut UrxeMr) });
-        Ok(())
+        // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
+        unsafe { destroy_plain(mr, |s: &UrxeMr| s.ibv.context, |dev, s| glue::dereg_mr(dev, s.id)) }
     }
 }
 
@@ -144,11 +139,8 @@ export! {
 export! {
     /// `ibv_unimport_mr(3)`: frees the shell; the MR stays registered.
     fn ibv_unimport_mr(mr: *mut ibv_mr) as void {
-        // SAFETY: caller passes an MR of ours.
-        if let Ok(s) = unsafe { shell::<_, UrxeMr>(mr) } {
-            // SAFETY: from Box::into_raw in reg_mr_common/ibv_import_mr; freed once.
-            drop(unsafe { Box::from_raw(s as *const UrxeMr as *mut UrxeMr) });
-        }
+        // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
+        unsafe { free_plain::<_, UrxeMr>(mr) }
     }
 }
 

@@ -1,7 +1,7 @@
 //! Memory windows: `ops.alloc_mw`, `ops.dealloc_mw`, `ops.bind_mw` (type 1 binds; type 2
 //! windows are bound by a send WR, see [`super::post`] and [`super::qp_ex`]).
 
-use super::{dev_of, mr_id};
+use super::{destroy_plain, dev_of, mr_id};
 use crate::abi::*;
 use crate::export::non_null;
 use crate::glue;
@@ -30,13 +30,8 @@ crate::c_fn! {
 crate::c_fn! {
     /// `ops.dealloc_mw`.
     fn dealloc_mw_op(mw: *mut ibv_mw) -> c_int as errno {
-        // SAFETY: caller passes an MW of ours.
-        let s: &UrxeMw = unsafe { shell(mw) }?;
-        // SAFETY: its context is live.
-        glue::dealloc_mw(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        // SAFETY: from Box::into_raw in alloc_mw_op; freed once.
-        drop(unsafe { Box::from_raw(s as *const UrxeMw as *mut UrxeMw) });
-        Ok(())
+        // SAFETY: caller passes an MW of ours (from alloc_mw_op).
+        unsafe { destroy_plain(mw, |s: &UrxeMw| s.ibv.context, |dev, s| glue::dealloc_mw(dev, s.id)) }
     }
 }
 

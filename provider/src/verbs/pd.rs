@@ -1,7 +1,7 @@
 //! Protection domains: `ibv_alloc_pd`, `ibv_dealloc_pd`, and `ibv_import_pd` /
 //! `ibv_unimport_pd` (a second shell over a PD of this process).
 
-use super::dev_of;
+use super::{destroy_plain, dev_of, free_plain};
 use crate::abi::*;
 use crate::glue;
 use crate::objects::*;
@@ -20,13 +20,8 @@ export! {
 export! {
     /// `ibv_dealloc_pd(3)`: 0 or errno (EBUSY while objects use it).
     fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int as errno {
-        // SAFETY: caller passes a PD of ours.
-        let s: &UrxePd = unsafe { shell(pd) }?;
-        // SAFETY: its context is live.
-        glue::dealloc_pd(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        // SAFETY: from Box::into_raw in ibv_alloc_pd; freed once.
-        drop(unsafe { Box::from_raw(s as *const UrxePd as *mut UrxePd) });
-        Ok(())
+        // SAFETY: caller passes a PD of ours (from ibv_alloc_pd / ibv_import_pd).
+        unsafe { destroy_plain(pd, |s: &UrxePd| s.ibv.context, |dev, s| glue::dealloc_pd(dev, s.id)) }
     }
 }
 
@@ -46,10 +41,7 @@ export! {
 export! {
     /// `ibv_unimport_pd(3)`: frees the shell; the PD itself stays (dealloc destroys it).
     fn ibv_unimport_pd(pd: *mut ibv_pd) as void {
-        // SAFETY: caller passes a PD of ours.
-        if let Ok(s) = unsafe { shell::<_, UrxePd>(pd) } {
-            // SAFETY: from Box::into_raw in ibv_import_pd/ibv_alloc_pd; freed once.
-            drop(unsafe { Box::from_raw(s as *const UrxePd as *mut UrxePd) });
-        }
+        // SAFETY: caller passes a PD of ours (from ibv_import_pd / ibv_alloc_pd).
+        unsafe { free_plain::<_, UrxePd>(pd) }
     }
 }

@@ -175,3 +175,51 @@ crate::c_fn! {
         unsafe { post_recv_chain(wr, bad_wr, s.max_sge, |w| glue::post_srq_recv(dev, id, w)) }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr;
+
+    #[test]
+    fn one_walker_posts_in_order_and_names_the_failing_wr() {
+        let mut sg = [ibv_sge { addr: 0x1000, length: 8, lkey: 1 }];
+        let mut w3 = ibv_recv_wr::zeroed();
+        let mut w2 = ibv_recv_wr::zeroed();
+        let mut w1 = ibv_recv_wr::zeroed();
+        let (p1, p2, p3) = (ptr::addr_of_mut!(w1), ptr::addr_of_mut!(w2), ptr::addr_of_mut!(w3));
+        // SAFETY: three live WRs of this test, linked 1 -> 2 -> 3; `sg` outlives them.
+        unsafe {
+            (*p3).wr_id = 3;
+            (*p2).wr_id = 2;
+            (*p2).next = p3;
+            (*p2).sg_list = sg.as_mut_ptr();
+            (*p2).num_sge = 1;
+            (*p1).wr_id = 1;
+            (*p1).next = p2;
+        }
+        let mut seen = Vec::new();
+        // SAFETY: as above, for every call below.
+        let r = unsafe {
+            walk_chain(p1, 1, |w, sg| {
+                seen.push((w.wr_id, sg.len()));
+                Ok(())
+            })
+        };
+        assert_eq!(r, Ok(()));
+        assert_eq!(seen, [(1, 0), (2, 1), (3, 0)]);
+        // SAFETY: as above.
+        let r = unsafe { walk_chain(p1, 1, |w, _| if w.wr_id == 2 { Err(libc::ENOMEM) } else { Ok(()) }) };
+        assert_eq!(r, Err((p2, libc::ENOMEM)));
+        // SAFETY: as above; WR 2 has more SGEs than max_sge 0 allows.
+        let r = unsafe { walk_chain(p1, 0, |_, _| Ok(())) };
+        assert_eq!(r, Err((p2, libc::EINVAL)));
+        // SAFETY: an empty chain is never dereferenced.
+        let r = unsafe { walk_chain::<ibv_send_wr>(ptr::null_mut(), 1, |_, _| Ok(())) };
+        assert_eq!(r, Err((ptr::null_mut(), libc::EINVAL)));
+        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+        // SAFETY: `bad` is a writable out-pointer.
+        assert_eq!(unsafe { fail_at(&mut bad, p2, libc::EAGAIN) }, Err(libc::EAGAIN));
+        assert_eq!(bad, p2);
+    }
+}

@@ -147,6 +147,22 @@ fn set_last_sges(s: &UrxeQp, b: &mut WrBatch, sges: Result<Vec<Sge>, i32>, inlin
     last.sges = sges;
 }
 
+/// The caller's array of `n` entries for a `wr_set_*_list`: EINVAL for more than
+/// `MAX_SGE` or a NULL array.
+///
+/// # Safety
+/// `list` points to `n` readable `T` when non-NULL.
+unsafe fn caller_list<'a, T>(list: *const T, n: usize) -> Result<&'a [T], i32> {
+    if n > MAX_SGE || (n > 0 && list.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if n == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: caller contract; `list` is non-NULL here.
+    Ok(unsafe { std::slice::from_raw_parts(list, n) })
+}
+
 crate::c_fn! {
     fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) as void {
         // SAFETY: caller passes a QP of ours.
@@ -155,15 +171,9 @@ crate::c_fn! {
 }
 crate::c_fn! {
     fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) as void {
-        let v = if num_sge > MAX_SGE || (num_sge > 0 && sg_list.is_null()) {
-            Err(libc::EINVAL)
-        } else if num_sge == 0 {
-            Ok(Vec::new())
-        } else {
-            // SAFETY: caller passes num_sge readable SGEs.
-            let list = unsafe { std::slice::from_raw_parts(sg_list, num_sge) };
-            Ok(list.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect())
-        };
+        // SAFETY: caller passes num_sge readable SGEs.
+        let v = unsafe { caller_list(sg_list, num_sge) }
+            .map(|list| list.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect());
         // SAFETY: caller passes a QP of ours.
         unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, false)) }
     }
@@ -179,13 +189,8 @@ crate::c_fn! {
 }
 crate::c_fn! {
     fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: usize, buf_list: *const ibv_data_buf) as void {
-        let v = if num_buf > MAX_SGE || (num_buf > 0 && buf_list.is_null()) {
-            Err(libc::EINVAL)
-        } else if num_buf == 0 {
-            Ok(Vec::new())
-        } else {
-            // SAFETY: caller passes num_buf readable buffers.
-            let list = unsafe { std::slice::from_raw_parts(buf_list, num_buf) };
+        // SAFETY: caller passes num_buf readable buffers.
+        let v = unsafe { caller_list(buf_list, num_buf) }.and_then(|list| {
             list.iter()
                 .map(|d| {
                     u32::try_from(d.length)
@@ -193,7 +198,7 @@ crate::c_fn! {
                         .map_err(|_| libc::EINVAL)
                 })
                 .collect()
-        };
+        });
         // SAFETY: caller passes a QP of ours.
         unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
     }
@@ -344,6 +349,18 @@ mod tests {
         // SAFETY: as above.
         let rc = unsafe { wr_complete(p) };
         assert_eq!(rc, libc::EINVAL, "complete without start");
+    }
+
+    #[test]
+    fn caller_lists_are_bounded_and_non_null() {
+        let g = [ibv_sge { addr: 1, length: 2, lkey: 3 }; 2];
+        // SAFETY: `g` holds 2 readable SGEs; the other calls never read (NULL or too many).
+        unsafe {
+            assert_eq!(caller_list(g.as_ptr(), 2).map(|l| l.len()), Ok(2));
+            assert_eq!(caller_list::<ibv_sge>(ptr::null(), 0).map(|l| l.len()), Ok(0));
+            assert_eq!(caller_list::<ibv_sge>(ptr::null(), 1).err(), Some(libc::EINVAL));
+            assert_eq!(caller_list(g.as_ptr(), MAX_SGE + 1).err(), Some(libc::EINVAL));
+        }
     }
 
     #[test]
