@@ -214,28 +214,23 @@ crate::c_fn! {
         }
     }
 }
+/// Empty the batch; `open` says whether WRs may be pushed (`wr_start`) or not (`wr_abort`).
+fn reset_batch(b: &mut WrBatch, open: bool) {
+    b.active = open;
+    b.wrs.clear();
+    b.error = 0;
+}
+
 crate::c_fn! {
     fn wr_start(qp: *mut ibv_qp_ex) as void {
         // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |_, b| {
-                b.active = true;
-                b.wrs.clear();
-                b.error = 0;
-            })
-        }
+        unsafe { with_batch(qp, |_, b| reset_batch(b, true)) }
     }
 }
 crate::c_fn! {
     fn wr_abort(qp: *mut ibv_qp_ex) as void {
         // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |_, b| {
-                b.active = false;
-                b.wrs.clear();
-                b.error = 0;
-            })
-        }
+        unsafe { with_batch(qp, |_, b| reset_batch(b, false)) }
     }
 }
 
