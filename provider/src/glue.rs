@@ -15,7 +15,7 @@
 //! Must not: touch C structs or raw pointers (the only exception is memory registration, which
 //! passes the application's address range as plain integers).
 
-use crate::device::UrxeDevice;
+use crate::context::UrxeDevice;
 use urxe::engine::{
     AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MrInfo, MwBind, MwId, MwType, PdId, QpAttr,
     QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
