@@ -31,9 +31,9 @@ use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
 use super::memory::ProcessMemory;
 use super::pacing::{Signals, RX, SMALL_POST_BYTES};
-use super::progress::{self, rt_setting, STATS, WAKE};
+use super::progress::{self, rt_setting, WAKE};
 use super::socket::{RoceSocket, ROCE_PORT};
-use super::stats::{bind_stats_listener, TransportCounters};
+use super::stats::{bind_stats_listener, StatsServer, TransportCounters};
 use crate::engine::{
     CqId, Engine, EngineConfig, Error, MwBind, Nanos, Qpn, RecvWr, SendFlags, SendWr, SrqId, WorkCompletion,
 };
@@ -46,6 +46,7 @@ pub use super::stats::{stats_socket_name, STATS_SOCKET_PREFIX};
 pub struct Device {
     hub: Arc<Hub>,
     thread: Option<JoinHandle<()>>,
+    stats: Option<StatsServer>,
     local: IpAddr,
 }
 
@@ -72,11 +73,6 @@ impl Device {
         let waker = Waker::new(poll.registry(), WAKE)?;
         let rx_fd = rx.raw_fd();
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
-        // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process.
-        let mut stats = bind_stats_listener(local).ok();
-        if let Some(l) = stats.as_mut() {
-            poll.registry().register(l, STATS, Interest::READABLE)?;
-        }
         let epoch = Instant::now();
         let core = Core::new(engine, Io::new(rx, gso), sink, epoch);
         let hub = Arc::new(Hub {
@@ -86,10 +82,12 @@ impl Device {
             rt: AtomicBool::new(false),
         });
         let h = hub.clone();
-        let thread = std::thread::Builder::new()
-            .name("urxe-progress".into())
-            .spawn(move || progress::run(h, poll, stats, rt))?;
-        Ok(Device { hub, thread: Some(thread), local })
+        let thread =
+            std::thread::Builder::new().name("urxe-progress".into()).spawn(move || progress::run(h, poll, rt))?;
+        // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process,
+        // served by its own normal-priority thread (best effort: a name clash leaves it out).
+        let stats = bind_stats_listener(local).ok().and_then(|l| StatsServer::start(l, hub.clone()).ok());
+        Ok(Device { hub, thread: Some(thread), stats, local })
     }
 
     pub fn local_addr(&self) -> IpAddr {
@@ -292,6 +290,7 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        drop(self.stats.take());
         self.hub.stop.store(true, Ordering::Release);
         self.hub.signals.wake_to_stop();
         if let Some(t) = self.thread.take() {

@@ -12,17 +12,22 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use mio::net::UnixListener;
 use mio::{Events, Poll, Token};
 
 use super::hub::{Core, Hub};
 use super::pacing::{APP_ACTIVE_NS, REARM_AFTER_NS};
-use super::stats::{serve_stats, WakeCounters};
+use super::stats::WakeCounters;
 
 /// mio token of the doorbell.
 pub(super) const WAKE: Token = Token(1);
-/// mio token of the stats socket.
-pub(super) const STATS: Token = Token(2);
+
+/// The real-time budget: over each window of [`RT_WINDOW_NS`], a SCHED_FIFO progress thread
+/// that used more than [`RT_BUDGET_PCT`] % of a CPU drops to normal priority (as NAPI hands a
+/// flood to ksoftirqd), so a packet flood cannot starve the host's other tasks on that CPU; it
+/// takes real-time priority back after a window below [`RT_RESUME_PCT`] %.
+const RT_WINDOW_NS: u64 = 100_000_000;
+const RT_BUDGET_PCT: u64 = 50;
+const RT_RESUME_PCT: u64 = 10;
 
 /// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
 /// deadline that does not move can never make the (possibly real-time) thread spin.
@@ -45,10 +50,61 @@ pub(super) fn rt_setting() -> io::Result<bool> {
 /// never spins (see [`MIN_SLEEP`]), so this cannot starve anything. Best effort: without the
 /// privilege, it stays at normal priority.
 fn raise_priority() -> bool {
-    let param = libc::sched_param { sched_priority: 1 };
+    set_policy(libc::SCHED_FIFO, 1)
+}
+
+fn set_policy(policy: i32, priority: i32) -> bool {
+    let param = libc::sched_param { sched_priority: priority };
     // SAFETY: sched_setscheduler only reads `param`, a valid sched_param that outlives the call;
     // pid 0 is the calling thread.
-    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// CPU time this thread has used, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `t`, which lives for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Tracks the progress thread's CPU use per window and moves it between SCHED_FIFO and
+/// SCHED_OTHER (see [`RT_BUDGET_PCT`]).
+struct RtBudget {
+    window_start: u64,
+    cpu_at_start: u64,
+    demoted: bool,
+}
+
+impl RtBudget {
+    fn new(now: u64) -> RtBudget {
+        RtBudget { window_start: now, cpu_at_start: thread_cpu_ns(), demoted: false }
+    }
+
+    /// Called after each wakeup's work; cheap except once per window.
+    fn check(&mut self, hub: &Hub, now: u64) {
+        let span = now.saturating_sub(self.window_start);
+        if span < RT_WINDOW_NS {
+            return;
+        }
+        let cpu = thread_cpu_ns();
+        let pct = cpu.saturating_sub(self.cpu_at_start) * 100 / span.max(1);
+        (self.window_start, self.cpu_at_start) = (now, cpu);
+        let counters = &hub.signals.wake_counters;
+        if !self.demoted && hub.rt.load(Ordering::Relaxed) && pct > RT_BUDGET_PCT {
+            if set_policy(libc::SCHED_OTHER, 0) {
+                self.demoted = true;
+                hub.rt.store(false, Ordering::Relaxed);
+                WakeCounters::bump(&counters.rt_demotions);
+            }
+        } else if self.demoted && pct < RT_RESUME_PCT && raise_priority() {
+            self.demoted = false;
+            hub.rt.store(true, Ordering::Relaxed);
+            WakeCounters::bump(&counters.rt_promotions);
+        }
+    }
 }
 
 /// Takes the device lock without waiting. If an application thread holds it, it is active and
@@ -68,11 +124,12 @@ fn try_core(hub: &Hub) -> Option<MutexGuard<'_, Core>> {
 }
 
 /// The thread's body, until the device asks it to stop.
-pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, stats: Option<UnixListener>, rt: bool) {
+pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     if rt {
         hub.rt.store(raise_priority(), Ordering::Relaxed);
     }
     let sig = &hub.signals;
+    let mut budget = RtBudget::new(sig.now());
     let mut events = Events::with_capacity(16);
     // Absolute deadline (ns since the epoch) of the engine's next timer.
     let mut deadline: Option<u64> = None;
@@ -104,10 +161,8 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, stats: Option<UnixListener>, rt
             return;
         }
         WakeCounters::bump(&sig.wake_counters.thread_wakeups);
-        if let Some(l) = &stats {
-            if events.iter().any(|e| e.token() == STATS) {
-                serve_stats(l, || hub.stats_report());
-            }
+        if rt {
+            budget.check(&hub, sig.now());
         }
         if !sig.armed() {
             let idle_for = sig.app_away_for(sig.now());
