@@ -295,6 +295,17 @@ done
 PPONG=$(median_of ow_p50_us "${runs[@]}")
 step_end pingpong
 record "$PPONG"
+note "ceiling: 64-byte ping-pong to a server that sleeps in poll(), $PP round trips, $LAT_RUNS run(s)"
+step_begin
+runs=()
+for i in $(seq 1 "$LAT_RUNS"); do
+  runs+=("$(run_ceiling pingpong_srvblock $((DUR * 10 + 30)))")
+  record "run $i: ${runs[-1]}"
+done
+PPBLK=$(median_of rtt_p50_us "${runs[@]}")
+step_end pingpong_srvblock
+record "$PPBLK"
+[ -n "$(kv "$PPBLK" error)" ] && ERRORS=$((ERRORS + 1))
 # The READ ceiling: a READ is a request and a response, one UDP round trip = 2 x one-way.
 RTT=$(awk -v a="$(kv "$PPONG" ow_p50_us)" -v b="$(kv "$PPONG" ow_p99_us)" 'BEGIN { if (a + 0 > 0) printf "rtt_p50_us=%.2f rtt_p99_us=%.2f", 2 * a, 2 * b; else print "error=no_ping-pong_figure" }')
 record "read_ceiling $RTT"
@@ -529,6 +540,7 @@ ERRORS=$((ERRORS + URXE_ERRS))
   row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
   row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP busy-poll ping-pong p50, round trip" "$RTT" rtt_p50_us 2 ""
+  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 ""
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 "<=2"
   row "1000 RC QPs in one process, RSS MiB" "$QPRSS" rss_mib "the wave-2 limit, 64 MiB" "limit_mib=64" limit_mib 1 "<=1"
   [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
@@ -541,6 +553,7 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo "| UDP GSO 15×4136 B + UDP_GRO receive | $(fmt "$(value_or_error "$GSO" gbps)" 2) Gb/s RDMA payload | $(kv "$GSO" udp_gbps) Gb/s UDP payload, $(kv "$GSO" seg_per_s) seg/s, loss $(kv "$GSO" loss_pct)% (rcvbuf errors $(kv "$GSO" udp_rcvbuf_errors)), intact super-packets $(kv "$GSO" intact_pct)% |"
   echo "| UDP 64 B, GSO trains ×64 + UDP_GRO | $(fmt "$(value_or_error "$GSO64" mmsg_per_s)" 3) Mmsg/s | $(kv "$GSO64" seg_per_s) msg/s, loss $(kv "$GSO64" loss_pct)%, intact trains $(kv "$GSO64" intact_pct)% |"
   echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(fmt "$(value_or_error "$MMSG" mmsg_per_s)" 3) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
+  echo "| UDP 64 B ping-pong, server asleep in poll(), round trip | $(fmt "$(value_or_error "$PPBLK" rtt_p50_us)" 2) µs p50 | the client busy-polls; the server's thread is woken for every ping (ib_read_lat's passive responder) |"
   echo "| UDP 64 B ping-pong, busy-poll, one-way | $(fmt "$(value_or_error "$PPONG" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
 } >"$TABLE"
 

@@ -8,6 +8,8 @@
 //!   gso64     64-byte messages as UDP_SEGMENT trains of 64 into a UDP_GRO receiver (the
 //!             message-rate ceiling of a UDP engine that batches small messages, as urxe does)
 //!   pingpong  64-byte ping-pong, both sides spinning on non-blocking receives (the latency floor)
+//!   pingpong_srvblock  the same with a server that sleeps in poll() between pings: the round
+//!             trip to a process that is not polling (a passive READ responder)
 //!
 //! Sender / client thread pinned to CPU 0, receiver / server thread to CPU 1 (`-c`), receiver on
 //! 127.0.0.2:4791 (another port if 4791 is taken), sender on 127.0.0.3. Loopback only. Every loop
@@ -561,6 +563,18 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
+    pingpong(cfg, false)
+}
+
+/// The client busy-polls, the server sleeps in poll() until each ping arrives: the round trip of
+/// a request to a process that is not polling (ib_read_lat's passive responder, whose progress
+/// thread must be woken on its CPU).
+fn mode_pingpong_srvblock(cfg: &Cfg) -> Result<String, String> {
+    pingpong(cfg, true)
+}
+
+fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
+    let name = if server_blocks { "pingpong_srvblock" } else { "pingpong" };
     let (srv, port) = rx_socket(cfg.buf).map_err(|e| format!("server socket: {e}"))?;
     let (cli, cport) = udp_socket(TX_IP, 0, cfg.buf).map_err(|e| format!("client socket: {e}"))?;
     connect(&cli, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
@@ -594,6 +608,11 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
             let hard = Instant::now() + cap + Duration::from_secs(1);
             let mut polls = 0u64;
             loop {
+                if server_blocks {
+                    let mut pfd = libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 };
+                    // Sleeps until the ping arrives (or 100 ms pass, to look at `stop`).
+                    unsafe { libc::poll(&mut pfd, 1, 100) };
+                }
                 let r = unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
                 if r > 0 {
                     let w = unsafe { libc::send(sfd, buf.as_ptr() as *const libc::c_void, r as usize, 0) };
@@ -609,7 +628,7 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
                     break;
                 }
                 polls += 1;
-                if polls.is_multiple_of(64) && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
+                if (server_blocks || polls.is_multiple_of(64)) && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
                     break;
                 }
             }
@@ -683,9 +702,10 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
     let avg = if rtt.is_empty() { 0.0 } else { rtt.iter().sum::<u64>() as f64 / rtt.len() as f64 / 2.0 / 1000.0 };
     let errs: Vec<String> = [c.err, s_err].into_iter().flatten().collect();
     Ok(format!(
-        "mode=pingpong ow_p50_us={:.2} ow_p99_us={:.2} ow_avg_us={:.2} ow_min_us={:.2} ow_max_us={:.2} \
+        "mode={name} rtt_p50_us={:.2} ow_p50_us={:.2} ow_p99_us={:.2} ow_avg_us={:.2} ow_min_us={:.2} ow_max_us={:.2} \
          round_trips={} warmup={} measured={} lost={} stale={} echoed={} wall_s={:.3} cli_cpu_s={:.2} srv_cpu_s={:.2} \
          msg_bytes={} port={} pinned={}{}",
+        percentile(&rtt, 50.0) as f64 / 1000.0,
         ow(percentile(&rtt, 50.0)),
         ow(percentile(&rtt, 99.0)),
         avg,
@@ -710,7 +730,7 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
 // ---------------------------------------------------------------- main
 
 const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] MODE...
-modes: gso gso64 mmsg64 pingpong all
+modes: gso gso64 mmsg64 pingpong pingpong_srvblock all
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
   -c  CPUs of the sender/client and receiver/server threads (default 0,1)
@@ -748,8 +768,8 @@ fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
                 }
             }
             "-h" | "--help" => return Err(String::new()),
-            "all" => modes.extend(["gso", "gso64", "mmsg64", "pingpong"].map(String::from)),
-            "gso" | "gso64" | "mmsg64" | "pingpong" => modes.push(a.clone()),
+            "all" => modes.extend(["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock"].map(String::from)),
+            "gso" | "gso64" | "mmsg64" | "pingpong" | "pingpong_srvblock" => modes.push(a.clone()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -776,6 +796,7 @@ fn main() -> ExitCode {
         let r = match m.as_str() {
             "gso" => mode_gso(&cfg),
             "gso64" => mode_gso64(&cfg),
+            "pingpong_srvblock" => mode_pingpong_srvblock(&cfg),
             "mmsg64" => mode_mmsg64(&cfg),
             _ => mode_pingpong(&cfg),
         };
