@@ -6,10 +6,14 @@
 #   QUICK=1 bench/run.sh         # smoke run: DUR=1, 20k round trips, 2000 latency iterations
 #
 # Order: (1) iperf3 TCP loopback, one stream; (2) bench/ceiling (our own tool): UDP GSO+GRO
-# bandwidth, 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong; (3) perftest over urxe's
-# libibverbs.so.1 (LD_LIBRARY_PATH=$URXE_LIB_DIR): ib_write_bw 64 KiB and 4 KiB, ib_send_bw 64 B,
-# ib_send_lat 2 B, ib_write_lat 2 B. Then a markdown table. Every command runs under `timeout`;
-# a figure that cannot be had reads "error: <why>", the run goes on, and the exit status is 1.
+# bandwidth, 64-byte messages as GSO trains (the message-rate ceiling of a batching UDP engine),
+# 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong (its round trip is also the READ
+# ceiling); (3) perftest over urxe's libibverbs.so.1 (LD_LIBRARY_PATH=$URXE_LIB_DIR):
+# ib_write_bw 64 KiB and 4 KiB, -q 16, 4 process pairs at once, ib_read_bw 64 KiB,
+# ib_send_bw 64 B, ib_send_lat / ib_write_lat / ib_read_lat 2 B; (4) the resident memory of
+# 1000 RC QPs in one process (bench/qp_rss). Then a markdown table with the wave-2 bars.
+# Every command runs under `timeout`; a figure that cannot be had reads "error: <why>", the run
+# goes on, and the exit status is 1.
 #
 # Settings (environment):
 #   DUR=3            seconds of traffic per throughput figure (integer >= 1)
@@ -23,7 +27,7 @@
 #   PIN=1            sender/client on CPU 0, receiver/server on CPU 1 for every figure; 0 = unpinned
 #   IDLE_WAIT=30     wait up to this many seconds for the machine to go idle (< 15 % busy over 2 s) before starting
 #   INSTALL=1        apt-get install iperf3 perftest ibverbs-utils when a tool is missing
-#   STRICT=0         1 = exit 2 when a first-bar check fails (errors always exit 1)
+#   STRICT=0         1 = exit 2 when a bar check fails (errors always exit 1)
 #   OUT              directory for logs and results (default /tmp/urxe-bench/run-<UTC time>)
 #   IPERF_PORT=5311 PERFTEST_PORT=18615   first TCP ports tried (the next free one is used)
 #   PERFTEST_DIR     directory of the ib_* programs (default: found in PATH)
@@ -271,6 +275,11 @@ step_begin
 GSO=$(run_ceiling gso $((DUR + 20)))
 step_end gso
 record "$GSO"
+note "ceiling: 64-byte UDP messages as GSO trains of 64 + UDP_GRO receive, ${DUR}s"
+step_begin
+GSO64=$(run_ceiling gso64 $((DUR + 20)))
+step_end gso64
+record "$GSO64"
 note "ceiling: 64-byte UDP sendmmsg/recvmmsg, ${DUR}s"
 step_begin
 MMSG=$(run_ceiling mmsg64 $((DUR + 20)))
@@ -286,7 +295,21 @@ done
 PPONG=$(median_of ow_p50_us "${runs[@]}")
 step_end pingpong
 record "$PPONG"
-for l in "$TCP" "$GSO" "$MMSG" "$PPONG"; do
+note "ceiling: 64-byte ping-pong to a server that sleeps in poll(), $PP round trips, $LAT_RUNS run(s)"
+step_begin
+runs=()
+for i in $(seq 1 "$LAT_RUNS"); do
+  runs+=("$(run_ceiling pingpong_srvblock $((DUR * 10 + 30)))")
+  record "run $i: ${runs[-1]}"
+done
+PPBLK=$(median_of rtt_p50_us "${runs[@]}")
+step_end pingpong_srvblock
+record "$PPBLK"
+[ -n "$(kv "$PPBLK" error)" ] && ERRORS=$((ERRORS + 1))
+# The READ ceiling: a READ is a request and a response, one UDP round trip = 2 x one-way.
+RTT=$(awk -v a="$(kv "$PPONG" ow_p50_us)" -v b="$(kv "$PPONG" ow_p99_us)" 'BEGIN { if (a + 0 > 0) printf "rtt_p50_us=%.2f rtt_p99_us=%.2f", 2 * a, 2 * b; else print "error=no_ping-pong_figure" }')
+record "read_ceiling $RTT"
+for l in "$TCP" "$GSO" "$GSO64" "$MMSG" "$PPONG"; do
   [ -n "$(kv "$l" error)" ] && ERRORS=$((ERRORS + 1))
 done
 
@@ -395,6 +418,60 @@ WLAT=$(lat_runs write_lat_2 40 ib_write_lat)
 [ -z "$URXE_ERR" ] && step_end write_lat_2
 record "urxe=ib_write_lat_2 $WLAT"
 
+note "urxe: ib_read_lat 2 B, $LAT_ITERS iterations, $LAT_RUNS run(s)"
+[ -z "$URXE_ERR" ] && step_begin
+RLAT=$(lat_runs read_lat_2 50 ib_read_lat)
+[ -z "$URXE_ERR" ] && step_end read_lat_2
+record "urxe=ib_read_lat_2 $RLAT"
+note "urxe: ib_read_bw 65536 B, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
+RBW64K=$(perftest_pair read_bw_64k 60 "$BW_TMO" ib_read_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end read_bw_64k
+record "urxe=ib_read_bw_64k $RBW64K"
+note "urxe: ib_write_bw 65536 B -q 16, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
+WBWQ16=$(perftest_pair write_bw_64k_q16 70 "$BW_TMO" ib_write_bw -s 65536 -q 16 -D "$BW_D" -f 1 --report_gbits)
+[ -z "$URXE_ERR" ] && step_end write_bw_64k_q16
+record "urxe=ib_write_bw_64k_q16 $WBWQ16"
+
+# four_pairs: 4 ib_write_bw 64 KiB pairs at once (servers on the receiver CPU, clients on the
+# sender CPU), each its own processes; "bw_avg_gbps=<sum> pairs=4" or "error=...".
+four_pairs() {
+  if [ -n "$URXE_ERR" ]; then echo "error=$URXE_ERR"; return; fi
+  local i pids=() res sum=0 v errs=
+  for i in 0 1 2 3; do
+    ( perftest_pair "write_bw_64k_pair$i" $((80 + 2 * i)) "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits \
+        >"$OUT/pair$i.result" ) &
+    pids+=($!)
+    sleep 0.3   # each server takes its own free port before the next looks for one
+  done
+  for i in 0 1 2 3; do wait "${pids[$i]}"; done
+  for i in 0 1 2 3; do
+    res=$(cat "$OUT/pair$i.result" 2>/dev/null)
+    record "pair $i: $res"
+    v=$(num "$(kv "$res" bw_avg_gbps)")
+    if [ -n "$v" ]; then sum=$(awk -v a="$sum" -v b="$v" 'BEGIN { printf "%.4f", a + b }'); else errs="$errs pair$i"; fi
+  done
+  if [ -n "$errs" ]; then echo "error=failed:$errs"; else echo "bw_avg_gbps=$sum pairs=4"; fi
+}
+note "urxe: 4 pairs of ib_write_bw 65536 B at once, ${DUR}s"
+[ -z "$URXE_ERR" ] && step_begin
+PAIRS4=$(four_pairs)
+[ -z "$URXE_ERR" ] && step_end write_bw_4pairs
+record "urxe=ib_write_bw_64k_4pairs $PAIRS4"
+
+note "urxe: resident memory of 1000 RC QPs in one process"
+qp_rss() {
+  if [ -n "$URXE_ERR" ]; then echo "error=$URXE_ERR"; return; fi
+  gcc -O2 -o "$OUT/qp_rss" "$BENCH/qp_rss/qp_rss.c" -libverbs >"$OUT/qp_rss.build.log" 2>&1 ||
+    { echo "error=build failed$(said "$OUT/qp_rss.build.log")"; return; }
+  local r
+  r=$("${URXE_ENV[@]}" timeout 60 "$OUT/qp_rss" 1000 2>"$OUT/qp_rss.err")
+  [ -n "$(kv "$r" rss_mib)" ] && echo "$r" || echo "error=qp_rss: ${r:-no output}$(said "$OUT/qp_rss.err")"
+}
+QPRSS=$(qp_rss)
+record "urxe=qp_rss $QPRSS"
+
 # --------------------------------------------------------------------------- table
 
 # value of KEY in a result line, or "error: why"
@@ -412,7 +489,7 @@ TABLE=$OUT/table.md
 BARS_FAILED=0
 URXE_ERRS=0
 # row METRIC URXE_LINE URXE_KEY CEILING_LABEL CEILING_LINE CEILING_KEY DECIMALS BAR
-#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the first bar), or "" (no bar)
+#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the bar of issue #17), or "" (no bar)
 row() {
   local u c r verdict bar=$8 bar_txt=-
   u=$(value_or_error "$2" "$3")
@@ -437,7 +514,7 @@ row() {
   echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
 }
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
-count_urxe_err "$WBW64K" "$WBW4K" "$SBW64" "$SLAT" "$WLAT"
+count_urxe_err "$WBW64K" "$WBW4K" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$WBWQ16" "$PAIRS4" "$QPRSS"
 ERRORS=$((ERRORS + URXE_ERRS))
 
 {
@@ -447,17 +524,25 @@ ERRORS=$((ERRORS + URXE_ERRS))
     "latency $LAT_ITERS iterations; latency figures (urxe and ping-pong) are the median of $LAT_RUNS runs; placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
   [ -n "$BUSY_STEPS" ] && echo "Other load just before:$BUSY_STEPS — those figures are suspect; see raw.txt."
   echo
-  echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | first bar | result |"
+  echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | bar | result |"
   echo "|---|---|---|---|---|---|"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=0.5"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=1.5"
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.8"
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=1.0"
   row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_write_bw 64 KiB -q 16, Gb/s" "$WBWQ16" bw_avg_gbps "urxe ib_write_bw 64 KiB -q 1" "$WBW64K" bw_avg_gbps 2 ">=0.9"
+  row "ib_write_bw 64 KiB, 4 pairs at once, Gb/s" "$PAIRS4" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_read_bw 64 KiB, Gb/s" "$RBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B GSO trains + GRO" "$GSO64" mmsg_per_s 3 ">=0.2"
   row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ">=0.5"
-  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=3"
-  row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 ""
-  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 ""
-  row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 ""
+  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
+  row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
+  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
+  row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
+  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP busy-poll ping-pong p50, round trip" "$RTT" rtt_p50_us 2 ""
+  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 ""
+  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 "<=2"
+  row "1000 RC QPs in one process, RSS MiB" "$QPRSS" rss_mib "the wave-2 limit, 64 MiB" "limit_mib=64" limit_mib 1 "<=1"
   [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
   echo
   echo "Ceilings measured in this run:"
@@ -466,7 +551,9 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo "|---|---|---|"
   echo "| TCP loopback, iperf3, one stream | $(fmt "$(value_or_error "$TCP" tcp_gbps)" 2) Gb/s | receiver side; sender $(kv "$TCP" tcp_sender_gbps) Gb/s |"
   echo "| UDP GSO 15×4136 B + UDP_GRO receive | $(fmt "$(value_or_error "$GSO" gbps)" 2) Gb/s RDMA payload | $(kv "$GSO" udp_gbps) Gb/s UDP payload, $(kv "$GSO" seg_per_s) seg/s, loss $(kv "$GSO" loss_pct)% (rcvbuf errors $(kv "$GSO" udp_rcvbuf_errors)), intact super-packets $(kv "$GSO" intact_pct)% |"
+  echo "| UDP 64 B, GSO trains ×64 + UDP_GRO | $(fmt "$(value_or_error "$GSO64" mmsg_per_s)" 3) Mmsg/s | $(kv "$GSO64" seg_per_s) msg/s, loss $(kv "$GSO64" loss_pct)%, intact trains $(kv "$GSO64" intact_pct)% |"
   echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(fmt "$(value_or_error "$MMSG" mmsg_per_s)" 3) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
+  echo "| UDP 64 B ping-pong, server asleep in poll(), round trip | $(fmt "$(value_or_error "$PPBLK" rtt_p50_us)" 2) µs p50 | the client busy-polls; the server's thread is woken for every ping (ib_read_lat's passive responder) |"
   echo "| UDP 64 B ping-pong, busy-poll, one-way | $(fmt "$(value_or_error "$PPONG" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
 } >"$TABLE"
 

@@ -5,9 +5,11 @@
 //! - [`engine`]: the sans-IO transport engine (QPs, requester/responder/completer, MRs, CQs,
 //!   SRQs). No sockets, no clock, no threads: time is an argument.
 //! - [`transport`]: UDP 4791 sockets, the progress thread, batching, timers.
+//! - [`cm`]: the InfiniBand communication manager, sans-IO like the engine (uses [`wire`]).
 //! - [`check`]: the capture verifier behind `urxe check`.
 
 pub mod check;
+pub mod cm;
 pub mod engine;
 pub mod transport;
 pub mod wire;

@@ -66,3 +66,116 @@ fn engine_throughput() {
         );
     }
 }
+
+// ---- instructions per message (bench/instructions.sh runs this under callgrind) -------------
+
+/// Packets in flight between the two sides, in buffers allocated once.
+struct Wire {
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    ports: Vec<u16>,
+    n: usize,
+}
+
+impl Wire {
+    fn new() -> Wire {
+        Wire { bufs: (0..256).map(|_| vec![0u8; MAX_PACKET]).collect(), lens: vec![0; 256], ports: vec![0; 256], n: 0 }
+    }
+}
+
+fn dgram<'a>(net: &Net, from: usize, to: usize, port: u16, payload: &'a [u8]) -> Datagram<'a> {
+    let (src, dst) = (net.nodes[from].addr, net.nodes[to].addr);
+    let ip = match (src, dst) {
+        (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => IpFields::v4_df(s, d),
+        _ => unreachable!(),
+    };
+    Datagram { src, src_port: port, dst, icrc: IcrcCheck::Full(ip), payload }
+}
+
+/// Drains `node`'s transmit queue onto `w`.
+fn drain(net: &mut Net, node: usize, w: &mut Wire) {
+    w.n = 0;
+    while w.n < w.bufs.len() {
+        let Some(t) = net.nodes[node].eng.poll_transmit(net.now, &mut w.bufs[w.n]) else { break };
+        w.lens[w.n] = t.len;
+        w.ports[w.n] = t.src_port;
+        w.n += 1;
+    }
+}
+
+/// Requester, first half: post a burst of `burst` WRs and transmit their packets.
+#[inline(never)]
+fn requester_post(net: &mut Net, qpn: Qpn, wrs: &[SendWr<'_>], w: &mut Wire) {
+    for wr in wrs {
+        if let Err(e) = net.nodes[0].eng.post_send(net.now, qpn, wr) {
+            panic!("post_send: {e:?}; counters {:?}", net.nodes[0].eng.counters());
+        }
+    }
+    drain(net, 0, w);
+}
+
+/// Requester, second half: take the ACKs, reap the send completions.
+#[inline(never)]
+fn requester_complete(net: &mut Net, cq: CqId, w: &Wire, wc: &mut [WorkCompletion]) -> usize {
+    for i in 0..w.n {
+        let d = dgram(net, 1, 0, w.ports[i], &w.bufs[i][..w.lens[i]]);
+        net.nodes[0].eng.handle_datagram(net.now, &d);
+    }
+    net.nodes[0].eng.poll_cq(cq, wc).unwrap()
+}
+
+/// Responder: place the requests, reap receive completions and repost receives, send the ACKs.
+#[inline(never)]
+fn responder_side(net: &mut Net, b: End, recv: Option<&RecvWr<'_>>, w: &mut Wire, wc: &mut [WorkCompletion]) {
+    for i in 0..w.n {
+        let d = dgram(net, 0, 1, w.ports[i], &w.bufs[i][..w.lens[i]]);
+        net.nodes[1].eng.handle_datagram(net.now, &d);
+    }
+    let got = net.nodes[1].eng.poll_cq(b.cq, wc).unwrap();
+    if let Some(r) = recv {
+        for _ in 0..got {
+            net.nodes[1].eng.post_recv(b.qpn, r).unwrap();
+        }
+    }
+    drain(net, 1, w);
+}
+
+#[test]
+#[ignore = "measurement: bench/instructions.sh runs it under callgrind"]
+fn engine_instructions_per_message() {
+    // URXE_INSN_KIND=send64 | write4k; URXE_INSN_MSGS messages in bursts of 16.
+    let kind = std::env::var("URXE_INSN_KIND").unwrap_or_else(|_| "send64".into());
+    let msgs: u64 = std::env::var("URXE_INSN_MSGS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    let size: u32 = if kind == "write4k" { 4096 } else { 64 };
+    let mut net = Net::with_memory(2, 1, LinkCfg::default(), 4 << 20);
+    let o = QpOpts { mtu: Mtu::Mtu4096, max_send_wr: 1024, max_recv_wr: 1024, ..QpOpts::default() };
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 1 << 16);
+    let (dst, dmr) = buffer(&mut net, b, 1 << 16);
+    let ssg = [sge(src, size, smr)];
+    let rsg = [sge(dst, size, dmr)];
+    let recv = RecvWr { wr_id: 7, sg_list: &rsg };
+    let is_send = kind != "write4k";
+    if is_send {
+        for _ in 0..512 {
+            net.nodes[1].eng.post_recv(b.qpn, &recv).unwrap();
+        }
+    }
+    const BURST: usize = 16;
+    let w = if is_send { WrKind::Send } else { WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey } };
+    let wrs: Vec<SendWr<'_>> = (0..BURST as u64).map(|i| send_wr(i, w, &ssg)).collect();
+    let (mut wire, mut wc) = (Wire::new(), [WorkCompletion::default(); 64]);
+    let (mut done, mut rounds) = (0u64, 0u64);
+    while done < msgs && rounds < msgs {
+        rounds += 1;
+        requester_post(&mut net, a.qpn, &wrs, &mut wire);
+        responder_side(&mut net, b, is_send.then_some(&recv), &mut wire, &mut wc);
+        let got = requester_complete(&mut net, a.cq, &wire, &mut wc);
+        for c in &wc[..got] {
+            assert!(c.status == WcStatus::Success, "{c:?}");
+        }
+        done += got as u64;
+    }
+    assert!(done >= msgs, "{done} of {msgs} completed");
+    println!("kind={kind} msgs={done} size={size}");
+}

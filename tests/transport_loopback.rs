@@ -47,7 +47,7 @@ fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
 }
 
 fn side(dev: Device, ty: QpType) -> Side {
-    let (pd, cq, qpn) = dev.with(|e, _| {
+    let (pd, cq, qpn) = dev.control(|e, _| {
         let pd = e.alloc_pd().unwrap();
         let (cq, _) = e.create_cq(256).unwrap();
         let cap = QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 4, max_recv_sge: 4, max_inline_data: 64 };
@@ -63,7 +63,7 @@ fn connect(me: &Side, peer: &Side, my_psn: u32, peer_psn: u32) {
     let dgid = gid(peer.dev.local_addr());
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    me.dev.with(|e, _| {
+    me.dev.control(|e, _| {
         let a = QpAttr { qp_state: QpState::Init, port_num: 1, qp_access_flags: access, ..Default::default() };
         e.modify_qp(me.qpn, &a, A::STATE | A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS).unwrap();
         let a = QpAttr {
@@ -101,7 +101,7 @@ fn reg(s: &Side, buf: &mut [u8]) -> MrHandle {
     let addr = buf.as_mut_ptr() as u64;
     let access =
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    s.dev.with(|e, _| e.reg_mr(s.pd, addr, buf.len() as u64, addr, access).unwrap())
+    s.dev.control(|e, _| e.reg_mr(s.pd, addr, buf.len() as u64, addr, access).unwrap())
 }
 
 /// Busy-polls `s`'s CQ (the fast path) for one completion, bounded in time.
@@ -109,7 +109,7 @@ fn wait_wc(s: &Side) -> WorkCompletion {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut wc = [WorkCompletion::default(); 1];
     while Instant::now() < deadline {
-        if s.dev.poll(|e| e.poll_cq(s.cq, &mut wc).unwrap(), |n| *n > 0) == 1 {
+        if s.dev.poll_cq(s.cq, &mut wc).unwrap() == 1 {
             return wc[0];
         }
     }
@@ -136,10 +136,10 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let smr = reg(&a, &mut src);
     let dmr = reg(&b, &mut dst);
     let rsge = [Sge { addr: dst.as_mut_ptr() as u64, length: n as u32, lkey: dmr.lkey }];
-    b.dev.with(|e, _| e.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &rsge }).unwrap());
+    b.dev.control(|e, _| e.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &rsge }).unwrap());
     let ssge = [Sge { addr: src.as_ptr() as u64, length: n as u32, lkey: smr.lkey }];
     let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
-    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
+    a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     let wc = wait_wc(&a);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (1, WcStatus::Success, WcOpcode::Send));
     let wc = wait_wc(&b);
@@ -152,7 +152,7 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let sge = [Sge { addr: src.as_ptr() as u64, length: 65536, lkey: smr.lkey }];
     let kind = WrKind::RdmaWrite { remote_addr: dst.as_ptr() as u64 + 4096, rkey: dmr.rkey };
     let wr = SendWr { wr_id: 2, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
+    a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     assert_eq!(&dst[4096..4096 + 65536], &w[..]);
 
@@ -161,7 +161,7 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let sge = [Sge { addr: back.as_mut_ptr() as u64, length: 65536, lkey: bmr.lkey }];
     let kind = WrKind::RdmaRead { remote_addr: dst.as_ptr() as u64 + 4096, rkey: dmr.rkey };
     let wr = SendWr { wr_id: 3, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
+    a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     let wc = wait_wc(&a);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (3, WcStatus::Success, WcOpcode::RdmaRead));
     assert_eq!(back, w);
@@ -170,7 +170,7 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let mut word = vec![0u64; 2];
     word[0] = 40;
     let word_addr = word.as_mut_ptr() as u64;
-    let wmr = b.dev.with(|e, _| {
+    let wmr = b.dev.control(|e, _| {
         e.reg_mr(b.pd, word_addr, 16, word_addr, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC).unwrap()
     });
     let mut orig = vec![0u64; 1];
@@ -178,14 +178,14 @@ fn rc_send_write_read_atomic_over_loopback_udp() {
     let sge = [Sge { addr: orig.as_mut_ptr() as u64, length: 8, lkey: omr.lkey }];
     let kind = WrKind::AtomicFetchAdd { remote_addr: word_addr, rkey: wmr.rkey, add: 2 };
     let wr = SendWr { wr_id: 4, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
+    a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     // SAFETY: plain reads of our own Vec after the completion (the engine wrote it).
     assert_eq!(unsafe { std::ptr::read_volatile(orig.as_ptr()) }, 40);
     assert_eq!(unsafe { std::ptr::read_volatile(word.as_ptr()) }, 42);
     let kind = WrKind::AtomicCmpSwp { remote_addr: word_addr, rkey: wmr.rkey, compare: 42, swap: 7 };
     let wr = SendWr { wr_id: 5, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
+    a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
     assert_eq!(unsafe { std::ptr::read_volatile(word.as_ptr()) }, 7);
 
@@ -215,13 +215,13 @@ fn progress_thread_completes_work_and_signals_armed_cq() {
     let smr = reg(&a, &mut src);
     let dmr = reg(&b, &mut dst);
     let rsge = [Sge { addr: dst.as_mut_ptr() as u64, length: 5000, lkey: dmr.lkey }];
-    b.dev.with(|e, _| {
+    b.dev.control(|e, _| {
         e.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &rsge }).unwrap();
         e.req_notify_cq(b.cq, false).unwrap();
     });
     let ssge = [Sge { addr: src.as_ptr() as u64, length: 5000, lkey: smr.lkey }];
     let wr = SendWr { wr_id: 1, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
-    a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), false));
+    a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     let ev = eb.recv_timeout(Duration::from_secs(10)).expect("completion event from b's progress thread");
     assert_eq!(ev, Event::Completion(b.cq));
     assert_eq!(wait_wc(&a).status, WcStatus::Success);
@@ -253,7 +253,7 @@ fn urxe_stat_reads_counters_of_a_running_device() {
 fn busy_poll_idle(s: &Side) {
     let mut wc = [WorkCompletion::default(); 1];
     for _ in 0..4 {
-        assert_eq!(s.dev.poll(|e| e.poll_cq(s.cq, &mut wc).unwrap(), |n| *n > 0), 0);
+        assert_eq!(s.dev.poll_cq(s.cq, &mut wc).unwrap(), 0);
     }
 }
 
@@ -275,14 +275,14 @@ fn burst_of_small_posts_is_batched_and_left_to_the_progress_thread_when_the_post
     let dmr = reg(&b, &mut dst);
     for i in 0..N {
         let rsge = [Sge { addr: dst.as_mut_ptr() as u64 + 64 * i as u64, length: 64, lkey: dmr.lkey }];
-        b.dev.post_recv(|e| e.post_recv(b.qpn, &RecvWr { wr_id: i as u64, sg_list: &rsge }).unwrap());
+        b.dev.post_recv(b.qpn, &RecvWr { wr_id: i as u64, sg_list: &rsge }).unwrap();
     }
     busy_poll_idle(&a);
     let before = a.dev.transport_counters();
     for i in 0..N {
         let ssge = [Sge { addr: src.as_ptr() as u64 + 64 * i as u64, length: 64, lkey: smr.lkey }];
         let wr = SendWr { wr_id: i as u64, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
-        a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), true));
+        a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
     }
     let posted = Instant::now();
     for i in 0..N {
@@ -301,7 +301,7 @@ fn burst_of_small_posts_is_batched_and_left_to_the_progress_thread_when_the_post
         let wc = wait_wc(&a);
         assert_eq!((wc.wr_id, wc.status), (i as u64, WcStatus::Success));
     }
-    assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
+    assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
 }
 
 #[test]
@@ -325,18 +325,18 @@ fn ack_owed_by_a_poll_leaves_before_destroy_qp() {
     let mut owed = false;
     for i in 0..TRIES {
         let rsge = [Sge { addr: dst.as_mut_ptr() as u64 + 64 * i, length: 64, lkey: dmr.lkey }];
-        b.dev.post_recv(|e| e.post_recv(b.qpn, &RecvWr { wr_id: 100 + i, sg_list: &rsge }).unwrap());
+        b.dev.post_recv(b.qpn, &RecvWr { wr_id: 100 + i, sg_list: &rsge }).unwrap();
         busy_poll_idle(&b);
         let before = b.dev.transport_counters();
         let ssge = [Sge { addr: src.as_ptr() as u64, length: 64, lkey: smr.lkey }];
         let wr = SendWr { wr_id: i, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
-        a.dev.post(|e, now| (e.post_send(now, a.qpn, &wr).unwrap(), true));
+        a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
         let wc = wait_wc(&b);
         assert_eq!((wc.wr_id, wc.status), (100 + i, WcStatus::Success));
         let after = b.dev.transport_counters();
         if after.tx_deferred_polls == before.tx_deferred_polls + 1 && after.tx_datagrams == before.tx_datagrams {
             owed = true;
-            b.dev.with(|e, _| e.destroy_qp(b.qpn).unwrap());
+            b.dev.control(|e, _| e.destroy_qp(b.qpn).unwrap());
             let sent = b.dev.transport_counters().tx_datagrams;
             assert_eq!(sent, before.tx_datagrams + 1, "the owed ACK left before the QP died");
             let wc = wait_wc(&a);
@@ -347,7 +347,7 @@ fn ack_owed_by_a_poll_leaves_before_destroy_qp() {
         assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
     }
     assert!(owed, "no poll out of {TRIES} left an ACK owed");
-    assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
+    assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
     assert!(dst.chunks(64).any(|c| c == &src[..]));
 }
 
@@ -387,7 +387,7 @@ fn progress_thread_holds_an_ack_for_the_next_post_and_sends_it_alone_if_none_com
         let sge = [Sge { addr: from.as_ptr() as u64, length: from.len() as u32, lkey }];
         let kind = WrKind::RdmaWrite { remote_addr: to.as_ptr() as u64, rkey };
         let wr = SendWr { wr_id, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
-        s.dev.post(|e, now| (e.post_send(now, s.qpn, &wr).unwrap(), true));
+        s.dev.post_send(s.qpn, |post| post(&wr)).unwrap();
     };
     // SAFETY (both closures): volatile reads of our own buffers, written by a progress thread.
     let landed = |buf: &[u8], want: u8| {
@@ -401,7 +401,7 @@ fn progress_thread_holds_an_ack_for_the_next_post_and_sends_it_alone_if_none_com
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut wc = [WorkCompletion::default(); 1];
         loop {
-            if b.dev.with(|e, _| e.poll_cq(b.cq, &mut wc).unwrap()) == 1 {
+            if b.dev.control(|e, _| e.poll_cq(b.cq, &mut wc).unwrap()) == 1 {
                 assert_eq!((wc[0].wr_id, wc[0].status), (wr_id, WcStatus::Success));
                 return;
             }
@@ -446,6 +446,6 @@ fn progress_thread_holds_an_ack_for_the_next_post_and_sends_it_alone_if_none_com
     write(&a, 300, &src[..64], smr.lkey, &dst[..64], dmr.rkey);
     let wc = wait_wc(&a);
     assert_eq!((wc.wr_id, wc.status), (300, WcStatus::Success));
-    assert_eq!(a.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
-    assert_eq!(b.dev.with(|e, _| e.counters().retransmitted_pkts), 0);
+    assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
+    assert_eq!(b.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
 }

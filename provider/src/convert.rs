@@ -465,13 +465,11 @@ pub fn wc_is_error(w: &WorkCompletion) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::mem::MaybeUninit;
     use std::ptr;
     use urxe::engine::{WcFlags, WcOpcode};
 
-    fn zero<T>() -> T {
-        // SAFETY: only used for the plain-data C mirrors, where all-zero is valid.
-        unsafe { MaybeUninit::zeroed().assume_init() }
+    fn zero<T: Zeroable>() -> T {
+        T::zeroed()
     }
     fn no_obj<T>(_: *mut T) -> Option<u32> {
         None

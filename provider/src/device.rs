@@ -1,315 +1,30 @@
-//! Provider layer: the one device `urxe0`, its contexts, and the device/port/GID queries.
+//! Provider layer: the device verbs (list, open/import/close, device/port/GID/P_Key queries)
+//! and the context ops table. This room sits above the verbs: it fills `ibv_context.ops` and
+//! the `verbs_context` extensions with the entry points of [`crate::verbs`]; the device and
+//! context themselves live on the ground floor, [`crate::context`].
 //!
-//! Ownership:
-//! - The device is a `Box<UrxeDevice>` leaked on the first `ibv_get_device_list` and never
-//!   freed: its pointer stays the same for the life of the process (librdmacm compares device
-//!   pointers across list calls) and outlives every list (pyverbs frees the list right after
-//!   `ibv_open_device`). `verbs_device.refcount` still counts lists and contexts for anyone who
-//!   looks, but reaching zero frees nothing.
-//! - A device list is a `calloc`ed NULL-terminated array owned by the caller until
-//!   `ibv_free_device_list` (`free`).
-//! - A context is a `Box<UrxeContext>` (verbs_context first, so `&ctx.vctx.context` is the
-//!   `ibv_context *` applications hold, 320 bytes in) from `ibv_open_device` /
-//!   `ibv_import_device` until `ibv_close_device`. It owns `cmd_fd` (an eventfd), and both ends
-//!   of the async-event pipe.
+//! Ownership: a device list is a `calloc`ed NULL-terminated array owned by the caller until
+//! `ibv_free_device_list` (`free`); a context from `ibv_open_device` / `ibv_import_device`
+//! until `ibv_close_device`.
 //!
 //! Must not: implement protocol behaviour; everything that needs the engine goes through
 //! [`crate::glue`].
 
 use crate::abi::*;
-use crate::config::{self, ConfigError, IfAddr};
+use crate::context::*;
 use crate::export::{non_null, set_errno};
 use crate::verbs;
 use libc::{c_char, c_int, c_void};
-use std::ffi::CStr;
-use std::mem::{offset_of, size_of, MaybeUninit};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
+use std::mem::size_of;
 use std::ptr;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, OnceLock};
-use urxe::engine::{Limits, Mtu};
-
-pub const DEVICE_NAME: &str = "urxe0";
-/// rxe's vendor id (IEEE "unassigned"), never Mellanox 0x02c9 or Amazon 0x1d0f: perftest and
-/// the rdma-core tests would switch to mlx5dv/efadv paths.
-pub const VENDOR_ID: u32 = 0x00ff_ffff;
-pub const GID_TABLE_LEN: u32 = 4;
-pub const PORT_NUM: u8 = 1;
-pub const PKEY_DEFAULT: u16 = 0xffff;
-/// Device capability flags: what rxe advertises, less IBV_DEVICE_AUTO_PATH_MIG (urxe has no
-/// alternate path; setting one raises IBV_EVENT_PATH_MIG_ERR).
-pub const DEVICE_CAP_FLAGS: u64 = IBV_DEVICE_BAD_PKEY_CNTR
-    | IBV_DEVICE_BAD_QKEY_CNTR
-    | IBV_DEVICE_CHANGE_PHY_PORT
-    | IBV_DEVICE_UD_AV_PORT_ENFORCE
-    | IBV_DEVICE_PORT_ACTIVE_EVENT
-    | IBV_DEVICE_SYS_IMAGE_GUID
-    | IBV_DEVICE_RC_RNR_NAK_GEN
-    | IBV_DEVICE_SRQ_RESIZE
-    | IBV_DEVICE_MEM_WINDOW
-    | IBV_DEVICE_MEM_MGT_EXTENSIONS
-    | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
-/// Completion timestamps are nanoseconds: a 1 GHz "core clock" (kHz units).
-pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
-const CONTEXT_MAGIC: u64 = 0x7572_7865_6374_7821; // "urxectx!"
-
-/// What the address decision produced; fixed for the life of the process.
-#[derive(Debug)]
-pub struct DeviceInfo {
-    pub addr: IpAddr,
-    pub gid: [u8; 16],
-    /// Node GUID in network byte order.
-    pub guid: [u8; 8],
-    pub ifname: Option<String>,
-    pub ifindex: u32,
-    pub netdev_mtu: u32,
-    pub active_mtu: Mtu,
-    pub limits: Limits,
-    /// UDP `addr:4791`, bound so the choice is real and conflicts show now. The transport
-    /// takes it over in phase 2.
-    pub socket: UdpSocket,
-}
-
-/// The device as handed to C. `vdev` first: an `ibv_device *` is a pointer to this.
-#[repr(C)]
-pub struct UrxeDevice {
-    pub vdev: verbs_device,
-    pub info: DeviceInfo,
-    /// The engine, sockets and progress thread, started by the first verb that needs them
-    /// (`glue::transport`); the error, if starting failed, is kept and returned every time.
-    pub transport: std::sync::OnceLock<Result<urxe::transport::Device, i32>>,
-}
-
-/// A device pointer that may live in a static.
-struct DevPtr(*mut UrxeDevice);
-// SAFETY: the device is immutable after creation except `refcount`, which is only touched
-// through AtomicI32 views; the pointee is never freed.
-unsafe impl Send for DevPtr {}
-// SAFETY: as above.
-unsafe impl Sync for DevPtr {}
-
-static DEVICE: OnceLock<Result<DevPtr, (String, i32)>> = OnceLock::new();
-
-/// Marker `verbs_device.ops` points at: non-NULL and never equal to a system provider's table.
-static URXE_DEVICE_OPS_MARKER: [u8; 8] = *b"urxe-ops";
-
-fn copy_cstr(dst: &mut [c_char], s: &str) {
-    let n = s.len().min(dst.len() - 1);
-    for (d, b) in dst.iter_mut().zip(s.as_bytes()[..n].iter()) {
-        *d = *b as c_char;
-    }
-    dst[n] = 0;
-}
-
-/// Every local interface address with its netdev MTU and index.
-pub fn system_interfaces() -> Vec<IfAddr> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head we free with freeifaddrs below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
-        // SAFETY: ifa_addr/ifa_netmask point to sockaddrs of the family they announce.
-        let (addr, mask) = unsafe { (sockaddr_ip(ifa.ifa_addr), sockaddr_ip(ifa.ifa_netmask)) };
-        let (Some(addr), Some(netmask)) = (addr, mask) else {
-            continue;
-        };
-        // SAFETY: ifa_name is a valid C string.
-        let index = unsafe { libc::if_nametoindex(ifa.ifa_name) };
-        let mtu = netdev_mtu(&name).unwrap_or(1500);
-        out.push(IfAddr { name, index, addr, netmask, mtu });
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out
-}
-
-/// # Safety
-/// `sa` is NULL or points to a sockaddr whose `sa_family` tells its real type.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: caller guarantees `sa` is a valid sockaddr of its announced family.
-    unsafe {
-        match (*sa).sa_family as c_int {
-            libc::AF_INET => {
-                let sin = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*(sa as *const libc::sockaddr_in6);
-                Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-            }
-            _ => None,
-        }
-    }
-}
-
-fn netdev_mtu(ifname: &str) -> Option<u32> {
-    // SAFETY: plain socket(2) call; the fd is closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: ifreq is plain data; all-zero is a valid value.
-    let mut req: libc::ifreq = unsafe { MaybeUninit::zeroed().assume_init() };
-    for (d, b) in req.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
-        *d = b as c_char;
-    }
-    // SAFETY: SIOCGIFMTU reads ifr_name and writes ifru_mtu of our local ifreq.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
-    // SAFETY: fd is ours.
-    unsafe { libc::close(fd) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: after a successful SIOCGIFMTU the union holds the MTU.
-    Some(unsafe { req.ifr_ifru.ifru_mtu } as u32)
-}
-
-fn build_device() -> Result<DevPtr, (String, i32)> {
-    let env = std::env::var("URXE_ADDR").ok();
-    let ifaces = system_interfaces();
-    let chosen =
-        config::choose(env.as_deref(), std::process::id(), &ifaces, |a| UdpSocket::bind((a, config::ROCE_PORT)))
-            .map_err(|e: ConfigError| (format!("urxe: {e}"), e.errno()))?;
-    let active_mtu = Mtu::for_netdev(chosen.netdev_mtu).ok_or_else(|| {
-        (
-            format!(
-                "urxe: the MTU {} of {} is too small for RoCE (URXE_ADDR={})",
-                chosen.netdev_mtu,
-                chosen.ifname.as_deref().unwrap_or("?"),
-                chosen.addr
-            ),
-            libc::EINVAL,
-        )
-    })?;
-    let info = DeviceInfo {
-        addr: chosen.addr,
-        gid: config::gid_of(chosen.addr),
-        guid: config::node_guid_of(chosen.addr),
-        ifname: chosen.ifname,
-        ifindex: chosen.ifindex,
-        netdev_mtu: chosen.netdev_mtu,
-        active_mtu,
-        limits: Limits::default(),
-        socket: chosen.bound,
-    };
-    // SAFETY: verbs_device is plain data (integers, arrays, raw pointers); all-zero is valid.
-    let mut vdev: verbs_device = unsafe { MaybeUninit::zeroed().assume_init() };
-    vdev.device.node_type = IBV_NODE_CA as c_int;
-    vdev.device.transport_type = IBV_TRANSPORT_IB as c_int;
-    copy_cstr(&mut vdev.device.name, DEVICE_NAME);
-    copy_cstr(&mut vdev.device.dev_name, "uverbs0");
-    copy_cstr(&mut vdev.device.dev_path, "/sys/class/infiniband_verbs/uverbs0");
-    copy_cstr(&mut vdev.device.ibdev_path, "/sys/class/infiniband/urxe0");
-    vdev.ops = URXE_DEVICE_OPS_MARKER.as_ptr() as *const c_void;
-    vdev.refcount = 1;
-    Ok(DevPtr(Box::into_raw(Box::new(UrxeDevice { vdev, info, transport: std::sync::OnceLock::new() }))))
-}
-
-/// The device, creating it (address choice + bind) on first use. The error (message, errno) is
-/// decided once; the message is printed once.
-pub fn device() -> Result<&'static UrxeDevice, i32> {
-    let mut first = false;
-    let r = DEVICE.get_or_init(|| {
-        first = true;
-        build_device()
-    });
-    match r {
-        // SAFETY: the device is leaked and never freed.
-        Ok(p) => Ok(unsafe { &*p.0 }),
-        Err((msg, e)) => {
-            if first {
-                eprintln!("{msg}");
-            }
-            Err(*e)
-        }
-    }
-}
-
-/// The device if it was already created (no side effects).
-pub fn device_if_created() -> Option<&'static UrxeDevice> {
-    match DEVICE.get() {
-        // SAFETY: the device is leaked and never freed.
-        Some(Ok(p)) => Some(unsafe { &*p.0 }),
-        _ => None,
-    }
-}
-
-fn refcount(dev: &UrxeDevice) -> &AtomicI32 {
-    // SAFETY: `refcount` is an aligned c_int inside the leaked device; C never writes it
-    // (libibverbs' own code is us), so viewing it as an AtomicI32 is sound.
-    unsafe { AtomicI32::from_ptr(ptr::addr_of!(dev.vdev.refcount) as *mut i32) }
-}
-
-/// Our device behind an `ibv_device *`, or EINVAL for anything else.
-pub fn device_from(dev: *mut ibv_device) -> Result<&'static UrxeDevice, i32> {
-    let d = device_if_created().ok_or(libc::EINVAL)?;
-    if ptr::eq(dev as *const u8, d as *const UrxeDevice as *const u8) {
-        Ok(d)
-    } else {
-        Err(libc::EINVAL)
-    }
-}
-
-/// The context as handed to C. `vctx` first; `&vctx.context` is the `ibv_context *`.
-#[repr(C)]
-pub struct UrxeContext {
-    pub vctx: verbs_context,
-    magic: u64,
-    pub dev: *const UrxeDevice,
-    /// Write end of the async-event pipe (`vctx.context.async_fd` is the read end).
-    pub async_write: c_int,
-}
-
-impl UrxeContext {
-    pub fn ibv(&self) -> *mut ibv_context {
-        ptr::addr_of!(self.vctx.context) as *mut ibv_context
-    }
-    pub fn device(&self) -> &'static UrxeDevice {
-        // SAFETY: `dev` is the leaked device, set at creation and never freed.
-        unsafe { &*self.dev }
-    }
-}
-
-/// The `UrxeContext` behind an `ibv_context *` we created.
-///
-/// # Safety
-/// `ctx` is NULL or a pointer returned by our `ibv_open_device`/`ibv_import_device` and not
-/// yet closed.
-pub unsafe fn ctx_from<'a>(ctx: *mut ibv_context) -> Result<&'a UrxeContext, i32> {
-    let ctx = non_null(ctx)?;
-    // SAFETY: caller contract: a live context of ours, so `abi_compat` is readable.
-    if unsafe { (*ctx).abi_compat } as usize != usize::MAX {
-        return Err(libc::EINVAL);
-    }
-    let base = (ctx as *mut u8).wrapping_sub(offset_of!(verbs_context, context)) as *mut UrxeContext;
-    // SAFETY: a context of ours sits 320 bytes into a UrxeContext allocation.
-    let u = unsafe { &*base };
-    if u.magic != CONTEXT_MAGIC {
-        return Err(libc::EINVAL);
-    }
-    Ok(u)
-}
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 /// Live cmd_fd identities `(st_dev, st_ino)`, for `ibv_import_device`.
 static CMD_FDS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
 fn fd_identity(fd: c_int) -> Option<(u64, u64)> {
-    // SAFETY: stat is plain data; fstat fills it or fails.
-    let mut st: libc::stat = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut st = libc::stat::zeroed();
     // SAFETY: fstat writes only into `st`.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
@@ -333,22 +48,17 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     // The engine side must never block on a full pipe (nobody reading async events).
     // SAFETY: fcntl on our own fd.
     unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
-    // SAFETY: UrxeContext is plain data (Option<fn>, raw pointers, integers, pthread types);
-    // all-zero is a valid value for each.
-    let mut b: Box<UrxeContext> = Box::new(unsafe { MaybeUninit::zeroed().assume_init() });
-    b.magic = CONTEXT_MAGIC;
-    b.dev = dev;
-    b.async_write = fds[1];
+    let mut b = UrxeContext::new(dev, fds[1]);
     let v = &mut b.vctx;
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(query_port_op);
     v.query_device_ex = Some(query_device_ex_op);
-    v.create_cq_ex = Some(verbs::create_cq_ex_op);
-    v.create_qp_ex = Some(verbs::create_qp_ex_op);
-    v.create_srq_ex = Some(verbs::create_srq_ex_op);
-    v.get_srq_num = Some(verbs::get_srq_num_op);
-    v.open_xrcd = Some(verbs::open_xrcd_op);
-    v.close_xrcd = Some(verbs::close_xrcd_op);
+    v.create_cq_ex = Some(verbs::cq::create_cq_ex_op);
+    v.create_qp_ex = Some(verbs::qp::create_qp_ex_op);
+    v.create_srq_ex = Some(verbs::srq::create_srq_ex_op);
+    v.get_srq_num = Some(verbs::srq::get_srq_num_op);
+    v.open_xrcd = Some(verbs::srq::open_xrcd_op);
+    v.close_xrcd = Some(verbs::srq::close_xrcd_op);
     let c = &mut v.context;
     c.device = dev as *const UrxeDevice as *mut ibv_device;
     c.cmd_fd = cmd_fd;
@@ -357,14 +67,14 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     c.abi_compat = usize::MAX as *mut c_void;
     c.ops._compat_query_device = Some(ibv_query_device);
     c.ops._compat_query_port = Some(ibv_query_port);
-    c.ops.poll_cq = Some(verbs::poll_cq_op);
-    c.ops.req_notify_cq = Some(verbs::req_notify_cq_op);
-    c.ops.post_send = Some(verbs::post_send_op);
-    c.ops.post_recv = Some(verbs::post_recv_op);
-    c.ops.post_srq_recv = Some(verbs::post_srq_recv_op);
-    c.ops.alloc_mw = Some(verbs::alloc_mw_op);
-    c.ops.bind_mw = Some(verbs::bind_mw_op);
-    c.ops.dealloc_mw = Some(verbs::dealloc_mw_op);
+    c.ops.poll_cq = Some(verbs::cq::poll_cq_op);
+    c.ops.req_notify_cq = Some(verbs::cq::req_notify_cq_op);
+    c.ops.post_send = Some(verbs::post::post_send_op);
+    c.ops.post_recv = Some(verbs::post::post_recv_op);
+    c.ops.post_srq_recv = Some(verbs::post::post_srq_recv_op);
+    c.ops.alloc_mw = Some(verbs::mw::alloc_mw_op);
+    c.ops.bind_mw = Some(verbs::mw::bind_mw_op);
+    c.ops.dealloc_mw = Some(verbs::mw::dealloc_mw_op);
     let raw = Box::into_raw(b);
     // SAFETY: `raw` is a live, pinned (boxed) allocation; the mutex is initialised in place
     // and never moved.
@@ -505,8 +215,7 @@ export! {
 pub fn device_attr(dev: &UrxeDevice) -> ibv_device_attr {
     let l = &dev.info.limits;
     let clamp = |v: u32| v.min(i32::MAX as u32) as c_int;
-    // SAFETY: plain data; all-zero is valid.
-    let mut a: ibv_device_attr = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut a = ibv_device_attr::zeroed();
     copy_cstr(&mut a.fw_ver, concat!("urxe ", env!("CARGO_PKG_VERSION")));
     a.node_guid = u64::from_ne_bytes(dev.info.guid);
     a.sys_image_guid = a.node_guid;
@@ -541,8 +250,7 @@ pub fn device_attr(dev: &UrxeDevice) -> ibv_device_attr {
 
 /// `ibv_device_attr_ex` of urxe0.
 pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
-    // SAFETY: plain data; all-zero is valid.
-    let mut a: ibv_device_attr_ex = unsafe { MaybeUninit::zeroed().assume_init() };
+    let mut a = ibv_device_attr_ex::zeroed();
     a.orig_attr = device_attr(dev);
     a.completion_timestamp_mask = u64::MAX;
     a.hca_core_clock = HCA_CORE_CLOCK_KHZ;
@@ -596,61 +304,64 @@ export! {
 }
 
 crate::c_fn! {
-            /// `verbs_context.query_device_ex`: fills `attr_size` bytes (older binaries pass less
-            /// than 400), EINVAL for unknown input bits or a buffer smaller than
-            /// `ibv_device_attr`.
-            fn query_device_ex_op(
-                context: *mut ibv_context,
-                input: *const ibv_query_device_ex_input,
-                attr: *mut ibv_device_attr_ex,
-                attr_size: usize,
-            ) -> c_int as errno {
-                // SAFETY: caller passes a context of ours.
-                let u = unsafe { ctx_from(context) }?;
-                // SAFETY: `input` is NULL or readable.
-                if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
-                    return Err(libc::EINVAL);
-                }
-                let attr = non_null(attr)?;
-                if attr_size < size_of::<ibv_device_attr>() {
-                    return Err(libc::EINVAL);
-                }
-                let a = device_attr_ex(u.device());
-                // SAFETY: the caller's buffer is `attr_size` bytes.
-                unsafe { copy_prefix(attr as *mut u8, attr_size, &a) };
-                Ok(())
-            }
+    /// `verbs_context.query_device_ex`: fills `attr_size` bytes (older binaries pass less
+    /// than 400), EINVAL for unknown input bits or a buffer smaller than
+    /// `ibv_device_attr`.
+    fn query_device_ex_op(
+        context: *mut ibv_context,
+        input: *const ibv_query_device_ex_input,
+        attr: *mut ibv_device_attr_ex,
+        attr_size: usize,
+    ) -> c_int as errno {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        // SAFETY: `input` is NULL or readable.
+        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+            return Err(libc::EINVAL);
+        }
+        let attr = non_null(attr)?;
+        if attr_size < size_of::<ibv_device_attr>() {
+            return Err(libc::EINVAL);
+        }
+        let a = device_attr_ex(u.device());
+        // SAFETY: the caller's buffer is `attr_size` bytes.
+        unsafe { copy_prefix(attr as *mut u8, attr_size, &a) };
+        Ok(())
+    }
+}
+
+/// Write port `port_num`'s attributes as the first `len` bytes of `out` (the one body behind
+/// both query_port entries).
+///
+/// # Safety
+/// `context` is NULL or a live context of ours; `out` is NULL or writable for `len` bytes.
+unsafe fn query_port_into(context: *mut ibv_context, port_num: u8, out: *mut u8, len: usize) -> Result<(), i32> {
+    // SAFETY: caller contract.
+    let u = unsafe { ctx_from(context) }?;
+    let out = non_null(out)?;
+    if port_num != PORT_NUM {
+        return Err(libc::EINVAL);
+    }
+    let a = port_attr_of(u.device());
+    // SAFETY: caller contract: `out` is writable for `len` bytes.
+    unsafe { copy_prefix(out, len, &a) };
+    Ok(())
 }
 
 crate::c_fn! {
     /// `verbs_context.query_port`: honours `port_attr_len` (52 today, 48 for old binaries).
     fn query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr, port_attr_len: usize) -> c_int as errno {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        let out = non_null(port_attr)?;
-        if port_num != PORT_NUM {
-            return Err(libc::EINVAL);
-        }
-        let a = port_attr_of(u.device());
-        // SAFETY: the caller's buffer is `port_attr_len` bytes.
-        unsafe { copy_prefix(out as *mut u8, port_attr_len, &a) };
-        Ok(())
+        // SAFETY: caller passes a context of ours and a buffer of `port_attr_len` bytes.
+        unsafe { query_port_into(context, port_num, port_attr as *mut u8, port_attr_len) }
     }
 }
 
 export! {
     /// `ibv_query_port@@IBVERBS_1.1`: the exported compat entry, 48-byte attribute struct.
     fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut _compat_ibv_port_attr) -> c_int as errno {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        let out = non_null(port_attr)?;
-        if port_num != PORT_NUM {
-            return Err(libc::EINVAL);
-        }
-        let a = port_attr_of(u.device());
-        // SAFETY: old and new callers both pass at least 48 writable bytes.
-        unsafe { copy_prefix(out as *mut u8, COMPAT_PORT_ATTR_SIZE, &a) };
-        Ok(())
+        // SAFETY: caller passes a context of ours; old and new callers both pass at least 48
+        // writable bytes.
+        unsafe { query_port_into(context, port_num, port_attr as *mut u8, COMPAT_PORT_ATTR_SIZE) }
     }
 }
 
@@ -767,13 +478,4 @@ export! {
             Err(libc::ENOENT)
         }
     }
-}
-
-/// For the async-event machinery: the write end of a context's async pipe.
-///
-/// # Safety
-/// As [`ctx_from`].
-pub unsafe fn async_write_fd(ctx: *mut ibv_context) -> Result<c_int, i32> {
-    // SAFETY: forwarded contract.
-    unsafe { ctx_from(ctx) }.map(|u| u.async_write)
 }

@@ -1,7 +1,7 @@
 //! Provider layer: the one way a C entry point is defined.
 //!
-//! [`export!`] turns a Rust body into an `unsafe extern "C"` `#[no_mangle]` function that
-//! catches panics and maps the body's `Result` onto the verb's C convention:
+//! [`export!`](crate::export!) turns a Rust body into an `unsafe extern "C"` `#[no_mangle]`
+//! function that catches panics and maps the body's `Result` onto the verb's C convention:
 //!
 //! | convention | body returns | on `Err(e)` / panic |
 //! |---|---|---|
@@ -142,8 +142,8 @@ macro_rules! export {
     ($($t:tt)*) => { $crate::c_fn! { #[no_mangle] $($t)* } };
 }
 
-/// Like [`export!`] but without `#[no_mangle]`: for functions C reaches only through a pointer
-/// we hand out (context ops, the `ibv_cq_ex`/`ibv_qp_ex` tables).
+/// Like [`export!`](crate::export!) but without `#[no_mangle]`: for functions C reaches
+/// only through a pointer we hand out (context ops, the `ibv_cq_ex`/`ibv_qp_ex` tables).
 #[macro_export]
 macro_rules! c_fn {
     ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty as value($default:expr) $body:block) => {

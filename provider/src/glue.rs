@@ -7,19 +7,26 @@
 //! [`crate::events`]: completions to the CQ's completion channel, async events to the
 //! context's async fd.
 //!
+//! The data path calls the device's typed methods ([`Device::post_send`],
+//! [`Device::post_recv`], [`Device::poll_cq`], ...), which own the transport's policy (when
+//! packets leave, who is woken); control verbs run on the engine through [`Device::control`].
+//! What is left here is errno conversion.
+//!
 //! Must not: touch C structs or raw pointers (the only exception is memory registration, which
 //! passes the application's address range as plain integers).
 
-use crate::device::UrxeDevice;
+use crate::context::UrxeDevice;
 use urxe::engine::{
     AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MrInfo, MwBind, MwId, MwType, PdId, QpAttr,
     QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use urxe::transport::Device;
 
-type R<T> = Result<T, i32>;
+/// A verb's outcome: its value, or the errno the C ABI returns.
+type VerbResult<T> = Result<T, i32>;
 
-fn e(err: Error) -> i32 {
+/// The errno rdma-core documents for an engine error.
+fn errno(err: Error) -> i32 {
     err.errno()
 }
 
@@ -32,7 +39,7 @@ pub struct MrKeys {
 }
 
 /// The running device, started on first use.
-pub fn transport(dev: &UrxeDevice) -> R<&Device> {
+pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
     dev.transport
         .get_or_init(|| {
             let sock = dev.info.socket.try_clone().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
@@ -57,114 +64,103 @@ pub fn transport(dev: &UrxeDevice) -> R<&Device> {
         .map_err(|&e| e)
 }
 
-pub fn alloc_pd(dev: &UrxeDevice) -> R<PdId> {
-    transport(dev)?.with(|en, _| en.alloc_pd()).map_err(e)
+pub fn alloc_pd(dev: &UrxeDevice) -> VerbResult<PdId> {
+    transport(dev)?.control(|en, _| en.alloc_pd()).map_err(errno)
 }
-pub fn dealloc_pd(dev: &UrxeDevice, pd: PdId) -> R<()> {
-    transport(dev)?.with(|en, _| en.dealloc_pd(pd)).map_err(e)
+pub fn dealloc_pd(dev: &UrxeDevice, pd: PdId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.dealloc_pd(pd)).map_err(errno)
 }
 /// Register `[addr, addr+len)` of this process, addressed remotely as `iova`.
-pub fn reg_mr(dev: &UrxeDevice, pd: PdId, addr: u64, len: u64, iova: u64, access: AccessFlags) -> R<MrKeys> {
-    let h = transport(dev)?.with(|en, _| en.reg_mr(pd, addr, len, iova, access)).map_err(e)?;
+pub fn reg_mr(dev: &UrxeDevice, pd: PdId, addr: u64, len: u64, iova: u64, access: AccessFlags) -> VerbResult<MrKeys> {
+    let h = transport(dev)?.control(|en, _| en.reg_mr(pd, addr, len, iova, access)).map_err(errno)?;
     Ok(MrKeys { id: h.id, lkey: h.lkey, rkey: h.rkey })
 }
 /// Checks that PD `pd` exists (importing it into another context of this process).
-pub fn query_pd(dev: &UrxeDevice, pd: PdId) -> R<()> {
-    transport(dev)?.with(|en, _| en.query_pd(pd)).map_err(e)
+pub fn query_pd(dev: &UrxeDevice, pd: PdId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.query_pd(pd)).map_err(errno)
 }
 /// Attributes of MR `mr` (importing it into another context of this process).
-pub fn query_mr(dev: &UrxeDevice, mr: MrId) -> R<MrInfo> {
-    transport(dev)?.with(|en, _| en.query_mr(mr)).map_err(e)
+pub fn query_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<MrInfo> {
+    transport(dev)?.control(|en, _| en.query_mr(mr)).map_err(errno)
 }
-pub fn dereg_mr(dev: &UrxeDevice, mr: MrId) -> R<()> {
-    transport(dev)?.with(|en, _| en.dereg_mr(mr)).map_err(e)
+pub fn dereg_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.dereg_mr(mr)).map_err(errno)
 }
 /// Returns the CQ and the granted number of entries (>= `cqe`).
-pub fn create_cq(dev: &UrxeDevice, cqe: u32) -> R<(CqId, u32)> {
-    transport(dev)?.with(|en, _| en.create_cq(cqe)).map_err(e)
+pub fn create_cq(dev: &UrxeDevice, cqe: u32) -> VerbResult<(CqId, u32)> {
+    transport(dev)?.control(|en, _| en.create_cq(cqe)).map_err(errno)
 }
-pub fn resize_cq(dev: &UrxeDevice, cq: CqId, cqe: u32) -> R<u32> {
-    transport(dev)?.with(|en, _| en.resize_cq(cq, cqe)).map_err(e)
+pub fn resize_cq(dev: &UrxeDevice, cq: CqId, cqe: u32) -> VerbResult<u32> {
+    transport(dev)?.control(|en, _| en.resize_cq(cq, cqe)).map_err(errno)
 }
-pub fn destroy_cq(dev: &UrxeDevice, cq: CqId) -> R<()> {
-    transport(dev)?.with(|en, _| en.destroy_cq(cq)).map_err(e)
+pub fn destroy_cq(dev: &UrxeDevice, cq: CqId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.destroy_cq(cq)).map_err(errno)
 }
 /// The data-path poll: progresses the device in the caller's thread, then reads the CQ.
-pub fn poll_cq(dev: &UrxeDevice, cq: CqId, out: &mut [WorkCompletion]) -> R<usize> {
-    transport(dev)?.poll(|en| en.poll_cq(cq, out), |r| matches!(r, Ok(n) if *n > 0)).map_err(e)
+pub fn poll_cq(dev: &UrxeDevice, cq: CqId, out: &mut [WorkCompletion]) -> VerbResult<usize> {
+    transport(dev)?.poll_cq(cq, out).map_err(errno)
 }
-pub fn req_notify_cq(dev: &UrxeDevice, cq: CqId, solicited_only: bool) -> R<()> {
-    transport(dev)?.with(|en, _| en.req_notify_cq(cq, solicited_only)).map_err(e)
+pub fn req_notify_cq(dev: &UrxeDevice, cq: CqId, solicited_only: bool) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.req_notify_cq(cq, solicited_only)).map_err(errno)
 }
 /// Returns the QPN and the granted capacities.
-pub fn create_qp(dev: &UrxeDevice, attr: &QpInitAttr) -> R<(Qpn, QpCap)> {
-    transport(dev)?.with(|en, _| en.create_qp(attr)).map_err(e)
+pub fn create_qp(dev: &UrxeDevice, attr: &QpInitAttr) -> VerbResult<(Qpn, QpCap)> {
+    transport(dev)?.control(|en, _| en.create_qp(attr)).map_err(errno)
 }
-pub fn modify_qp(dev: &UrxeDevice, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> R<()> {
-    transport(dev)?.with(|en, _| en.modify_qp(qpn, attr, mask)).map_err(e)
+pub fn modify_qp(dev: &UrxeDevice, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.modify_qp(qpn, attr, mask)).map_err(errno)
 }
-pub fn query_qp(dev: &UrxeDevice, qpn: Qpn) -> R<QpAttr> {
-    transport(dev)?.with(|en, _| en.query_qp(qpn)).map(|(a, _)| a).map_err(e)
+pub fn query_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<QpAttr> {
+    transport(dev)?.control(|en, _| en.query_qp(qpn)).map(|(a, _)| a).map_err(errno)
 }
-pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> R<()> {
-    transport(dev)?.with(|en, _| en.destroy_qp(qpn)).map_err(e)
+pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.destroy_qp(qpn)).map_err(errno)
 }
-/// Send WRs carrying at most this many payload bytes may wait for the next post of a burst
-/// (doorbell batching, see `Device::post`): they are one small packet each.
-const SMALL_POST_BYTES: u64 = 4096;
-
 /// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
 /// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;
 /// its error (the first WR that failed) is returned as is.
 pub fn post_send_chain(
     dev: &UrxeDevice,
     qpn: Qpn,
-    each: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> R<()>) -> R<()>,
-) -> R<()> {
-    transport(dev)?.post(|en, now| {
-        let mut small = true;
-        let r = each(&mut |wr| {
-            small &= wr.request_payload_len() <= SMALL_POST_BYTES;
-            en.post_send(now, qpn, wr).map_err(e)
-        });
-        (r, small)
-    })
+    each: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> VerbResult<()>) -> VerbResult<()>,
+) -> VerbResult<()> {
+    transport(dev)?.post_send(qpn, |post| each(&mut |wr| post(wr).map_err(errno)))
 }
-pub fn post_recv(dev: &UrxeDevice, qpn: Qpn, wr: &RecvWr<'_>) -> R<()> {
-    transport(dev)?.post_recv(|en| en.post_recv(qpn, wr)).map_err(e)
+pub fn post_recv(dev: &UrxeDevice, qpn: Qpn, wr: &RecvWr<'_>) -> VerbResult<()> {
+    transport(dev)?.post_recv(qpn, wr).map_err(errno)
 }
 /// Returns the SRQ and the granted attributes.
-pub fn create_srq(dev: &UrxeDevice, pd: PdId, attr: SrqAttr) -> R<(SrqId, SrqAttr)> {
-    transport(dev)?.with(|en, _| en.create_srq(pd, &attr)).map_err(e)
+pub fn create_srq(dev: &UrxeDevice, pd: PdId, attr: SrqAttr) -> VerbResult<(SrqId, SrqAttr)> {
+    transport(dev)?.control(|en, _| en.create_srq(pd, &attr)).map_err(errno)
 }
-pub fn modify_srq(dev: &UrxeDevice, srq: SrqId, attr: SrqAttr, mask: SrqAttrMask) -> R<()> {
-    transport(dev)?.with(|en, _| en.modify_srq(srq, &attr, mask)).map_err(e)
+pub fn modify_srq(dev: &UrxeDevice, srq: SrqId, attr: SrqAttr, mask: SrqAttrMask) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.modify_srq(srq, &attr, mask)).map_err(errno)
 }
-pub fn query_srq(dev: &UrxeDevice, srq: SrqId) -> R<SrqAttr> {
-    transport(dev)?.with(|en, _| en.query_srq(srq)).map_err(e)
+pub fn query_srq(dev: &UrxeDevice, srq: SrqId) -> VerbResult<SrqAttr> {
+    transport(dev)?.control(|en, _| en.query_srq(srq)).map_err(errno)
 }
-pub fn destroy_srq(dev: &UrxeDevice, srq: SrqId) -> R<()> {
-    transport(dev)?.with(|en, _| en.destroy_srq(srq)).map_err(e)
+pub fn destroy_srq(dev: &UrxeDevice, srq: SrqId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.destroy_srq(srq)).map_err(errno)
 }
-pub fn post_srq_recv(dev: &UrxeDevice, srq: SrqId, wr: &RecvWr<'_>) -> R<()> {
-    transport(dev)?.post_recv(|en| en.post_srq_recv(srq, wr)).map_err(e)
+pub fn post_srq_recv(dev: &UrxeDevice, srq: SrqId, wr: &RecvWr<'_>) -> VerbResult<()> {
+    transport(dev)?.post_srq_recv(srq, wr).map_err(errno)
 }
-pub fn create_ah(dev: &UrxeDevice, pd: PdId, attr: &AhAttr) -> R<AhId> {
-    transport(dev)?.with(|en, _| en.create_ah(pd, attr)).map_err(e)
+pub fn create_ah(dev: &UrxeDevice, pd: PdId, attr: &AhAttr) -> VerbResult<AhId> {
+    transport(dev)?.control(|en, _| en.create_ah(pd, attr)).map_err(errno)
 }
-pub fn destroy_ah(dev: &UrxeDevice, ah: AhId) -> R<()> {
-    transport(dev)?.with(|en, _| en.destroy_ah(ah)).map_err(e)
+pub fn destroy_ah(dev: &UrxeDevice, ah: AhId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.destroy_ah(ah)).map_err(errno)
 }
 /// Returns the MW and its initial rkey.
-pub fn alloc_mw(dev: &UrxeDevice, pd: PdId, ty: MwType) -> R<(MwId, u32)> {
-    transport(dev)?.with(|en, _| en.alloc_mw(pd, ty)).map_err(e)
+pub fn alloc_mw(dev: &UrxeDevice, pd: PdId, ty: MwType) -> VerbResult<(MwId, u32)> {
+    transport(dev)?.control(|en, _| en.alloc_mw(pd, ty)).map_err(errno)
 }
-pub fn dealloc_mw(dev: &UrxeDevice, mw: MwId) -> R<()> {
-    transport(dev)?.with(|en, _| en.dealloc_mw(mw)).map_err(e)
+pub fn dealloc_mw(dev: &UrxeDevice, mw: MwId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.dealloc_mw(mw)).map_err(errno)
 }
 /// Type 1 bind through `ibv_bind_mw` (posted as a BIND_MW send WR on `qpn`); returns the
 /// window's new rkey.
-pub fn bind_mw(dev: &UrxeDevice, qpn: Qpn, wr_id: u64, signaled: bool, bind: &MwBind) -> R<u32> {
+pub fn bind_mw(dev: &UrxeDevice, qpn: Qpn, wr_id: u64, signaled: bool, bind: &MwBind) -> VerbResult<u32> {
     let flags = if signaled { SendFlags::SIGNALED } else { SendFlags::EMPTY };
-    transport(dev)?.post(|en, now| (en.bind_mw(now, qpn, wr_id, flags, bind), false)).map_err(e)
+    transport(dev)?.bind_mw(qpn, wr_id, flags, bind).map_err(errno)
 }

@@ -1,9 +1,31 @@
-//! Transport layer: UDP 4791 sockets, the progress thread, batching and timers. The only
-//! layer that reads the clock. See docs/DESIGN.md.
+//! Transport layer: the engine's I/O. UDP 4791 sockets, the progress thread, batching and
+//! timers; the only layer that reads the clock. See docs/DESIGN.md.
+//!
+//! Rooms, from the façade down:
+//! - [`device`]: [`Device`], the typed façade the provider calls (post, poll, control), the
+//!   engine behind its lock;
+//! - `pacing`: when packets move and who is woken to move them (doorbell batching, arming
+//!   of packet wakeups, the progress thread's doorbell);
+//! - `progress`: the progress thread;
+//! - `hub`: the device's state (the engine and its I/O under one lock) and what application
+//!   threads and the progress thread share;
+//! - `io`: socket I/O and batching between the engine and the sockets (GSO trains,
+//!   sendmmsg/recvmmsg);
+//! - [`socket`]: one RoCEv2 UDP socket and its batches (the libc calls);
+//! - `stats`: counters and the `urxe stat` socket;
+//! - [`memory`]: the host memory the engine reads and writes;
+//! - [`group`]: one address shared by every process of a user (slot sockets, registry,
+//!   steering program).
 
 pub mod device;
 pub mod group;
+mod hub;
+mod io;
 pub mod memory;
+mod pacing;
+mod progress;
 pub mod socket;
+mod stats;
 
-pub use device::{Device, EventSink, TransportCounters};
+pub use device::{Device, EventSink};
+pub use stats::TransportCounters;

@@ -11,9 +11,14 @@
 //!   size.
 //!
 //! All buffers are allocated once; nothing here allocates per packet.
+//!
+//! Unsafe: the libc calls above (setsockopt, sendmsg, sendmmsg, recvmmsg, the CMSG walk) and
+//! the all-zero C structs they take. Every block names the invariant it relies on.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -35,6 +40,28 @@ const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 const UDP_NO_CHECK6_TX: libc::c_int = 101;
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
+
+/// C structs for which the all-zero byte pattern is a valid value (integers, and raw
+/// pointers that are null).
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` plain-data types without references, `NonNull`, enums or
+/// other fields with a niche at zero.
+unsafe trait ZeroIsValid: Sized {}
+// SAFETY: integers, a null pointer and a length.
+unsafe impl ZeroIsValid for libc::iovec {}
+// SAFETY: integers and null pointers (name, iov, control).
+unsafe impl ZeroIsValid for libc::msghdr {}
+// SAFETY: a msghdr (above) and an integer.
+unsafe impl ZeroIsValid for libc::mmsghdr {}
+// SAFETY: a family integer and padding bytes.
+unsafe impl ZeroIsValid for libc::sockaddr_storage {}
+
+/// The all-zero value of a C struct (an empty header to fill in).
+fn all_zero<T: ZeroIsValid>() -> T {
+    // SAFETY: `T: ZeroIsValid` promises the all-zero pattern is a valid `T`.
+    unsafe { std::mem::zeroed() }
+}
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
     // SAFETY: `v` lives across the call and its size is passed; the kernel copies it.
@@ -127,10 +154,11 @@ impl RoceSocket {
         let mut iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
         // cmsg space for one u16: CMSG_SPACE(2) = 16 + 8 on 64-bit Linux.
         let mut cbuf = [0u64; 4];
-        // SAFETY: msghdr is plain data; every pointer set below refers to locals that outlive the
-        // sendmsg call, and the cmsg is written inside `cbuf` using the CMSG_* helpers.
+        let mut msg: libc::msghdr = all_zero();
+        // SAFETY: every pointer set below refers to locals (`addr`, `iov`, `cbuf`) that outlive
+        // the sendmsg call; `cbuf` has room for CMSG_SPACE(2) bytes, so CMSG_FIRSTHDR returns a
+        // header inside it and CMSG_DATA a u16 slot inside it (written unaligned).
         unsafe {
-            let mut msg: libc::msghdr = zeroed();
             msg.msg_name = addr.as_ptr() as *mut libc::c_void;
             msg.msg_namelen = addr.len();
             msg.msg_iov = &mut iov;
@@ -161,18 +189,17 @@ impl RoceSocket {
                 iov_base: batch.data[batch.spans[i].0..].as_mut_ptr() as *mut libc::c_void,
                 iov_len: batch.spans[i].1,
             };
-            // SAFETY: zeroed msghdr, then pointers into `batch`, which is borrowed mutably for the
-            // whole call so none of them moves.
-            unsafe {
-                let mut m: libc::mmsghdr = zeroed();
-                m.msg_hdr.msg_name = &mut batch.addrs[i] as *mut _ as *mut libc::c_void;
-                m.msg_hdr.msg_namelen = batch.addr_lens[i];
-                m.msg_hdr.msg_iov = &mut batch.iov[i];
-                m.msg_hdr.msg_iovlen = 1;
-                batch.hdrs[i] = m;
-            }
+            // Pointers into `batch`, which is borrowed mutably for the whole call so none of
+            // them moves before sendmmsg below.
+            let mut m: libc::mmsghdr = all_zero();
+            m.msg_hdr.msg_name = &mut batch.addrs[i] as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = batch.addr_lens[i];
+            m.msg_hdr.msg_iov = &mut batch.iov[i];
+            m.msg_hdr.msg_iovlen = 1;
+            batch.hdrs[i] = m;
         }
-        // SAFETY: `hdrs[..n]` are initialised above and point into `batch`.
+        // SAFETY: `hdrs[..n]` (n <= hdrs.len()) were filled above with pointers to `batch`'s
+        // own addresses, iovecs and data, all alive and unmoved for the call.
         let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), batch.hdrs.as_mut_ptr(), n as u32, 0) };
         if r < 0 {
             return Err(io::Error::last_os_error());
@@ -186,19 +213,19 @@ impl RoceSocket {
         for i in 0..RECV_BATCH {
             b.iov[i] =
                 libc::iovec { iov_base: b.bufs[i * RECV_SLOT..].as_mut_ptr() as *mut libc::c_void, iov_len: RECV_SLOT };
-            // SAFETY: as in send_mmsg; `b` is borrowed mutably across the call.
-            unsafe {
-                let mut m: libc::mmsghdr = zeroed();
-                m.msg_hdr.msg_name = &mut b.addrs[i] as *mut _ as *mut libc::c_void;
-                m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
-                m.msg_hdr.msg_iov = &mut b.iov[i];
-                m.msg_hdr.msg_iovlen = 1;
-                m.msg_hdr.msg_control = b.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
-                m.msg_hdr.msg_controllen = size_of::<[u64; 8]>();
-                b.hdrs[i] = m;
-            }
+            // Pointers into `b`, which is borrowed mutably across the recvmmsg below.
+            let mut m: libc::mmsghdr = all_zero();
+            m.msg_hdr.msg_name = &mut b.addrs[i] as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+            m.msg_hdr.msg_iov = &mut b.iov[i];
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_control = b.cmsgs[i].as_mut_ptr() as *mut libc::c_void;
+            m.msg_hdr.msg_controllen = size_of::<[u64; 8]>();
+            b.hdrs[i] = m;
         }
-        // SAFETY: hdrs initialised above; MSG_DONTWAIT keeps the call non-blocking.
+        // SAFETY: all RECV_BATCH headers were filled above with pointers to `b`'s own slots
+        // (RECV_SLOT bytes each), address storage and cmsg buffers, alive and unmoved for the
+        // call; MSG_DONTWAIT keeps it non-blocking.
         let r = unsafe {
             libc::recvmmsg(
                 self.sock.as_raw_fd(),
@@ -310,10 +337,9 @@ impl RecvBatch {
     pub fn new() -> RecvBatch {
         RecvBatch {
             bufs: vec![0u8; RECV_BATCH * RECV_SLOT].into_boxed_slice(),
-            // SAFETY: all-zero is a valid value for these C structs.
-            iov: (0..RECV_BATCH).map(|_| unsafe { zeroed() }).collect(),
-            hdrs: (0..RECV_BATCH).map(|_| unsafe { zeroed() }).collect(),
-            addrs: (0..RECV_BATCH).map(|_| unsafe { zeroed() }).collect(),
+            iov: (0..RECV_BATCH).map(|_| all_zero()).collect(),
+            hdrs: (0..RECV_BATCH).map(|_| all_zero()).collect(),
+            addrs: (0..RECV_BATCH).map(|_| all_zero()).collect(),
             cmsgs: vec![[0u64; 8]; RECV_BATCH],
             meta: vec![RecvMeta::default(); RECV_BATCH],
             count: 0,
@@ -343,7 +369,8 @@ pub struct SendBatch {
     used: usize,
 }
 
-// SAFETY: as for RecvBatch.
+// SAFETY: as for RecvBatch: the raw pointers in iov/hdrs are rebuilt by every send_mmsg and
+// point only into this struct's own buffers.
 unsafe impl Send for SendBatch {}
 
 impl SendBatch {
@@ -352,11 +379,10 @@ impl SendBatch {
         SendBatch {
             data: vec![0u8; slots * slot_bytes].into_boxed_slice(),
             spans: vec![(0, 0); slots],
-            // SAFETY: all-zero is valid for these C structs.
-            addrs: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            addrs: (0..slots).map(|_| all_zero()).collect(),
             addr_lens: vec![0; slots],
-            iov: (0..slots).map(|_| unsafe { zeroed() }).collect(),
-            hdrs: (0..slots).map(|_| unsafe { zeroed() }).collect(),
+            iov: (0..slots).map(|_| all_zero()).collect(),
+            hdrs: (0..slots).map(|_| all_zero()).collect(),
             len: 0,
             used: 0,
         }

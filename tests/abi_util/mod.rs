@@ -61,3 +61,4 @@ pub fn load_error(out: &str) -> Option<&'static str> {
     .into_iter()
     .find(|p| out.contains(p))
 }
+pub mod layout;

@@ -4,8 +4,12 @@
 //! Modes, each printing exactly one `mode=NAME key=value ...` line on stdout:
 //!   gso       UDP_SEGMENT sends of 15 x 4136-byte segments into a UDP_GRO receiver
 //!             (the bandwidth ceiling; `gbps` is RDMA payload = UDP payload x 4096/4136)
-//!   mmsg64    64-byte datagrams, sendmmsg / recvmmsg in batches of 64 (the message-rate ceiling)
+//!   mmsg64    64-byte datagrams, sendmmsg / recvmmsg in batches of 64
+//!   gso64     64-byte messages as UDP_SEGMENT trains of 64 into a UDP_GRO receiver (the
+//!             message-rate ceiling of a UDP engine that batches small messages, as urxe does)
 //!   pingpong  64-byte ping-pong, both sides spinning on non-blocking receives (the latency floor)
+//!   pingpong_srvblock  the same with a server that sleeps in poll() between pings: the round
+//!             trip to a process that is not polling (a passive READ responder)
 //!
 //! Sender / client thread pinned to CPU 0, receiver / server thread to CPU 1 (`-c`), receiver on
 //! 127.0.0.2:4791 (another port if 4791 is taken), sender on 127.0.0.3. Loopback only. Every loop
@@ -363,25 +367,34 @@ fn is_would_block(e: i32) -> bool {
 // ---------------------------------------------------------------- gso
 
 fn mode_gso(cfg: &Cfg) -> Result<String, String> {
+    gso_stream(cfg, SEG, SEGS_PER_SEND, "gso")
+}
+
+fn mode_gso64(cfg: &Cfg) -> Result<String, String> {
+    gso_stream(cfg, SMALL, BATCH, "gso64")
+}
+
+/// UDP_SEGMENT sends of `segs` segments of `seg` bytes into a UDP_GRO receiver.
+fn gso_stream(cfg: &Cfg, seg: usize, segs: usize, name: &str) -> Result<String, String> {
     let (rx, port) = rx_socket(cfg.buf).map_err(|e| format!("rx socket: {e}"))?;
     set_int(rx.0, SOL_UDP, UDP_GRO, 1).map_err(|e| format!("UDP_GRO: {e}"))?;
     let rcvbuf = get_int(rx.0, libc::SOL_SOCKET, libc::SO_RCVBUF).unwrap_or(0);
     let (tx, _) = udp_socket(TX_IP, 0, cfg.buf).map_err(|e| format!("tx socket: {e}"))?;
     connect(&tx, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
-    set_int(tx.0, SOL_UDP, UDP_SEGMENT, SEG as i32).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
+    set_int(tx.0, SOL_UDP, UDP_SEGMENT, seg as i32).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
     let (txfd, rxfd) = (tx.0, rx.0);
 
-    let mut sbuf = vec![0u8; SEG * SEGS_PER_SEND];
+    let mut sbuf = vec![0u8; seg * segs];
     let send = move |seq: u64| -> io::Result<u64> {
-        for i in 0..SEGS_PER_SEND {
-            sbuf[i * SEG..i * SEG + 8].copy_from_slice(&(seq + i as u64).to_le_bytes());
+        for i in 0..segs {
+            sbuf[i * seg..i * seg + 8].copy_from_slice(&(seq + i as u64).to_le_bytes());
         }
         let r = unsafe { libc::send(txfd, sbuf.as_ptr() as *const libc::c_void, sbuf.len(), 0) };
         if r < 0 {
             let e = errno();
             return if is_would_block(e) { Ok(0) } else { Err(io::Error::from_raw_os_error(e)) };
         }
-        Ok(SEGS_PER_SEND as u64)
+        Ok(segs as u64)
     };
 
     let mut rbuf = vec![0u8; 65536];
@@ -410,12 +423,12 @@ fn mode_gso(cfg: &Cfg) -> Result<String, String> {
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        let seg = gso.filter(|g| *g > 0).unwrap_or(n.max(1));
-        let nseg = n.div_ceil(seg).max(1);
+        let gseg = gso.filter(|g| *g > 0).unwrap_or(n.max(1));
+        let nseg = n.div_ceil(gseg).max(1);
         let first = seq_at(&rbuf, 0);
         let mut consecutive = true;
         for k in 0..nseg {
-            if let Some(s) = seq_at(&rbuf[..n], k * seg) {
+            if let Some(s) = seq_at(&rbuf[..n], k * gseg) {
                 o.seq(s);
                 if first.map(|f| f + k as u64) != Some(s) {
                     consecutive = false;
@@ -428,7 +441,7 @@ fn mode_gso(cfg: &Cfg) -> Result<String, String> {
         if gso.is_some() {
             o.gro_cmsgs += 1;
         }
-        if n == SEG * SEGS_PER_SEND && gso == Some(SEG) && consecutive {
+        if n == seg * segs && gso == Some(seg) && consecutive {
             o.intact += 1;
         }
         Ok(Got::Data)
@@ -438,15 +451,18 @@ fn mode_gso(cfg: &Cfg) -> Result<String, String> {
     let (t, r) = stream(cfg, send, recv);
     let drops = d0.and_then(|a| udp_rcvbuf_errors().map(|b| b.saturating_sub(a)));
     let udp_gbps = if r.window_s > 0.0 { r.bytes as f64 * 8.0 / r.window_s / 1e9 } else { 0.0 };
+    // The RDMA payload share of a full-size RoCE packet; for small messages, the rate matters.
     let gbps = udp_gbps * RDMA_PAYLOAD as f64 / SEG as f64;
+    let seg_per_s = if r.window_s > 0.0 { r.msgs as f64 / r.window_s } else { 0.0 };
     Ok(format!(
-        "mode=gso gbps={:.2} udp_gbps={:.2} seg_per_s={:.0} seg_bytes={} segs_per_send={} recvs={} gro_cmsg_recvs={} \
-         intact_pct={:.1} rcvbuf={} port={} {}",
+        "mode={name} gbps={:.2} udp_gbps={:.2} mmsg_per_s={:.4} seg_per_s={:.0} seg_bytes={} segs_per_send={} recvs={} \
+         gro_cmsg_recvs={} intact_pct={:.1} rcvbuf={} port={} {}",
         gbps,
         udp_gbps,
-        if r.window_s > 0.0 { r.msgs as f64 / r.window_s } else { 0.0 },
-        SEG,
-        SEGS_PER_SEND,
+        seg_per_s / 1e6,
+        seg_per_s,
+        seg,
+        segs,
         r.recvs,
         r.gro_cmsgs,
         if r.recvs > 0 { 100.0 * r.intact as f64 / r.recvs as f64 } else { 0.0 },
@@ -547,6 +563,18 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 }
 
 fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
+    pingpong(cfg, false)
+}
+
+/// The client busy-polls, the server sleeps in poll() until each ping arrives: the round trip of
+/// a request to a process that is not polling (ib_read_lat's passive responder, whose progress
+/// thread must be woken on its CPU).
+fn mode_pingpong_srvblock(cfg: &Cfg) -> Result<String, String> {
+    pingpong(cfg, true)
+}
+
+fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
+    let name = if server_blocks { "pingpong_srvblock" } else { "pingpong" };
     let (srv, port) = rx_socket(cfg.buf).map_err(|e| format!("server socket: {e}"))?;
     let (cli, cport) = udp_socket(TX_IP, 0, cfg.buf).map_err(|e| format!("client socket: {e}"))?;
     connect(&cli, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
@@ -580,6 +608,11 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
             let hard = Instant::now() + cap + Duration::from_secs(1);
             let mut polls = 0u64;
             loop {
+                if server_blocks {
+                    let mut pfd = libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 };
+                    // Sleeps until the ping arrives (or 100 ms pass, to look at `stop`).
+                    unsafe { libc::poll(&mut pfd, 1, 100) };
+                }
                 let r = unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
                 if r > 0 {
                     let w = unsafe { libc::send(sfd, buf.as_ptr() as *const libc::c_void, r as usize, 0) };
@@ -595,7 +628,7 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
                     break;
                 }
                 polls += 1;
-                if polls % 64 == 0 && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
+                if (server_blocks || polls.is_multiple_of(64)) && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
                     break;
                 }
             }
@@ -669,9 +702,10 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
     let avg = if rtt.is_empty() { 0.0 } else { rtt.iter().sum::<u64>() as f64 / rtt.len() as f64 / 2.0 / 1000.0 };
     let errs: Vec<String> = [c.err, s_err].into_iter().flatten().collect();
     Ok(format!(
-        "mode=pingpong ow_p50_us={:.2} ow_p99_us={:.2} ow_avg_us={:.2} ow_min_us={:.2} ow_max_us={:.2} \
+        "mode={name} rtt_p50_us={:.2} ow_p50_us={:.2} ow_p99_us={:.2} ow_avg_us={:.2} ow_min_us={:.2} ow_max_us={:.2} \
          round_trips={} warmup={} measured={} lost={} stale={} echoed={} wall_s={:.3} cli_cpu_s={:.2} srv_cpu_s={:.2} \
          msg_bytes={} port={} pinned={}{}",
+        percentile(&rtt, 50.0) as f64 / 1000.0,
         ow(percentile(&rtt, 50.0)),
         ow(percentile(&rtt, 99.0)),
         avg,
@@ -696,7 +730,7 @@ fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
 // ---------------------------------------------------------------- main
 
 const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] MODE...
-modes: gso mmsg64 pingpong all
+modes: gso gso64 mmsg64 pingpong pingpong_srvblock all
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
   -c  CPUs of the sender/client and receiver/server threads (default 0,1)
@@ -734,8 +768,8 @@ fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
                 }
             }
             "-h" | "--help" => return Err(String::new()),
-            "all" => modes.extend(["gso", "mmsg64", "pingpong"].map(String::from)),
-            "gso" | "mmsg64" | "pingpong" => modes.push(a.clone()),
+            "all" => modes.extend(["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock"].map(String::from)),
+            "gso" | "gso64" | "mmsg64" | "pingpong" | "pingpong_srvblock" => modes.push(a.clone()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -761,6 +795,8 @@ fn main() -> ExitCode {
     for m in &modes {
         let r = match m.as_str() {
             "gso" => mode_gso(&cfg),
+            "gso64" => mode_gso64(&cfg),
+            "pingpong_srvblock" => mode_pingpong_srvblock(&cfg),
             "mmsg64" => mode_mmsg64(&cfg),
             _ => mode_pingpong(&cfg),
         };

@@ -1,6 +1,6 @@
-//! Provider layer: the stateless helpers of libibverbs: enum-to-string, rate conversions,
-//! fork support, the sysfs helpers (there is no sysfs device), and the kernel-struct copy
-//! helpers librdmacm links.
+//! Provider layer: the libibverbs functions that touch no device or object: enum-to-string,
+//! rate conversions, fork support, the sysfs helpers (there is no sysfs device), and the
+//! kernel-struct copy helpers librdmacm links.
 
 use crate::abi::*;
 use libc::{c_char, c_int, c_uint, c_void};

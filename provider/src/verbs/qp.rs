@@ -1,0 +1,220 @@
+//! Queue pairs: `ibv_create_qp` / `create_qp_ex`, `ibv_qp_to_qp_ex`, `ibv_modify_qp`,
+//! `ibv_query_qp`, `ibv_destroy_qp`, and the QP verbs urxe declines (ECE, multicast). Posting
+//! is [`super::post`]; the `ibv_qp_ex` builder is [`super::qp_ex`].
+
+use super::dev_of;
+use super::qp_ex::fill_wr_table;
+use crate::abi::*;
+use crate::convert::{self, QpRefs};
+use crate::events::{self, AsyncKind};
+use crate::export::non_null;
+use crate::glue;
+use crate::objects::*;
+use libc::{c_int, c_uint};
+use std::ptr;
+use std::sync::atomic::Ordering;
+use urxe::engine::{QpAttrMask, QpState};
+
+/// # Safety
+/// `context` live context of ours; object pointers in `attr` NULL or ours.
+unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*mut UrxeQp, i32> {
+    // SAFETY: caller contract.
+    let dev = unsafe { dev_of(context) }?;
+    let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD as u32 != 0 { attr.pd } else { ptr::null_mut() };
+    // SAFETY: caller contract: the pointers are objects of ours or NULL.
+    let refs = unsafe {
+        QpRefs {
+            pd: (!pd.is_null()).then(|| (*(pd as *mut UrxePd)).id),
+            send_cq: (!attr.send_cq.is_null()).then(|| (*(attr.send_cq as *mut UrxeCq)).id),
+            recv_cq: (!attr.recv_cq.is_null()).then(|| (*(attr.recv_cq as *mut UrxeCq)).id),
+            srq: (!attr.srq.is_null()).then(|| (*(attr.srq as *mut UrxeSrq)).id),
+        }
+    };
+    let (init, send_ops) = convert::qp_init_attr_from_c(attr, refs, &dev.info.limits)?;
+    let (qpn, cap) = glue::create_qp(dev, &init)?;
+    attr.cap = convert::cap_to_c(&cap);
+    let mut b = Box::new(UrxeQp {
+        ibv: Zeroable::zeroed(),
+        qpn,
+        qp_type: init.qp_type,
+        has_qp_ex: attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as u32 != 0,
+        send_ops_flags: send_ops,
+        cap,
+        sq_sig_all: init.sq_sig_all,
+        async_events_read: Default::default(),
+        batch: Default::default(),
+    });
+    let q = &mut b.ibv.qp_base;
+    q.context = context;
+    q.qp_context = attr.qp_context;
+    q.pd = pd;
+    q.send_cq = attr.send_cq;
+    q.recv_cq = attr.recv_cq;
+    q.srq = attr.srq;
+    q.handle = qpn;
+    q.qp_num = qpn;
+    q.state = QpState::Reset as u32;
+    q.qp_type = attr.qp_type;
+    fill_wr_table(&mut b.ibv);
+    let raw = Box::into_raw(b);
+    // SAFETY: live boxed QP; in-place init of its mutex/cond.
+    unsafe { init_sync(ptr::addr_of_mut!((*raw).ibv.qp_base.mutex), ptr::addr_of_mut!((*raw).ibv.qp_base.cond)) };
+    events::register_async(AsyncKind::Qp, qpn, raw as usize);
+    Ok(raw)
+}
+
+export! {
+    /// `ibv_create_qp(3)`: also writes the granted capacities back into `qp_init_attr->cap`.
+    fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp as ptr {
+        let p = non_null(pd)?;
+        let a = non_null(qp_init_attr)?;
+        let mut ex = ibv_qp_init_attr_ex::zeroed();
+        // SAFETY: caller passes a readable ibv_qp_init_attr and a PD of ours.
+        let context = unsafe {
+            ex.qp_context = (*a).qp_context;
+            ex.send_cq = (*a).send_cq;
+            ex.recv_cq = (*a).recv_cq;
+            ex.srq = (*a).srq;
+            ex.cap = (*a).cap;
+            ex.qp_type = (*a).qp_type;
+            ex.sq_sig_all = (*a).sq_sig_all;
+            (*p).context
+        };
+        ex.comp_mask = IBV_QP_INIT_ATTR_PD as u32;
+        ex.pd = p;
+        // SAFETY: as above.
+        let qp = unsafe { create_qp_common(context, &mut ex) }?;
+        // SAFETY: writable caller struct.
+        unsafe { (*a).cap = ex.cap };
+        Ok(qp as *mut ibv_qp)
+    }
+}
+
+crate::c_fn! {
+    /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`).
+    fn create_qp_ex_op(context: *mut ibv_context, qp_init_attr_ex: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp as ptr {
+        let a = non_null(qp_init_attr_ex)?;
+        // SAFETY: caller passes a context of ours and a writable attr.
+        unsafe { create_qp_common(context, &mut *a) }.map(|q| q as *mut ibv_qp)
+    }
+}
+
+export! {
+    /// `ibv_qp_to_qp_ex(3)`: only for QPs created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex as ptr {
+        // SAFETY: caller passes a QP of ours.
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        if s.has_qp_ex {
+            Ok(qp as *mut ibv_qp_ex)
+        } else {
+            Err(libc::EOPNOTSUPP)
+        }
+    }
+}
+
+export! {
+    /// `ibv_modify_qp(3)`.
+    fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int as errno {
+        // SAFETY: caller passes a QP of ours.
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        let a = non_null(attr)?;
+        // SAFETY: readable caller struct.
+        let (ea, mask) = convert::qp_attr_from_c(unsafe { &*a }, attr_mask)?;
+        // SAFETY: its context is live.
+        glue::modify_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, &ea, mask)?;
+        if mask.contains(QpAttrMask::STATE) {
+            // SAFETY: `qp` is live; C-visible field written through the handle.
+            unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// `ibv_query_qp(3)`.
+    fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int as errno {
+        // SAFETY: caller passes a QP of ours.
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        let out = non_null(attr)?;
+        let init = non_null(init_attr)?;
+        // SAFETY: its context is live.
+        let ea = glue::query_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
+        let q = &s.ibv.qp_base;
+        // SAFETY: writable caller structs.
+        unsafe {
+            out.write(convert::qp_attr_to_c(&ea));
+            init.write(ibv_qp_init_attr {
+                qp_context: q.qp_context,
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
+                srq: q.srq,
+                cap: convert::cap_to_c(&s.cap),
+                qp_type: q.qp_type,
+                sq_sig_all: s.sq_sig_all as c_int,
+            });
+        }
+        // SAFETY: `qp` is live; C-visible field written through the handle.
+        unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
+        Ok(())
+    }
+}
+
+export! {
+    /// `ibv_destroy_qp(3)`: waits for every async event of the QP to be acked.
+    fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int as errno {
+        // SAFETY: caller passes a QP of ours.
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        // SAFETY: its context is live.
+        glue::destroy_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
+        let raw = s as *const UrxeQp as *mut UrxeQp;
+        events::unregister_async(AsyncKind::Qp, s.qpn, raw as usize);
+        // SAFETY: live until freed below.
+        unsafe {
+            let m = ptr::addr_of_mut!((*raw).ibv.qp_base.mutex);
+            let c = ptr::addr_of_mut!((*raw).ibv.qp_base.cond);
+            wait_acked(m, c, ptr::addr_of!((*raw).ibv.qp_base.events_completed), || (*raw).async_events_read.load(Ordering::Acquire));
+            destroy_sync(m, c);
+            drop(Box::from_raw(raw));
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// `ibv_query_qp_data_in_order(3)`: 0 = no in-order guarantee is advertised.
+    fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: c_uint, flags: u32) -> c_int as value(0) {
+        0
+    }
+}
+
+export! {
+    /// `ibv_query_ece(3)`: ECE is a Mellanox feature; EOPNOTSUPP.
+    fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int as errno {
+        non_null(qp)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}
+
+export! {
+    /// `ibv_set_ece(3)`: EOPNOTSUPP.
+    fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int as errno {
+        non_null(qp)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}
+
+export! {
+    /// `ibv_attach_mcast(3)`: no multicast (max_mcast_grp = 0): EOPNOTSUPP.
+    fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int as errno {
+        non_null(qp)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}
+
+export! {
+    /// `ibv_detach_mcast(3)`: EOPNOTSUPP.
+    fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int as errno {
+        non_null(qp)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}

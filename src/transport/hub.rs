@@ -1,0 +1,96 @@
+//! The device's state and who shares it: [`Core`] (the engine and everything the data path
+//! touches, behind one lock) and [`Hub`] (the core plus the lock-free signals, shared by the
+//! application threads and the progress thread).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::io::Io;
+use super::memory::ProcessMemory;
+use super::pacing::{Pacing, Signals};
+use super::stats::{counters_text, TransportCounters};
+use crate::engine::{Engine, Event, Nanos};
+
+/// Where engine events (completion notifications, async events) go. Called with the device
+/// lock held: it must be quick and must not call back into the device.
+pub type EventSink = Box<dyn FnMut(Event) + Send>;
+
+/// The engine and everything the data path touches, behind one lock.
+pub(super) struct Core {
+    pub(super) engine: Engine<ProcessMemory>,
+    /// Sockets and batches (socket I/O).
+    io: Io,
+    /// When packets move (the pacing policy).
+    pub(super) pacing: Pacing,
+    sink: EventSink,
+    epoch: Instant,
+    pub(super) counters: TransportCounters,
+}
+
+impl Core {
+    pub(super) fn new(engine: Engine<ProcessMemory>, io: Io, sink: EventSink, epoch: Instant) -> Core {
+        Core { engine, io, pacing: Pacing::new(), sink, epoch, counters: TransportCounters::default() }
+    }
+
+    pub(super) fn now(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// Moves every packet the engine has into the sockets, owed ones included. Returns false if
+    /// a socket is full (the rest stays queued).
+    pub(super) fn transmit(&mut self, now: Nanos) -> bool {
+        self.pacing.paid();
+        self.io.transmit(&mut self.engine, now, &mut self.counters)
+    }
+
+    pub(super) fn deliver_events(&mut self) {
+        while let Some(ev) = self.engine.poll_event() {
+            (self.sink)(ev);
+        }
+    }
+
+    /// Takes in what arrived and what is due: queued datagrams, then expired timers.
+    pub(super) fn take_in(&mut self, now: Nanos) {
+        self.io.receive(&mut self.engine, now, &mut self.counters);
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+        }
+    }
+
+    pub(super) fn stats_text(&self) -> String {
+        counters_text(self.engine.counters(), &self.counters)
+    }
+}
+
+/// What the application threads and the progress thread of one device share: the core under
+/// its lock, and the lock-free signals between them.
+pub(super) struct Hub {
+    pub(super) core: Mutex<Core>,
+    pub(super) signals: Signals,
+    pub(super) stop: AtomicBool,
+    /// The progress thread runs at real-time priority.
+    pub(super) rt: AtomicBool,
+}
+
+impl Hub {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock is caught at the FFI boundary; the engine's state is
+        // still consistent enough to keep serving (no invariant spans a panic point), so
+        // recover the guard rather than poisoning every later call.
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What the stats socket answers.
+    pub(super) fn stats_report(&self) -> String {
+        let c = self.lock();
+        let prio = if self.rt.load(Ordering::Relaxed) { "real-time" } else { "normal" };
+        format!(
+            "pid {}\naddress {}\nprogress thread {prio}\n{}{}",
+            std::process::id(),
+            c.io.local(),
+            c.stats_text(),
+            self.signals.wake_counters.text()
+        )
+    }
+}

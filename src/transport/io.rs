@@ -1,0 +1,224 @@
+//! Socket I/O and batching: datagrams between the UDP sockets and the engine.
+//!
+//! Receive drains the 4791 socket with `recvmmsg` (GRO trains split back into packets) into
+//! [`Engine::handle_datagram`]. Transmit drains [`Engine::poll_transmit`] into one send batch:
+//! packets of one flow of equal size form a UDP GSO train (loopback only), anything else goes
+//! as single datagrams in one `sendmmsg`. One send socket per flow source port, as rxe varies
+//! the port per QP pair. No policy here about *when* to move packets: that is
+//! [`super::pacing`].
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use super::memory::ProcessMemory;
+use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
+use super::stats::TransportCounters;
+use crate::engine::{Datagram, Engine, IcrcCheck, Nanos, MAX_PACKET};
+use crate::wire::icrc::IpFields;
+
+/// Bytes of one packet slot in the send batch.
+const TX_SLOT: usize = MAX_PACKET;
+
+/// The flow a send batch belongs to. With `gso` the batch is a train of `seg`-byte packets
+/// (the last may be shorter) sent in one call; otherwise single datagrams via sendmmsg.
+#[derive(Clone, Copy)]
+struct SendKey {
+    sport: u16,
+    dst: IpAddr,
+    seg: usize,
+    gso: bool,
+}
+
+/// The device's sockets and the batches between them and the engine.
+pub(super) struct Io {
+    /// The 4791 socket: receives everything, sends when a flow port cannot be bound.
+    rx: RoceSocket,
+    /// Send sockets by flow source port.
+    tx_socks: HashMap<u16, RoceSocket>,
+    local: IpAddr,
+    recv: RecvBatch,
+    send: SendBatch,
+    /// Flow of the packets in `send`.
+    send_key: Option<SendKey>,
+    /// UDP GSO trains allowed (loopback only in any case).
+    gso: bool,
+}
+
+impl Io {
+    pub(super) fn new(rx: RoceSocket, gso: bool) -> Io {
+        let local = rx.local_addr().ip();
+        Io {
+            rx,
+            tx_socks: HashMap::new(),
+            local,
+            recv: RecvBatch::new(),
+            send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
+            send_key: None,
+            gso,
+        }
+    }
+
+    pub(super) fn local(&self) -> IpAddr {
+        self.local
+    }
+
+    /// Receives everything queued on the socket (bounded per call) and feeds the engine.
+    pub(super) fn receive(&mut self, engine: &mut Engine<ProcessMemory>, now: Nanos, counters: &mut TransportCounters) {
+        for _ in 0..16 {
+            let n = match self.rx.recv_batch(&mut self.recv) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(_) => {
+                    counters.rx_errors += 1;
+                    return;
+                }
+            };
+            counters.rx_batches += 1;
+            let local = self.local;
+            for (src, pkt) in self.recv.packets() {
+                let Some(src) = src else {
+                    counters.rx_unaddressed += 1;
+                    continue;
+                };
+                counters.rx_datagrams += 1;
+                let icrc = match (src.ip(), local) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
+                    (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),
+                    _ => {
+                        counters.rx_unaddressed += 1;
+                        continue;
+                    }
+                };
+                let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt };
+                engine.handle_datagram(now, &d);
+            }
+            if n < RECV_BATCH {
+                return;
+            }
+        }
+    }
+
+    /// One socket per flow source port, as rxe varies the port per QP pair. If the port is
+    /// taken on this address, packets go from 4791 instead (any source port is valid).
+    fn open_tx_socket(&mut self, sport: u16) {
+        if !self.tx_socks.contains_key(&sport) {
+            if let Ok(s) = RoceSocket::bind(SocketAddr::new(self.local, sport)) {
+                self.tx_socks.insert(sport, s);
+            }
+        }
+    }
+
+    /// Sends what is batched. Returns false if the socket would block (packets stay queued).
+    fn send_batch(&mut self, counters: &mut TransportCounters) -> bool {
+        let Some(key) = self.send_key else { return true };
+        while !self.send.is_empty() {
+            let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
+            let n = self.send.len();
+            self.open_tx_socket(key.sport);
+            let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
+            let res = if n > 1 && key.gso {
+                // Built as a train: equal segments, only the last may be shorter.
+                let r = sock.send_gso(self.send.data(), key.seg as u16, dst_sa).map(|_| n);
+                if r.is_ok() {
+                    counters.tx_gso_sends += 1;
+                }
+                r
+            } else {
+                let r = sock.send_mmsg(&mut self.send);
+                if r.is_ok() {
+                    counters.tx_mmsg_sends += 1;
+                }
+                r
+            };
+            match res {
+                Ok(k) => {
+                    counters.tx_datagrams += k as u64;
+                    self.send.consume(k);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    counters.tx_would_block += 1;
+                    return false;
+                }
+                Err(_) => {
+                    // Unreachable peer, no route...: the packet is lost as on a wire; RC
+                    // retransmission covers it.
+                    counters.tx_errors += 1;
+                    self.send.consume(if key.gso { n } else { 1 });
+                }
+            }
+        }
+        self.send_key = None;
+        true
+    }
+
+    /// Moves every packet the engine has into the sockets. Returns false if a socket is full
+    /// (the rest stays queued in the engine or the batch).
+    pub(super) fn transmit(
+        &mut self,
+        engine: &mut Engine<ProcessMemory>,
+        now: Nanos,
+        counters: &mut TransportCounters,
+    ) -> bool {
+        if !self.send_batch(counters) {
+            return false;
+        }
+        loop {
+            if self.send.is_full(TX_SLOT) && !self.send_batch(counters) {
+                return false;
+            }
+            let Some(t) = engine.poll_transmit(now, &mut self.send.next_buf()[..TX_SLOT]) else { break };
+            let extends = match self.send_key.as_mut() {
+                Some(k) if k.sport == t.src_port && k.dst == t.dst => {
+                    if !k.gso
+                        || (t.len <= k.seg
+                            && self.send.last_len() == Some(k.seg)
+                            && self.send.data().len() + t.len <= MAX_GSO_BYTES
+                            && self.send.len() < MAX_GSO_SEGMENTS)
+                    {
+                        true
+                    } else if self.send.len() == 1 {
+                        // Not a train (e.g. an ACK, then a request): one sendmmsg for both.
+                        k.gso = false;
+                        true
+                    } else {
+                        false
+                    }
+                }
+                _ => false,
+            };
+            if !extends && self.send_key.is_some() {
+                // Another flow or the end of a train: send what we have first. The new packet
+                // sits after the batch in the buffer; keep it aside while the batch goes.
+                let mut tmp = [0u8; TX_SLOT];
+                tmp[..t.len].copy_from_slice(&self.send.next_buf()[..t.len]);
+                let flushed = self.send_batch(counters);
+                self.send.next_buf()[..t.len].copy_from_slice(&tmp[..t.len]);
+                if !flushed {
+                    // Keep order: queue it behind the blocked batch, sent as single datagrams.
+                    if let Some(k) = self.send_key.as_mut() {
+                        k.gso = false;
+                    }
+                    self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
+                    return false;
+                }
+            }
+            if self.send_key.is_none() {
+                self.send_key =
+                    Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.gso && self.rx.gso_to(t.dst) });
+            }
+            self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
+        }
+        self.send_batch(counters)
+    }
+}
+
+/// `URXE_GSO`: `1` (default) lets loopback trains go out as UDP GSO sends; `0` sends every
+/// packet as its own datagram (e.g. so a loopback capture shows each packet as a frame).
+pub(super) fn gso_setting() -> io::Result<bool> {
+    match std::env::var("URXE_GSO").as_deref() {
+        Err(_) | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_GSO={v}: expected 0 or 1"))),
+    }
+}

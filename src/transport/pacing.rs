@@ -1,0 +1,432 @@
+//! The pacing policy: when packets move, and who is woken to move them.
+//!
+//! Three decisions, each made here and nowhere else:
+//! - **Doorbell batching.** A small send post in a burst leaves its packets for the next call
+//!   ([`Pacing::post_may_wait`]); a poll that found a completion leaves the ACKs it produced
+//!   for the post that usually follows ([`Pacing::poll_may_wait`]); the progress thread holds
+//!   ACKs for an active application's next post ([`HOLD_ACK_NS`]). Whatever is left is *owed*
+//!   ([`Pacing::owe`]) and leaves with the next transmit.
+//! - **Arming.** Packet arrivals wake the progress thread only while it is armed: a poller that
+//!   keeps finding nothing disarms it and takes the packets itself; a poll that finds a
+//!   completion after the application stayed away re-arms it ([`Pacing::after_poll`]), and so
+//!   does the thread when nobody polled for [`REARM_AFTER_NS`].
+//! - **The doorbell.** An application thread rings the progress thread only when it would
+//!   otherwise sleep past a new deadline or a socket is full ([`Signals::kick_needed`]).
+//!
+//! [`Pacing`] lives under the device lock; [`Signals`] is what application threads and the
+//! progress thread tell each other without it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use mio::unix::SourceFd;
+use mio::{Interest, Token, Waker};
+
+use super::stats::WakeCounters;
+use crate::engine::Nanos;
+
+/// mio token of the receive socket.
+pub(super) const RX: Token = Token(0);
+
+/// Consecutive empty polls after which packet arrivals stop waking the progress thread.
+const DISARM_AFTER_EMPTY_POLLS: u32 = 2;
+
+/// An application that stayed away from its CQ this long after a completion waits elsewhere
+/// (e.g. spins on memory): re-arm packet wakeups when it finds a completion.
+const AWAY_MEANS_ELSEWHERE_NS: u64 = 10_000;
+/// ... after this many completions in a row.
+const AWAY_STREAK_TO_REARM: u32 = 2;
+
+/// With packet wakeups disarmed, the progress thread re-arms them when no application thread
+/// polled for this long (and checks that often).
+pub(super) const REARM_AFTER_NS: u64 = 1_000_000;
+
+/// Consecutive empty polls after which a polling thread yields the CPU once.
+pub const IDLE_POLLS_PER_YIELD: u32 = 32;
+
+/// How long after an application poll or post the doorbell is not rung for a moved deadline.
+pub(super) const APP_ACTIVE_NS: u64 = 1_000_000;
+
+/// Send WRs carrying at most this many payload bytes may wait for the next post of a burst:
+/// they are one small packet each.
+pub(super) const SMALL_POST_BYTES: u64 = 4096;
+/// A send post this soon after the previous one returned continues a burst.
+const BURST_GAP_NS: u64 = 5_000;
+/// At most this many posts of a burst wait for the next ...
+const BURST_MAX_POSTS: u32 = 32;
+/// ... and the first of them waits at most this long (checked at each post).
+const BURST_MAX_NS: u64 = 50_000;
+/// The progress thread holds ACKs for an active application's next post at most this long.
+/// The thread's poll has whole-millisecond resolution (epoll rounds its timeout up), so this
+/// is what a shorter value would amount to anyway; in the pattern the hold is for (the
+/// application posts right after the thread places the peer's WRITE) the post ends it within
+/// microseconds, and an application's empty poll sends it at once.
+pub(super) const HOLD_ACK_NS: u64 = 1_000_000;
+/// Consecutive polls that found completions (e.g. the send CQ, then the receive CQ) may leave
+/// their packets for the next call, up to this many ...
+const POLL_DEFER_MAX: u32 = 4;
+/// ... within this long.
+const POLL_DEFER_NS: u64 = 20_000;
+
+/// The pacing state kept under the device lock.
+pub(super) struct Pacing {
+    /// Consecutive `poll` calls that found nothing.
+    idle_polls: u32,
+    /// When the last poll that found a completion returned (ns), if no poll came since.
+    found_at: Option<u64>,
+    /// How long the application stayed away from polling after its last completion: a
+    /// memory spinner (ib_write_lat, NCCL-style flags) stays away for a round trip; a CQ
+    /// poller comes back within microseconds.
+    away_after_found: u64,
+    /// Consecutive completions after each of which the application stayed away that long.
+    away_streak: u32,
+    /// When the last send post returned (ns).
+    pub(super) last_post_end: u64,
+    /// Library calls whose packets were left for the next call (a burst of small posts, see
+    /// [`Pacing::post_may_wait`]; responses of a poll that found a completion, see
+    /// [`Pacing::poll_may_wait`]; ACKs the progress thread holds).
+    deferred: u32,
+    /// When the first of them was posted (ns).
+    deferred_since: u64,
+    /// The progress thread holds ACKs among them (it holds once, then sends).
+    held_by_thread: bool,
+}
+
+/// What a poll decided about packet-arrival wakeups and the CPU.
+pub(super) struct AfterPoll {
+    /// Re-arm packet wakeups (the application now waits elsewhere).
+    pub(super) rearm: bool,
+    /// Disarm them (the application busy-polls and takes the packets itself).
+    pub(super) disarm: bool,
+    /// Yield the CPU once (the application keeps finding nothing).
+    pub(super) yield_cpu: bool,
+}
+
+impl Pacing {
+    pub(super) fn new() -> Pacing {
+        Pacing {
+            idle_polls: 0,
+            found_at: None,
+            away_after_found: u64::MAX,
+            away_streak: 0,
+            last_post_end: 0,
+            deferred: 0,
+            deferred_since: 0,
+            held_by_thread: false,
+        }
+    }
+
+    /// An application call (post or poll) arrives: measures how long it stayed away since its
+    /// last completion.
+    pub(super) fn app_returns(&mut self, now: Nanos) {
+        if let Some(t) = self.found_at.take() {
+            self.away_after_found = now.saturating_sub(t);
+        }
+    }
+
+    /// Whether packets are owed (left for a later call).
+    pub(super) fn owes(&self) -> bool {
+        self.deferred > 0
+    }
+
+    /// The progress thread's latest wake time for owed packets, if any.
+    pub(super) fn owed_deadline(&self) -> Option<Nanos> {
+        self.owes().then_some(self.deferred_since + HOLD_ACK_NS)
+    }
+
+    /// Leaves what the engine would send now for a later call.
+    pub(super) fn owe(&mut self, now: Nanos) {
+        if self.deferred == 0 {
+            self.deferred_since = now;
+        }
+        self.deferred += 1;
+    }
+
+    /// Everything owed is being transmitted now.
+    pub(super) fn paid(&mut self) {
+        self.deferred = 0;
+        self.held_by_thread = false;
+    }
+
+    /// Whether one more call may leave its packets owed: none are yet, or fewer than `max`
+    /// calls did so, the first less than `window` ago.
+    fn may_owe_more(&self, now: Nanos, max: u32, window: u64) -> bool {
+        self.deferred == 0 || (self.deferred < max && now.saturating_sub(self.deferred_since) < window)
+    }
+
+    /// Doorbell batching: a send post of only small WRs (`small`), continuing a burst while the
+    /// application busy-polls (`armed` false), may leave its packets for the next post; the
+    /// burst leaves as one batch (a UDP GSO train on loopback) at the next poll or verb call,
+    /// after [`BURST_MAX_POSTS`] posts or [`BURST_MAX_NS`], whichever comes first.
+    pub(super) fn post_may_wait(&self, small: bool, armed: bool, now: Nanos) -> bool {
+        small
+            && !armed
+            && now.saturating_sub(self.last_post_end) < BURST_GAP_NS
+            && self.may_owe_more(now, BURST_MAX_POSTS, BURST_MAX_NS)
+    }
+
+    /// A busy poller (`armed` false) that found a completion (`got`) acts on it next, typically
+    /// by posting: what the packets just received call for (ACKs, `may_transmit`) leaves with
+    /// that post, one send call instead of two on the round trip's critical path.
+    pub(super) fn poll_may_wait(&self, got: bool, may_transmit: bool, armed: bool, now: Nanos) -> bool {
+        got && may_transmit && !armed && self.may_owe_more(now, POLL_DEFER_MAX, POLL_DEFER_NS)
+    }
+
+    /// The progress thread may hold the ACKs it would send for an active application's next
+    /// post, once (then it sends); the caller checks that only ACKs are pending.
+    pub(super) fn thread_may_hold(&self, app_active: bool) -> bool {
+        app_active && !self.held_by_thread
+    }
+
+    /// The progress thread holds what it would send (see [`Pacing::thread_may_hold`]).
+    pub(super) fn thread_holds(&mut self, now: Nanos) {
+        self.owe(now);
+        self.held_by_thread = true;
+    }
+
+    /// Bookkeeping after a poll that found a completion (`got`) or not: when to yield the CPU,
+    /// and whether the application's pattern calls for arming or disarming packet wakeups.
+    pub(super) fn after_poll(&mut self, got: bool, now: Nanos) -> AfterPoll {
+        let yield_cpu = if got {
+            self.idle_polls = 0;
+            false
+        } else {
+            self.idle_polls = self.idle_polls.wrapping_add(1);
+            self.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
+        };
+        // One long absence may be a preemption; the same absence after two completions in a
+        // row is the application's pattern (it waits elsewhere after each completion).
+        let mut rearm = false;
+        if got {
+            if self.away_after_found >= AWAY_MEANS_ELSEWHERE_NS {
+                self.away_streak = self.away_streak.saturating_add(1);
+                rearm = self.away_streak >= AWAY_STREAK_TO_REARM;
+            } else {
+                self.away_streak = 0;
+            }
+            self.away_after_found = 0;
+            self.found_at = Some(now);
+        }
+        let disarm = !rearm && !got && self.idle_polls == DISARM_AFTER_EMPTY_POLLS;
+        AfterPoll { rearm, disarm, yield_cpu }
+    }
+}
+
+/// What application threads and the progress thread tell each other without the lock.
+pub(super) struct Signals {
+    waker: Waker,
+    /// Deadline (ns) the progress thread sleeps until; `u64::MAX` = no deadline.
+    pub(super) thread_deadline: AtomicU64,
+    /// When (ns) an application thread last polled or posted: while that is recent the
+    /// application works through the library and its next poll moves the device, so a new
+    /// deadline need not ring the progress thread's doorbell.
+    pub(super) app_active_at: AtomicU64,
+    /// The progress thread found the lock held by an application thread and left the work to
+    /// it: whoever leaves the library next runs one progress step. The progress thread never
+    /// blocks on the lock — a real-time thread preempting an application thread and then
+    /// waiting for that thread's lock costs two context switches and two futex calls.
+    pub(super) work_left: AtomicBool,
+    /// The progress thread is woken by packet arrivals. A poller that keeps finding its CQ
+    /// empty disarms this: it takes the packets itself, and each wakeup would cost the machine
+    /// an inter-processor interrupt (a VM exit on a virtual machine) per packet. A poll that
+    /// finds a completion re-arms it (the application may now wait elsewhere, e.g. spin on
+    /// memory), and the progress thread re-arms it when nobody polled for [`REARM_AFTER_NS`].
+    rx_armed: AtomicBool,
+    /// When (ns) the progress thread will wake at the latest (`u64::MAX`: no timeout).
+    pub(super) thread_wake_at: AtomicU64,
+    registry: mio::Registry,
+    rx_fd: std::os::fd::RawFd,
+    /// The same epoch as the device core's, readable without the lock.
+    epoch: Instant,
+    /// Counters of who woke whom.
+    pub(super) wake_counters: WakeCounters,
+}
+
+impl Signals {
+    /// Over the progress thread's `waker` and `registry`, with the receive socket `rx_fd`
+    /// registered (armed).
+    pub(super) fn new(waker: Waker, registry: mio::Registry, rx_fd: std::os::fd::RawFd, epoch: Instant) -> Signals {
+        Signals {
+            waker,
+            thread_deadline: AtomicU64::new(u64::MAX),
+            app_active_at: AtomicU64::new(0),
+            work_left: AtomicBool::new(false),
+            rx_armed: AtomicBool::new(true),
+            thread_wake_at: AtomicU64::new(u64::MAX),
+            registry,
+            rx_fd,
+            epoch,
+            wake_counters: WakeCounters::default(),
+        }
+    }
+
+    pub(super) fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Whether packet arrivals wake the progress thread (relaxed: a hint for the policy).
+    pub(super) fn armed_hint(&self) -> bool {
+        self.rx_armed.load(Ordering::Relaxed)
+    }
+
+    /// Whether packet arrivals wake the progress thread (sequentially consistent with
+    /// [`Signals::set_rx_armed`] and `thread_wake_at`).
+    pub(super) fn armed(&self) -> bool {
+        self.rx_armed.load(Ordering::SeqCst)
+    }
+
+    /// An application thread is in the library at `now`.
+    pub(super) fn app_enters(&self, now: Nanos) {
+        self.app_active_at.store(now.max(1), Ordering::Release);
+    }
+
+    /// How long since an application thread last polled or posted.
+    pub(super) fn app_away_for(&self, now: Nanos) -> u64 {
+        now.saturating_sub(self.app_active_at.load(Ordering::Acquire))
+    }
+
+    /// Arms or disarms packet-arrival wakeups of the progress thread (one epoll_ctl).
+    pub(super) fn set_rx_armed(&self, armed: bool) {
+        if self.rx_armed.swap(armed, Ordering::SeqCst) == armed {
+            return;
+        }
+        // Disarmed = not registered at all. Armed = readable only: a writable interest would
+        // fire at once on registration (the socket is writable), waking the real-time thread
+        // for nothing right when a busy application re-arms; a full socket is retried on a
+        // timer instead (see the progress thread).
+        let r = if armed {
+            self.registry.register(&mut SourceFd(&self.rx_fd), RX, Interest::READABLE)
+        } else {
+            self.registry.deregister(&mut SourceFd(&self.rx_fd))
+        };
+        if r.is_err() && !armed {
+            // Cannot disarm: stay armed, the safe state.
+            self.rx_armed.store(true, Ordering::SeqCst);
+            return;
+        }
+        WakeCounters::bump(if armed { &self.wake_counters.rx_arms } else { &self.wake_counters.rx_disarms });
+        // Disarmed, the thread must still check within REARM_AFTER_NS whether anyone polls: if it
+        // sleeps longer than that (e.g. with no timeout at all), ring it so it re-plans.
+        if !armed && self.thread_wake_at.load(Ordering::SeqCst) > self.now() + REARM_AFTER_NS {
+            self.ring();
+        }
+    }
+
+    /// Rings the progress thread's doorbell.
+    pub(super) fn ring(&self) {
+        WakeCounters::bump(&self.wake_counters.doorbells);
+        let _ = self.waker.wake();
+    }
+
+    /// Wakes the progress thread (the stop request is already published).
+    pub(super) fn wake_to_stop(&self) {
+        let _ = self.waker.wake();
+    }
+
+    /// Whether an application thread leaving the library at `now` must ring the progress
+    /// thread: a socket is full (`sent_all` false), or nobody polls and the engine's next
+    /// deadline `due` comes before the thread would look.
+    pub(super) fn kick_needed(&self, due: Option<Nanos>, now: Nanos, sent_all: bool) -> bool {
+        let due = due.unwrap_or(u64::MAX);
+        let polling = self.app_away_for(now) < APP_ACTIVE_NS;
+        // Disarmed, the thread looks by itself within REARM_AFTER_NS and takes over once nobody
+        // has polled for that long; until then the pollers run the timers.
+        let thread_looks_by =
+            if self.armed() { self.thread_deadline.load(Ordering::Acquire) } else { now + 2 * REARM_AFTER_NS };
+        !sent_all || (!polling && due < thread_looks_by)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_empty_polls_disarm_once_and_every_32nd_yields() {
+        let mut p = Pacing::new();
+        let first = p.after_poll(false, 0);
+        assert!(!first.disarm && !first.rearm && !first.yield_cpu);
+        assert!(p.after_poll(false, 1).disarm);
+        let mut yields = 0;
+        for i in 3..=IDLE_POLLS_PER_YIELD as u64 * 2 {
+            let a = p.after_poll(false, i);
+            assert!(!a.disarm, "disarm only at the second empty poll");
+            yields += a.yield_cpu as u32;
+        }
+        assert_eq!(yields, 2);
+        let found = p.after_poll(true, 100);
+        assert!(!found.disarm && !found.yield_cpu);
+    }
+
+    #[test]
+    fn rearm_after_two_completions_each_followed_by_a_long_absence() {
+        let mut p = Pacing::new();
+        // The first completion: no absence measured yet (away_after_found starts at MAX,
+        // which counts as one).
+        assert!(!p.after_poll(true, 0).rearm);
+        p.app_returns(AWAY_MEANS_ELSEWHERE_NS);
+        assert!(p.after_poll(true, AWAY_MEANS_ELSEWHERE_NS).rearm);
+        // A quick return breaks the streak; it takes two long absences in a row again.
+        let t = AWAY_MEANS_ELSEWHERE_NS + 1;
+        p.app_returns(t);
+        assert!(!p.after_poll(true, t).rearm);
+        let t = t + AWAY_MEANS_ELSEWHERE_NS;
+        p.app_returns(t);
+        assert!(!p.after_poll(true, t).rearm);
+        let t = t + AWAY_MEANS_ELSEWHERE_NS;
+        p.app_returns(t);
+        assert!(p.after_poll(true, t).rearm);
+    }
+
+    #[test]
+    fn a_burst_of_small_posts_waits_within_its_bounds() {
+        let mut p = Pacing::new();
+        p.last_post_end = 1_000;
+        // Armed (the application waits elsewhere) or large: never waits.
+        assert!(!p.post_may_wait(true, true, 1_100));
+        assert!(!p.post_may_wait(false, false, 1_100));
+        // Too long after the previous post: a new burst, sent at once.
+        assert!(!p.post_may_wait(true, false, 1_000 + BURST_GAP_NS));
+        let mut now = 1_100;
+        let mut waited = 0;
+        while p.post_may_wait(true, false, now) {
+            p.owe(now);
+            p.last_post_end = now;
+            now += 100;
+            waited += 1;
+            assert!(waited <= BURST_MAX_POSTS);
+        }
+        assert_eq!(waited, BURST_MAX_POSTS);
+        assert_eq!(p.owed_deadline(), Some(1_100 + HOLD_ACK_NS));
+        p.paid();
+        assert!(!p.owes() && p.post_may_wait(true, false, now));
+        // The window: the first owed post waits at most BURST_MAX_NS.
+        p.owe(now);
+        assert!(!p.post_may_wait(true, false, now + BURST_MAX_NS));
+    }
+
+    #[test]
+    fn a_poll_owes_only_when_it_found_something_to_answer_while_disarmed() {
+        let mut p = Pacing::new();
+        assert!(p.poll_may_wait(true, true, false, 0));
+        assert!(!p.poll_may_wait(false, true, false, 0));
+        assert!(!p.poll_may_wait(true, false, false, 0));
+        assert!(!p.poll_may_wait(true, true, true, 0));
+        for i in 0..POLL_DEFER_MAX as u64 {
+            assert!(p.poll_may_wait(true, true, false, i));
+            p.owe(i);
+        }
+        assert!(!p.poll_may_wait(true, true, false, POLL_DEFER_MAX as u64));
+    }
+
+    #[test]
+    fn the_progress_thread_holds_acks_once() {
+        let mut p = Pacing::new();
+        assert!(!p.thread_may_hold(false));
+        assert!(p.thread_may_hold(true));
+        p.thread_holds(5);
+        assert!(!p.thread_may_hold(true) && p.owes());
+        p.paid();
+        assert!(p.thread_may_hold(true));
+    }
+}

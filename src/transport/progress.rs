@@ -1,0 +1,210 @@
+//! The progress thread: moves the device when no application thread does.
+//!
+//! Blocked in `mio::Poll` on the receive socket (while armed, see [`super::pacing`]), the
+//! doorbell and the engine's next deadline, it covers what nobody polls for: ACKs and responses
+//! while the application sleeps, retransmission timers, completion-channel events, and the
+//! `urxe stat` socket. It never spins and never waits for the device lock.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard, TryLockError};
+use std::time::Duration;
+
+use mio::{Events, Poll, Token};
+
+use super::hub::{Core, Hub};
+use super::pacing::{APP_ACTIVE_NS, REARM_AFTER_NS};
+use super::stats::WakeCounters;
+
+/// mio token of the doorbell.
+pub(super) const WAKE: Token = Token(1);
+
+/// The real-time budget: over each window of [`RT_WINDOW_NS`], a SCHED_FIFO progress thread
+/// that used more than [`RT_BUDGET_PCT`] % of a CPU drops to normal priority (as NAPI hands a
+/// flood to ksoftirqd), so a packet flood cannot starve the host's other tasks on that CPU; it
+/// takes real-time priority back after a window below [`RT_RESUME_PCT`] %.
+const RT_WINDOW_NS: u64 = 100_000_000;
+const RT_BUDGET_PCT: u64 = 50;
+const RT_RESUME_PCT: u64 = 10;
+
+/// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
+/// deadline that does not move can never make the (possibly real-time) thread spin.
+const MIN_SLEEP: Duration = Duration::from_micros(50);
+
+/// `URXE_RT`: `1` (default) runs the progress thread at real-time priority when the process
+/// may (CAP_SYS_NICE or RLIMIT_RTPRIO), `0` leaves it at normal priority.
+pub(super) fn rt_setting() -> io::Result<bool> {
+    match std::env::var("URXE_RT").as_deref() {
+        Err(_) | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_RT={v}: expected 0 or 1"))),
+    }
+}
+
+/// The progress thread does what a NIC and the kernel's softirq do for kernel rxe: it lands data
+/// in memory that an application may be spinning on (ib_write_lat polls a buffer, not the CQ).
+/// At normal priority it would wait for a time slice behind that spinning thread; SCHED_FIFO
+/// (lowest RT level) lets it run as soon as a packet arrives. It blocks between packets and
+/// never spins (see [`MIN_SLEEP`]), so this cannot starve anything. Best effort: without the
+/// privilege, it stays at normal priority.
+fn raise_priority() -> bool {
+    set_policy(libc::SCHED_FIFO, 1)
+}
+
+fn set_policy(policy: i32, priority: i32) -> bool {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: sched_setscheduler only reads `param`, a valid sched_param that outlives the call;
+    // pid 0 is the calling thread.
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
+}
+
+/// CPU time this thread has used, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `t`, which lives for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Tracks the progress thread's CPU use per window and moves it between SCHED_FIFO and
+/// SCHED_OTHER (see [`RT_BUDGET_PCT`]).
+struct RtBudget {
+    window_start: u64,
+    cpu_at_start: u64,
+    demoted: bool,
+}
+
+impl RtBudget {
+    fn new(now: u64) -> RtBudget {
+        RtBudget { window_start: now, cpu_at_start: thread_cpu_ns(), demoted: false }
+    }
+
+    /// Called after each wakeup's work; cheap except once per window.
+    fn check(&mut self, hub: &Hub, now: u64) {
+        let span = now.saturating_sub(self.window_start);
+        if span < RT_WINDOW_NS {
+            return;
+        }
+        let cpu = thread_cpu_ns();
+        let pct = cpu.saturating_sub(self.cpu_at_start) * 100 / span.max(1);
+        (self.window_start, self.cpu_at_start) = (now, cpu);
+        let counters = &hub.signals.wake_counters;
+        if !self.demoted && hub.rt.load(Ordering::Relaxed) && pct > RT_BUDGET_PCT {
+            if set_policy(libc::SCHED_OTHER, 0) {
+                self.demoted = true;
+                hub.rt.store(false, Ordering::Relaxed);
+                WakeCounters::bump(&counters.rt_demotions);
+            }
+        } else if self.demoted && pct < RT_RESUME_PCT && raise_priority() {
+            self.demoted = false;
+            hub.rt.store(true, Ordering::Relaxed);
+            WakeCounters::bump(&counters.rt_promotions);
+        }
+    }
+}
+
+/// Takes the device lock without waiting. If an application thread holds it, it is active and
+/// runs the step on its way out. Dekker-style: flag first, then try once more, so a thread that
+/// left between the first try and the flag cannot miss it.
+fn try_core(hub: &Hub) -> Option<MutexGuard<'_, Core>> {
+    let once = || match hub.core.try_lock() {
+        Ok(c) => Some(c),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    };
+    if let Some(c) = once() {
+        return Some(c);
+    }
+    hub.signals.work_left.store(true, Ordering::SeqCst);
+    once()
+}
+
+/// The thread's body, until the device asks it to stop.
+pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
+    if rt {
+        hub.rt.store(raise_priority(), Ordering::Relaxed);
+    }
+    let sig = &hub.signals;
+    let mut budget = RtBudget::new(sig.now());
+    let mut events = Events::with_capacity(16);
+    // Absolute deadline (ns since the epoch) of the engine's next timer.
+    let mut deadline: Option<u64> = None;
+    loop {
+        if hub.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let now = sig.now();
+        let mut wake_at = deadline;
+        if !sig.armed() {
+            // Pollers take the packets; check now and then that someone still polls.
+            let check = now + REARM_AFTER_NS;
+            wake_at = Some(wake_at.map_or(check, |d| d.min(check)));
+        }
+        let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
+        sig.thread_wake_at.store(wake_at.unwrap_or(u64::MAX), Ordering::SeqCst);
+        // A disarm between reading rx_armed above and storing the wake time would not ring us:
+        // look again now that the wake time is published.
+        if wake_at.is_none_or(|w| w > now + REARM_AFTER_NS) && !sig.armed() {
+            continue;
+        }
+        if let Err(e) = poll.poll(&mut events, timeout) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                // Cannot wait: back off rather than spin.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        if hub.stop.load(Ordering::Acquire) {
+            return;
+        }
+        WakeCounters::bump(&sig.wake_counters.thread_wakeups);
+        if rt {
+            budget.check(&hub, sig.now());
+        }
+        if !sig.armed() {
+            let idle_for = sig.app_away_for(sig.now());
+            if idle_for < REARM_AFTER_NS && events.is_empty() && deadline.is_none_or(|d| d > sig.now()) {
+                continue;
+            }
+            if idle_for >= REARM_AFTER_NS {
+                sig.set_rx_armed(true);
+            }
+        }
+        let Some(mut c) = try_core(&hub) else {
+            WakeCounters::bump(&sig.wake_counters.lock_busy);
+            // The application runs timers and packets now; look again in a while rather than
+            // re-waking at a deadline that is already past.
+            deadline = Some(sig.now() + REARM_AFTER_NS);
+            continue;
+        };
+        c.counters.progress_wakeups += 1;
+        let now = c.now();
+        let active = sig.app_away_for(now) < APP_ACTIVE_NS;
+        c.take_in(now);
+        if c.pacing.thread_may_hold(active) && c.engine.only_acks_pending() {
+            // Requests that arrived while the application waits elsewhere (ib_write_lat spins on
+            // memory): their ACKs are held for a moment so they leave with the application's
+            // next post. The peer, polling for that ACK, then receives it together with the
+            // next request and places it itself, and no thread hand-off is left on the round
+            // trip. If the application does not post, the ACKs leave at its next empty poll or
+            // after HOLD_ACK_NS.
+            c.pacing.thread_holds(now);
+            c.counters.tx_held_acks += 1;
+        } else if !c.transmit(now) {
+            // A socket is full (packets stay queued): try again shortly. Sockets are not watched
+            // for writability (the per-flow ones are not registered at all); a full UDP send
+            // buffer drains within microseconds on loopback, a NIC's within a millisecond.
+            c.pacing.owe(now);
+        }
+        c.deliver_events();
+        deadline = c.engine.poll_timeout();
+        if let Some(hold) = c.pacing.owed_deadline() {
+            deadline = Some(deadline.map_or(hold, |d| d.min(hold)));
+        }
+        sig.thread_deadline.store(deadline.unwrap_or(u64::MAX), Ordering::Release);
+        drop(c);
+    }
+}
