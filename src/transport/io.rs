@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+use super::group;
 use super::memory::ProcessMemory;
 use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
 use super::stats::TransportCounters;
@@ -43,6 +44,8 @@ pub(super) struct Io {
     send_key: Option<SendKey>,
     /// UDP GSO trains allowed (loopback only in any case).
     gso: bool,
+    /// On a shared address, our slot: datagrams for other slots' QPNs are strays.
+    slot: Option<u8>,
 }
 
 impl Io {
@@ -56,7 +59,13 @@ impl Io {
             send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
             send_key: None,
             gso,
+            slot: None,
         }
+    }
+
+    /// Receive only what belongs to `slot` of a shared address (see [`super::group`]).
+    pub(super) fn set_slot(&mut self, slot: u8) {
+        self.slot = Some(slot);
     }
 
     pub(super) fn local(&self) -> IpAddr {
@@ -82,6 +91,19 @@ impl Io {
                     continue;
                 };
                 counters.rx_datagrams += 1;
+                if let Some(slot) = self.slot {
+                    if group::slots::is_probe(pkt) {
+                        counters.rx_group_probes += 1;
+                        continue;
+                    }
+                    if pkt.len() >= 8 {
+                        let qpn = u32::from_be_bytes([0, pkt[5], pkt[6], pkt[7]]);
+                        if qpn != 1 && group::steer::slot_of_qpn(qpn) != slot {
+                            counters.rx_group_strays += 1;
+                            continue;
+                        }
+                    }
+                }
                 let icrc = match (src.ip(), local) {
                     (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
                     (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),

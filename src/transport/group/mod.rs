@@ -596,6 +596,16 @@ impl Member {
     }
 }
 
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("addr", &self.addr)
+            .field("slot", &self.slot)
+            .field("slots", &self.slot_count())
+            .finish()
+    }
+}
+
 impl Drop for Member {
     fn drop(&mut self) {
         if let Some((thread, stop)) = self.server.take() {
