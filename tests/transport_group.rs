@@ -1,7 +1,14 @@
 //! Shared address groups (transport::group) with real processes, real sockets and network
 //! namespaces. No libtest harness: `main` runs each scenario in a fresh network namespace
 //! (`unshare --net`, needs root), and the scenarios start member processes by re-running this
-//! binary with `URXE_GROUP_ROLE=member`. Every wait is bounded.
+//! binary with `URXE_GROUP_ROLE=member`, or Debian's ibv_rc_pingpong / ib_send_bw over urxe's
+//! libibverbs.so.1 (target/urxe/lib, built with provider/build.sh if missing). Every wait is
+//! bounded.
+//!
+//! ```sh
+//! cargo test --release --test transport_group              # every scenario
+//! cargo test --release --test transport_group -- pairs     # scenarios whose name has "pairs"
+//! ```
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -26,6 +33,9 @@ fn main() {
         ("two_users_on_one_address_each_get_a_clear_outcome", two_users),
         ("a_kernel_socket_on_4791_is_named", kernel_socket),
         ("registry_and_address_problems_are_named", setup_problems),
+        ("eight_processes_four_pairs_of_pingpong_and_send_bw_at_once", four_pairs),
+        ("sigkill_one_of_eight_mid_transfer_the_rest_finish_and_the_slot_is_reused", four_pairs_and_a_crash),
+        ("uid_65534_pairs_and_a_second_uid_on_the_address", apps_two_users),
     ];
     if let Ok(name) = std::env::var("URXE_GROUP_INNER") {
         let (_, f) = scenarios.iter().find(|(n, _)| *n == name).expect("known scenario");
@@ -452,4 +462,229 @@ fn setup_problems() {
     assert_eq!(child.wait().unwrap().code(), Some(3));
     assert!(l.starts_with("error errno=99 ") && l.contains("not assigned"), "{l}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------- applications over the group
+
+/// urxe's libibverbs.so.1 directory, built if missing.
+fn lib_dir() -> std::path::PathBuf {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("target/urxe/lib");
+    if !dir.join("libibverbs.so.1").is_file() {
+        let st = Command::new("bash").arg(root.join("provider/build.sh")).arg("--release").status().unwrap();
+        assert!(st.success(), "provider/build.sh failed");
+    }
+    dir
+}
+
+/// A verbs program running over urxe on the group address, its output collected.
+struct App {
+    child: Child,
+    out: Receiver<String>,
+    lines: Vec<String>,
+    what: String,
+}
+
+fn app(tool: &str, args: &[&str], uid: Option<u32>, dir: &str) -> App {
+    // stdbuf: line-buffered stdout, so lines arrive while the program runs.
+    let mut cmd = match uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([format!("--reuid={u}"), format!("--regid={u}"), "--clear-groups".into()]).arg("stdbuf");
+            c
+        }
+        None => Command::new("stdbuf"),
+    };
+    cmd.arg("-oL")
+        .arg(tool)
+        .args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("URXE_ADDR", ADDR)
+        .env("URXE_RUNTIME_DIR", dir)
+        .env_remove("URXE_GROUP_INNER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let (tx, out) = channel();
+    for r in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(r).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    App { child, out, lines: Vec::new(), what: format!("{tool} {}", args.join(" ")) }
+}
+
+impl App {
+    fn drain(&mut self) {
+        while let Ok(l) = self.out.try_recv() {
+            self.lines.push(l);
+        }
+    }
+    /// Waits (bounded) for a line containing `pat`.
+    fn wait_line(&mut self, pat: &str, secs: u64) -> String {
+        let end = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(l) = self.lines.iter().find(|l| l.contains(pat)) {
+                return l.clone();
+            }
+            match self.out.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                Ok(l) => self.lines.push(l),
+                Err(_) => panic!("{}: no line with {pat:?} within {secs} s:\n{}", self.what, self.lines.join("\n")),
+            }
+        }
+    }
+    /// Waits (bounded) for the exit; returns success and the whole output.
+    fn finish(mut self, secs: u64) -> (bool, String) {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let ok = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st.success();
+            }
+            if Instant::now() >= end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        self.drain();
+        (ok, format!("{}:\n{}", self.what, self.lines.join("\n")))
+    }
+    /// The slot of this process: the QPN high byte on its `local address:` line.
+    fn slot(&mut self) -> u32 {
+        let l = self.wait_line("local address:", 30);
+        let q = l.split("QPN ").nth(1).and_then(|r| r.split(',').next()).expect("QPN on the local address line");
+        u32::from_str_radix(q.trim_start_matches("0x"), 16).unwrap() >> 16
+    }
+}
+
+fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    let end = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < end {
+        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let t = std::fs::read_to_string(f).unwrap_or_default();
+            if t.lines().any(|l| l.contains(&want) && l.split_whitespace().nth(3) == Some("0A")) {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+const PINGPONG: &str = "/usr/bin/ibv_rc_pingpong";
+const SEND_BW: &str = "/usr/bin/ib_send_bw";
+
+/// A pair: (server, client) of `tool` on TCP `port` with `extra` arguments.
+fn pair(tool: &str, port: u16, extra: &[&str], uid: Option<u32>, dir: &str) -> (App, App) {
+    let p = port.to_string();
+    let mut args: Vec<&str> = if tool == PINGPONG {
+        vec!["-d", "urxe0", "-g", "0", "-p", &p]
+    } else {
+        vec!["-d", "urxe0", "-x", "0", "-F", "-p", &p]
+    };
+    args.extend_from_slice(extra);
+    let server = app(tool, &args, uid, dir);
+    assert!(tcp_listening(port), "{tool} server on port {port} never listened");
+    args.push("127.0.0.1");
+    let client = app(tool, &args, uid, dir);
+    (server, client)
+}
+
+fn check_pair(tool: &str, (s, c): (App, App)) {
+    for a in [s, c] {
+        let (ok, out) = a.finish(90);
+        assert!(ok, "{out}");
+        if tool == PINGPONG {
+            assert!(out.contains(" iters in ") && !out.contains("invalid data"), "{out}");
+            assert!(out.contains(&format!("GID ::ffff:{ADDR}")), "{out}");
+        } else {
+            // perftest prints GIDs in decimal and a numeric row under its `#bytes` header.
+            assert!(out.contains("GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:77:01:01"), "{out}");
+            let row = out.lines().skip_while(|l| !l.contains("#bytes")).nth(1).unwrap_or("");
+            assert!(row.split_whitespace().next().is_some_and(|w| w.parse::<u64>().is_ok()), "no result row:\n{out}");
+        }
+    }
+}
+
+fn four_pairs() {
+    let dir = tmpdir("pairs", 0);
+    let pairs = vec![
+        (PINGPONG, pair(PINGPONG, 18611, &["-c", "-n", "500", "-s", "4096"], None, &dir)),
+        (PINGPONG, pair(PINGPONG, 18612, &["-c", "-n", "500"], None, &dir)),
+        (SEND_BW, pair(SEND_BW, 18613, &["-n", "500", "-s", "65536"], None, &dir)),
+        (SEND_BW, pair(SEND_BW, 18614, &["-n", "2000", "-s", "64"], None, &dir)),
+    ];
+    for (tool, p) in pairs {
+        check_pair(tool, p);
+    }
+    assert!(no_socket_on_4791());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn four_pairs_and_a_crash() {
+    let dir = tmpdir("crash", 0);
+    // The victim pair runs long; the three others run to completion while it dies.
+    let (mut vs, mut vc) = pair(PINGPONG, 18621, &["-c", "-n", "1000000"], None, &dir);
+    let dead_slot = vs.slot();
+    let dead_client_slot = vc.slot();
+    let others = vec![
+        (PINGPONG, pair(PINGPONG, 18622, &["-c", "-n", "2000", "-s", "4096"], None, &dir)),
+        (SEND_BW, pair(SEND_BW, 18623, &["-n", "1000", "-s", "65536"], None, &dir)),
+        (SEND_BW, pair(SEND_BW, 18624, &["-n", "3000", "-s", "1024"], None, &dir)),
+    ];
+    std::thread::sleep(Duration::from_millis(300));
+    vs.drain();
+    assert!(vs.child.try_wait().unwrap().is_none(), "the victim finished before it was killed");
+    // SIGKILL mid-transfer.
+    vs.child.kill().unwrap();
+    vs.child.wait().unwrap();
+    for (tool, p) in others {
+        check_pair(tool, p);
+    }
+    // Its client cannot finish (its peer is gone); stop it too.
+    let (ok, out) = vc.finish(1);
+    assert!(!ok, "the victim's client finished without its server:\n{out}");
+    // A new pair takes the two freed slots (the dead server's and its client's) and works.
+    let (mut ns, mut nc) = pair(PINGPONG, 18625, &["-c", "-n", "300"], None, &dir);
+    let mut new_slots = [ns.slot(), nc.slot()];
+    new_slots.sort();
+    let mut freed = [dead_slot, dead_client_slot];
+    freed.sort();
+    assert_eq!(new_slots, freed, "the newcomers did not get the slots of the killed pair");
+    check_pair(PINGPONG, (ns, nc));
+    assert!(no_socket_on_4791(), "sockets on 4791 outlived every process");
+    // No stale lock: the next process creates the group afresh at slot 0.
+    let (mut fs, fc) = pair(PINGPONG, 18626, &["-c", "-n", "50"], None, &dir);
+    assert_eq!(fs.slot(), 0);
+    check_pair(PINGPONG, (fs, fc));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn apps_two_users() {
+    let nobody_dir = tmpdir("apps-nobody", NOBODY);
+    let root_dir = tmpdir("apps-root", 0);
+    // Unprivileged: two pairs at once as uid 65534.
+    let a = pair(PINGPONG, 18631, &["-c", "-n", "300"], Some(NOBODY), &nobody_dir);
+    let b = pair(SEND_BW, 18632, &["-n", "500"], Some(NOBODY), &nobody_dir);
+    // Meanwhile root cannot join uid 65534's address: a clear message, no device.
+    let (ok, out) = app(PINGPONG, &["-d", "urxe0", "-g", "0", "-p", "18633"], None, &root_dir).finish(20);
+    assert!(!ok && out.contains("held by uid 65534") && out.contains("URXE_ADDR"), "{out}");
+    check_pair(PINGPONG, a);
+    check_pair(SEND_BW, b);
+    assert!(no_socket_on_4791());
+    std::fs::remove_dir_all(&nobody_dir).unwrap();
+    std::fs::remove_dir_all(&root_dir).unwrap();
 }
