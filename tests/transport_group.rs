@@ -36,6 +36,7 @@ fn main() {
         ("eight_processes_four_pairs_of_pingpong_and_send_bw_at_once", four_pairs),
         ("sigkill_one_of_eight_mid_transfer_the_rest_finish_and_the_slot_is_reused", four_pairs_and_a_crash),
         ("uid_65534_pairs_and_a_second_uid_on_the_address", apps_two_users),
+        ("ipv6_group_and_strays_past_the_pool_are_recognised", ipv6_and_strays),
     ];
     if let Ok(name) = std::env::var("URXE_GROUP_INNER") {
         let (_, f) = scenarios.iter().find(|(n, _)| *n == name).expect("known scenario");
@@ -159,6 +160,15 @@ struct Proc {
 }
 
 fn spawn(dir: &str, uid: Option<u32>, extra: &[(&str, &str)]) -> (Child, Option<ChildStdin>, Receiver<String>) {
+    spawn_on(ADDR, dir, uid, extra)
+}
+
+fn spawn_on(
+    addr: &str,
+    dir: &str,
+    uid: Option<u32>,
+    extra: &[(&str, &str)],
+) -> (Child, Option<ChildStdin>, Receiver<String>) {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = match uid {
         Some(u) => {
@@ -169,7 +179,7 @@ fn spawn(dir: &str, uid: Option<u32>, extra: &[(&str, &str)]) -> (Child, Option<
         None => Command::new(exe),
     };
     cmd.env("URXE_GROUP_ROLE", "member")
-        .env("URXE_GROUP_ADDR", ADDR)
+        .env("URXE_GROUP_ADDR", addr)
         .env("URXE_RUNTIME_DIR", dir)
         .env("URXE_GROUP_SLOTS", "16")
         .env_remove("URXE_GROUP_INNER")
@@ -687,4 +697,41 @@ fn apps_two_users() {
     assert!(no_socket_on_4791());
     std::fs::remove_dir_all(&nobody_dir).unwrap();
     std::fs::remove_dir_all(&root_dir).unwrap();
+}
+
+fn ipv6_and_strays() {
+    // Two members on ::1 in a pool of two: probes compare the whole IPv6 source address.
+    let dir = tmpdir("v6", 0);
+    let mut ps: Vec<Proc> = (0..2)
+        .map(|_| {
+            let (child, stdin, lines) = spawn_on("::1", &dir, None, &[("URXE_GROUP_SLOTS", "2")]);
+            let joined = expect(&lines, "joined", 20);
+            Proc { child, stdin, lines, slot: field(&joined, "slot") as u8, joined }
+        })
+        .collect();
+    ps.sort_by_key(|p| p.slot);
+    assert_eq!((ps[0].slot, ps[1].slot), (0, 1));
+    let tx = UdpSocket::bind("[::1]:0").unwrap();
+    let dst: SocketAddr = "[::1]:4791".parse().unwrap();
+    for p in &ps {
+        tx.send_to(&data((p.slot as u32) << 16 | 0x30), dst).unwrap();
+        assert_eq!(
+            expect(&p.lines, "got", 5),
+            format!("got qpn={:#08x} len=32 kind=mine", (p.slot as u32) << 16 | 0x30)
+        );
+    }
+    // Slot 20 is past the pool: the kernel's hash picks a member, which sees a stray.
+    tx.send_to(&data(20 << 16 | 0x30), dst).unwrap();
+    let mut strays = 0;
+    for p in &ps {
+        if let Ok(l) = p.lines.recv_timeout(Duration::from_millis(500)) {
+            assert_eq!(l, "got qpn=0x140030 len=32 kind=stray");
+            strays += 1;
+        }
+    }
+    assert_eq!(strays, 1);
+    for p in ps {
+        p.quit();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
