@@ -16,6 +16,8 @@
 //! transport its slot socket, its QPN and comm-ID bases and a way to tell its own datagrams
 //! from strays.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod registry;
 pub mod slots;
 pub mod steer;
