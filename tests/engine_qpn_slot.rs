@@ -2,7 +2,6 @@
 //! slot (`slot << 16 | n`) and starts the counter where the slot's previous owner stopped.
 
 #[path = "sim/mod.rs"]
-#[allow(dead_code)]
 mod sim;
 
 use urxe::engine::{Engine, EngineConfig, Error, Limits, Mtu, QpCap, QpInitAttr, QpType};
