@@ -6,8 +6,10 @@
 //!   SRQs). No sockets, no clock, no threads: time is an argument.
 //! - [`transport`]: UDP 4791 sockets, the progress thread, batching, timers.
 //! - [`check`]: the capture verifier behind `urxe check`.
+//! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
 
 pub mod check;
 pub mod engine;
+pub mod hostview;
 pub mod transport;
 pub mod wire;
