@@ -307,7 +307,9 @@ mod sys {
         let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         // SAFETY: every pointer is null or a NUL-terminated string alive for the call; `data`
         // is a string, as tmpfs (the only filesystem type we pass) expects.
-        check(unsafe { libc::mount(ptr(&src), target.as_ptr(), ptr(&fstype), flags, ptr(&data) as *const libc::c_void) })
+        check(unsafe {
+            libc::mount(ptr(&src), target.as_ptr(), ptr(&fstype), flags, ptr(&data) as *const libc::c_void)
+        })
     }
 
     pub fn umount(target: &Path) -> io::Result<()> {
