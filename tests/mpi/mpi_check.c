@@ -6,7 +6,8 @@
  * carries a pattern derived from (iteration, size, sender) that the receiver checks. Then
  * MPI_Allreduce (sum, max) and MPI_Alltoall with per-pair values, each checked against the
  * closed form. Prints "mpi_check: OK ranks=N" on rank 0 and exits 0 only if every rank agrees.
- * --lat: only the 8-byte ping-pong, timed; rank 0 prints "mpi_check: lat8 one-way X us". */
+ * --lat: only the 8-byte ping-pong between ranks 0 and 1, timed per round trip; rank 0 prints
+ * "mpi_check: lat8 one-way median X us average Y us". */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,19 +37,34 @@ static int pingpong(int rank, int peer, int iters, int size, unsigned char *buf)
     return bad;
 }
 
-static double lat8(int rank, int peer, int iters) {
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* 8-byte ping-pong: one-way latency in us, median (*med) and average (return value). */
+static double lat8(int rank, int peer, int iters, double *med) {
     char b[8] = {0};
     int first = rank < peer;
-    for (int it = 0; it < iters / 10 + 1; ++it) { /* warm-up */
-        if (first) { MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD); MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
-        else { MPI_Recv(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE); MPI_Send(b, 8, MPI_BYTE, peer, 0, MPI_COMM_WORLD); }
+    double *rtt = malloc((size_t)iters * sizeof *rtt);
+    if (!rtt) MPI_Abort(MPI_COMM_WORLD, 2);
+    for (int it = -(iters / 10 + 1); it < iters; ++it) { /* negative: warm-up */
+        double t0 = MPI_Wtime();
+        if (first) {
+            MPI_Send(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+            MPI_Recv(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+        }
+        if (it >= 0) rtt[it] = MPI_Wtime() - t0;
     }
-    double t0 = MPI_Wtime();
-    for (int it = 0; it < iters; ++it) {
-        if (first) { MPI_Send(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD); MPI_Recv(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE); }
-        else { MPI_Recv(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE); MPI_Send(b, 8, MPI_BYTE, peer, 1, MPI_COMM_WORLD); }
-    }
-    return (MPI_Wtime() - t0) * 1e6 / (2.0 * iters);
+    double sum = 0;
+    for (int i = 0; i < iters; ++i) sum += rtt[i];
+    qsort(rtt, (size_t)iters, sizeof *rtt, cmp_double);
+    *med = rtt[iters / 2] * 1e6 / 2.0;
+    free(rtt);
+    return sum * 1e6 / (2.0 * iters);
 }
 
 int main(int argc, char **argv) {
@@ -63,8 +79,8 @@ int main(int argc, char **argv) {
     long bad = 0;
 
     if (lat_only) {
-        double us = peer < n ? lat8(rank, peer, iters) : 0.0;
-        if (rank == 0) printf("mpi_check: lat8 one-way %.2f us (%d iterations)\n", us, iters);
+        double med = 0.0, avg = peer < n ? lat8(rank, peer, iters, &med) : 0.0;
+        if (rank == 0) printf("mpi_check: lat8 one-way median %.2f us average %.2f us (%d iterations)\n", med, avg, iters);
         MPI_Finalize();
         return 0;
     }
