@@ -104,6 +104,28 @@ fn ucx_info_lists_urxe0_for_an_unprivileged_user() {
     assert_lists_urxe(&out);
 }
 
+/// `urxe setup` (root) makes the node, and UCX then lists urxe with no view. Done inside a
+/// `urxe run` view whose /dev/infiniband is a private tmpfs, so the host's /dev is not touched:
+/// the view's bind of /dev/null is removed first, and `--no-view` keeps UCX from getting another.
+#[test]
+fn urxe_setup_makes_the_device_node_ucx_needs() {
+    let _serial = heavy_lock();
+    let u = urxe_bin();
+    let script = format!(
+        "set -e; umount /dev/infiniband/uverbs0; rm /dev/infiniband/uverbs0; \
+         if {u} setup --check; then echo 'setup --check: node reported present'; exit 1; fi; \
+         {u} setup; test -c /dev/infiniband/uverbs0; \
+         {u} run --no-view -- ucx_info -d",
+        u = u.display()
+    );
+    let mut c = urxe_run("sh", "rc_verbs,ud_verbs");
+    c.args(["-c", &script]);
+    let out = run_bounded(&mut c, RUN_TIMEOUT).expect("run sh");
+    assert_contains(&out, "/dev/infiniband/uverbs0: absent");
+    assert_contains(&out, "/dev/infiniband/uverbs0: created (char 1:3, mode 0666)");
+    assert_lists_urxe(&out);
+}
+
 /// One ucx_perftest server/client pair over `tls`.
 fn perftest(tls: &str, test: &str, size: &str, port: u16) {
     let p = port.to_string();
