@@ -3,7 +3,7 @@
 //! /dev/infiniband and /sys/class/infiniband files UCX looks for.
 //!
 //! - `ucx_info -d` lists `urxe0:1` with rc_verbs and ud_verbs (as root, and as an unprivileged
-//!   user through a user namespace);
+//!   user through a user namespace, where mpirun -np 2 runs too); `urxe setup` makes the node;
 //! - `ucx_perftest` tag_lat, tag_bw, ucp_put_bw, ucp_get, ucp_am_lat, stream_bw over
 //!   `UCX_TLS=rc_verbs,ud_verbs` and over `ud_verbs`;
 //! - our MPI program (tests/mpi/mpi_check.c: verified ping-pong, allreduce, alltoall) with
@@ -78,30 +78,43 @@ fn ucx_info_lists_urxe0_with_rc_and_ud_verbs() {
     assert_lists_urxe(&out);
 }
 
-/// The unprivileged path: as `nobody`, `urxe run` builds the view in a user namespace. The
-/// binary and the library are copied where `nobody` may read them.
+/// The unprivileged path: as `nobody`, `urxe run` builds the view in a user namespace that maps
+/// only nobody's own ids; `ucx_info -d` lists urxe and mpirun (no --allow-run-as-root: the
+/// ranks are not root) completes mpi_check at -np 2. The binaries and the library are copied
+/// where `nobody` may read them; the directory is nobody's TMPDIR too.
 #[test]
-fn ucx_info_lists_urxe0_for_an_unprivileged_user() {
+fn ucx_and_mpi_for_an_unprivileged_user() {
+    let mpi = mpi_check();
     let _serial = heavy_lock();
     let dir = std::env::temp_dir().join(format!("urxe-unpriv-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("lib")).unwrap();
     std::fs::copy(urxe_bin(), dir.join("urxe")).unwrap();
+    std::fs::copy(&mpi, dir.join("mpi_check")).unwrap();
     std::fs::copy(lib_dir().join("libibverbs.so.1"), dir.join("lib/libibverbs.so.1")).unwrap();
     Command::new("chmod").args(["-R", "a+rX"]).arg(&dir).status().unwrap();
+    Command::new("chmod").arg("1777").arg(&dir).status().unwrap();
+    let script = format!(
+        "id -u; ucx_info -d; UCX_TLS=rc_verbs,ud_verbs,self timeout -k 5 {MPI_TIMEOUT_S} mpirun -np 2 \
+         --mca pml ucx --mca btl self -x UCX_TLS {}/mpi_check 5",
+        dir.display()
+    );
     let mut c = Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(dir.join("urxe"))
         .args(["run", "--lib"])
         .arg(dir.join("lib"))
-        .args(["--", "sh", "-c", "id -u; ucx_info -d"])
+        .args(["--", "sh", "-c", &script])
         .env("UCX_TLS", "all")
+        .env("HOME", &dir)
+        .env("TMPDIR", &dir)
         .env_remove("UCX_UD_ETH_DGID_CHECK");
-    let out = run_bounded(&mut c, RUN_TIMEOUT).expect("run setpriv");
+    let out = run_bounded(&mut c, Duration::from_secs(MPI_TIMEOUT_S as u64 + 10)).expect("run setpriv");
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.stdout.lines().next(), Some("65534"), "not run as nobody\n{out}");
     assert_lacks(&out, "no private view");
     assert_lists_urxe(&out);
+    assert_contains(&out, "mpi_check: OK ranks=2");
 }
 
 /// `urxe setup` (root) makes the node, and UCX then lists urxe with no view. Done inside a
