@@ -5,7 +5,7 @@
 //! - `ucx_info -d` lists `urxe0:1` with rc_verbs and ud_verbs (as root, and as an unprivileged
 //!   user through a user namespace, where mpirun -np 2 runs too); `urxe setup` makes the node;
 //! - `ucx_perftest` tag_lat, tag_bw, ucp_put_bw, ucp_get, ucp_am_lat, stream_bw over
-//!   `UCX_TLS=rc_verbs,ud_verbs` and over `ud_verbs`;
+//!   `UCX_TLS=rc_verbs,ud_verbs` and over `ud_verbs`; UCT am/put/atomics on rc_verbs;
 //! - our MPI program (tests/mpi/mpi_check.c: verified ping-pong, allreduce, alltoall) with
 //!   `--mca pml ucx` at -np 2 and -np 4 on one host, and at -np 4 across two network
 //!   namespaces joined by a veth pair (mpirun's rsh launcher with an `ip netns exec` agent),
@@ -175,6 +175,22 @@ fn ucx_perftest_over_rc_verbs_and_ud_verbs() {
 fn ucx_perftest_over_ud_verbs() {
     for (i, (t, s)) in PERFTESTS.iter().enumerate() {
         perftest("ud_verbs", t, s, 18_630 + i as u16);
+    }
+}
+
+/// UCT-level tests on `urxe0:1` with rc_verbs: active messages, PUT, and the atomics verbs
+/// offer (add, fetch-and-add, compare-and-swap; rc_verbs has no plain swap, by UCX's design).
+#[test]
+fn uct_rc_verbs_am_put_and_atomics() {
+    for (i, t) in ["am_lat", "put_lat", "put_bw", "add_lat", "fadd", "cswap"].iter().enumerate() {
+        let p = (18_650 + i as u16).to_string();
+        let mut server = urxe_run("ucx_perftest", "all");
+        server.args(["-p", &p]);
+        let mut client = urxe_run("ucx_perftest", "all");
+        client.args(["-p", &p, HOST, "-d", "urxe0:1", "-x", "rc_verbs", "-t", t, "-n", "1000"]);
+        let _serial = heavy_lock();
+        let (_, c) = run_pair(18_650 + i as u16, server, client);
+        assert_contains(&c, "Final:");
     }
 }
 
