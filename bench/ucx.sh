@@ -16,7 +16,7 @@
 #   BW_ITERS=20000 LAT_ITERS=20000 MPI_ITERS=20000   iterations per figure
 #   URXE_LIB_DIR   directory holding urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
 #   URXE           the urxe binary (default <repo>/target/release/urxe, built if missing)
-#   PORT=18710     first TCP port for the out-of-band exchanges (the next few are used too)
+#   PORT=19410     first TCP port for the out-of-band exchanges (the next few are used too)
 #   OUT            directory for logs (default /tmp/urxe-bench/ucx-<UTC time>)
 set -u -o pipefail
 
@@ -27,7 +27,7 @@ LAT_ITERS=${LAT_ITERS:-20000}
 MPI_ITERS=${MPI_ITERS:-20000}
 URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
 URXE=${URXE:-$REPO/target/release/urxe}
-PORT=${PORT:-18710}
+PORT=${PORT:-19410}
 OUT=${OUT:-/tmp/urxe-bench/ucx-$(date -u +%Y%m%dT%H%M%SZ)}
 export URXE_LIB_DIR
 unset UCX_UD_ETH_DGID_CHECK UCX_NET_DEVICES UCX_IB_GID_INDEX

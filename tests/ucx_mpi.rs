@@ -167,14 +167,14 @@ const PERFTESTS: [(&str, &str); 6] = [
 #[test]
 fn ucx_perftest_over_rc_verbs_and_ud_verbs() {
     for (i, (t, s)) in PERFTESTS.iter().enumerate() {
-        perftest("rc_verbs,ud_verbs", t, s, 18_610 + i as u16);
+        perftest("rc_verbs,ud_verbs", t, s, 19_310 + i as u16);
     }
 }
 
 #[test]
 fn ucx_perftest_over_ud_verbs() {
     for (i, (t, s)) in PERFTESTS.iter().enumerate() {
-        perftest("ud_verbs", t, s, 18_630 + i as u16);
+        perftest("ud_verbs", t, s, 19_330 + i as u16);
     }
 }
 
@@ -183,13 +183,13 @@ fn ucx_perftest_over_ud_verbs() {
 #[test]
 fn uct_rc_verbs_am_put_and_atomics() {
     for (i, t) in ["am_lat", "put_lat", "put_bw", "add_lat", "fadd", "cswap"].iter().enumerate() {
-        let p = (18_650 + i as u16).to_string();
+        let p = (19_350 + i as u16).to_string();
         let mut server = urxe_run("ucx_perftest", "all");
         server.args(["-p", &p]);
         let mut client = urxe_run("ucx_perftest", "all");
         client.args(["-p", &p, HOST, "-d", "urxe0:1", "-x", "rc_verbs", "-t", t, "-n", "1000"]);
         let _serial = heavy_lock();
-        let (_, c) = run_pair(18_650 + i as u16, server, client);
+        let (_, c) = run_pair(19_350 + i as u16, server, client);
         assert_contains(&c, "Final:");
     }
 }
