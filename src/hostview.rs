@@ -188,11 +188,13 @@ fn provide(target: &Path, stage: &Path, make: impl FnOnce(&Path) -> io::Result<(
         if let Some(parent) = new.parent() {
             fs::create_dir_all(parent)?;
         }
-        if new.exists() {
+        if let Ok(m) = fs::symlink_metadata(&new) {
             // The target itself existed (a file of the wrong kind, or one we cannot open): the
-            // mirrored bind is replaced by ours.
-            sys::umount(&new)?;
-            if new.is_dir() {
+            // mirrored copy (a symlink, or a bind) is replaced by ours.
+            if !m.file_type().is_symlink() {
+                sys::umount(&new)?;
+            }
+            if m.is_dir() {
                 fs::remove_dir(&new)?;
             } else {
                 fs::remove_file(&new)?;
