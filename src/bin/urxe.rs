@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use urxe::check::{check_file, Format, Options, Totals};
+use urxe::hostview;
 
 const USAGE: &str = "\
 usage: urxe <command> [options]
@@ -15,9 +16,18 @@ commands:
         UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
         --verbose  every header field      --json   one JSON object per packet
         --quiet    only failures + totals  --flows  per-flow PSN report (gaps, retransmissions, NAKs)
-  run [--addr IP|IFACE] [--lib DIR] -- PROGRAM [ARGS...]
+  run [--addr IP|IFACE] [--lib DIR] [--no-view] -- PROGRAM [ARGS...]
         Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
         LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
+        Unless the host already has them, PROGRAM and its children get a private view with
+        /dev/infiniband/uverbs0 and /sys/class/infiniband/urxe0 (what UCX and Open MPI look
+        for), through a user + mount namespace (no root needed where the host allows them).
+        --no-view  do not build the view
+  setup [--check]
+        As root, on a host or in a container: create /dev/infiniband/uverbs0 (a character
+        device with /dev/null's numbers) so that UCX finds urxe without `urxe run`. sysfs
+        cannot be written: /sys/class/infiniband stays as the kernel has it (see README).
+        --check  only report what is present (exit 1 if the device node is missing)
   devinfo [--addr IP|IFACE]
         Describe the urxe device as verbs programs see it (runs ibv_devinfo -v over urxe).
   stat [PID...]
@@ -40,6 +50,7 @@ fn main() -> ExitCode {
     match cmd.as_str() {
         "check" => cmd_check(&args[1..]),
         "run" => cmd_run(&args[1..]),
+        "setup" => cmd_setup(&args[1..]),
         "devinfo" => cmd_devinfo(&args[1..]),
         "stat" => cmd_stat(&args[1..]),
         "help" | "-h" | "--help" => {
@@ -202,6 +213,10 @@ fn common_opts(args: &[String]) -> Result<CommonOpts<'_>, String> {
 }
 
 fn cmd_run(args: &[String]) -> ExitCode {
+    let (view, args) = match args.first().map(String::as_str) {
+        Some("--no-view") => (false, &args[1..]),
+        _ => (true, args),
+    };
     let (addr, lib, rest) = match common_opts(args) {
         Ok(v) => v,
         Err(e) => {
@@ -209,15 +224,90 @@ fn cmd_run(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let (view, rest) = match rest.first().map(String::as_str) {
+        Some("--no-view") => (false, &rest[1..]),
+        Some("--") => (view, &rest[1..]),
+        _ => (view, rest),
+    };
     let Some((prog, pargs)) = rest.split_first() else {
         eprintln!("urxe run: no program given (urxe run [--addr A] -- PROGRAM ARGS...)");
         return ExitCode::from(2);
     };
-    match find_lib_dir(lib.as_deref()) {
-        Ok(d) => exec_with_urxe(&d, addr.as_deref(), prog, pargs),
+    let dir = match find_lib_dir(lib.as_deref()) {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("urxe run: {e}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    if view {
+        let addr_setting = addr.clone().or_else(|| std::env::var("URXE_ADDR").ok().filter(|a| !a.is_empty()));
+        let spec = hostview::Spec::urxe(&ndev_of(addr_setting.as_deref()));
+        if !hostview::Present::of(&spec).complete() {
+            if let Err(e) = hostview::enter_view(&spec) {
+                // The program still runs over urxe; only tools that look for the device files
+                // (UCX, Open MPI) will not see it.
+                eprintln!(
+                    "urxe run: no private view of {} and {}: {e}; UCX will not list urxe \
+                     (as root: `urxe setup`; see README, UCX and Open MPI)",
+                    spec.dev_path().display(),
+                    spec.sys_path().display()
+                );
+            }
+        }
+    }
+    exec_with_urxe(&dir, addr.as_deref(), prog, pargs)
+}
+
+/// The interface a URXE_ADDR setting puts the device on, for `gid_attrs/ndevs`: the name
+/// itself, the interface holding an address (from `ip -o addr`), or `lo` (the default
+/// private 127.x address, or an address no interface holds).
+fn ndev_of(setting: Option<&str>) -> String {
+    let Some(s) = setting else { return "lo".into() };
+    let Ok(ip) = s.parse::<std::net::IpAddr>() else { return s.to_string() };
+    let out = std::process::Command::new("ip").args(["-o", "addr", "show"]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let a = f.get(3)?.split('/').next()?.parse::<std::net::IpAddr>().ok()?;
+            (a == ip).then(|| f.get(1).map(|n| n.split('@').next().unwrap_or(n).to_string()))?
+        })
+        .unwrap_or_else(|| "lo".into())
+}
+
+fn cmd_setup(args: &[String]) -> ExitCode {
+    let check_only = match args {
+        [] => false,
+        [a] if a == "--check" => true,
+        [a, ..] => {
+            eprintln!("urxe setup: unexpected argument '{a}'");
+            return ExitCode::from(2);
+        }
+    };
+    let spec = hostview::Spec::urxe("lo");
+    let have = hostview::Present::of(&spec);
+    let sys_note = if have.sys {
+        "present"
+    } else {
+        "absent (sysfs cannot be written; UCX then takes every GID as RoCE v1, which works between \
+         urxe peers; `urxe run` adds it in a private view)"
+    };
+    if check_only {
+        println!("{}: {}", spec.dev_path().display(), if have.dev { "present" } else { "absent" });
+        println!("{}: {sys_note}", spec.sys_path().display());
+        return if have.dev { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+    match hostview::make_device_node(&spec) {
+        Ok(made) => {
+            let what = if made { "created (char 1:3, mode 0666)" } else { "already present" };
+            println!("{}: {what}", spec.dev_path().display());
+            println!("{}: {sys_note}", spec.sys_path().display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("urxe setup: {e}");
+            ExitCode::FAILURE
         }
     }
 }

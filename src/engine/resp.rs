@@ -508,6 +508,7 @@ fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p
         byte_len: total as u32,
         src_qp: deth.src_qp,
         wc_flags: WcFlags::GRH,
+        sl: roce_l3_type(d),
         ..Default::default()
     };
     if let Some(imm) = p.headers.immdt {
@@ -521,6 +522,24 @@ fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p
         wc.status = WcStatus::LocProtErr;
     }
     finish_recv(q, sh, wc, p.headers.bth.solicited);
+}
+
+/// `wc.sl` of a RoCEv2 UD receive: the L3 header type, as ConnectX (mlx5) reports it in that
+/// field for RoCE: 2 = IPv4 (header in bytes 20..40 of the GRH area), 1 = IPv6. RoCE has no
+/// SL on the wire (the IBTA RoCEv2 annex, A17.4.5.1, has the UD CQE carry the frame's L3 type
+/// instead), so no reader loses information; UCX before 1.19 relies on it to find the
+/// destination address of an IPv4 frame (otherwise it reads the GRH area as an IPv6 GID and
+/// drops the datagram). The kernel's rxe reports 0, which readers that parse the GRH area
+/// (rdma-core's own, UCX 1.19+) do not look at.
+const ROCE_L3_IPV4: u8 = 2;
+/// See [`ROCE_L3_IPV4`].
+const ROCE_L3_IPV6: u8 = 1;
+
+fn roce_l3_type(d: &Datagram<'_>) -> u8 {
+    match (d.src, d.dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => ROCE_L3_IPV4,
+        _ => ROCE_L3_IPV6,
+    }
 }
 
 /// The 40 bytes rdma-core expects at the head of a UD receive buffer on RoCEv2.
