@@ -13,26 +13,29 @@ pub use types::*;
 mod comp;
 pub mod counters;
 mod cq;
+mod dma;
 pub mod fuzzing;
 mod mr;
 mod qp;
 mod req;
 mod resp;
+mod shared;
 mod srq;
 mod timer;
+mod xmit;
 
 pub use counters::Counters;
 pub use timer::{ack_timeout_nanos, rnr_nanos};
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 
 use crate::wire;
 use crate::wire::icrc::{IpFields, ROCEV2_PORT};
 use crate::wire::opcode::{OpKind, Transport};
-use cq::{Cq, PushOutcome};
+use cq::Cq;
 use mr::{KeyTable, Mr};
 use qp::Qp;
+use shared::{Ah, EngineShared, Pd, Slab};
 use srq::{RecvRing, Srq};
 use timer::TimerHeap;
 
@@ -42,110 +45,6 @@ pub const MAX_PACKET: usize = 12 + 28 + 8 + 16 + 4 + 4 + 4096 + 4;
 
 /// First QPN handed out (QP0/QP1 are the special QPs; rxe starts at 0x11).
 pub const FIRST_QPN: Qpn = 0x11;
-
-pub(crate) struct Slab<T> {
-    items: Vec<Option<T>>,
-    free: VecDeque<u32>,
-}
-
-impl<T> Slab<T> {
-    fn new() -> Self {
-        // Handle 0 is never valid.
-        Slab { items: vec![None], free: VecDeque::new() }
-    }
-    fn insert(&mut self, t: T, max: u32) -> Option<u32> {
-        if self.len() >= max as usize {
-            return None;
-        }
-        let id = match self.free.pop_front() {
-            Some(id) if self.free.len() > 16 => id,
-            Some(id) => {
-                self.free.push_front(id);
-                self.items.push(None);
-                (self.items.len() - 1) as u32
-            }
-            None => {
-                self.items.push(None);
-                (self.items.len() - 1) as u32
-            }
-        };
-        self.items[id as usize] = Some(t);
-        Some(id)
-    }
-    pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.items.get(id as usize)?.as_ref()
-    }
-    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
-        self.items.get_mut(id as usize)?.as_mut()
-    }
-    fn remove(&mut self, id: u32) -> Option<T> {
-        let t = self.items.get_mut(id as usize)?.take()?;
-        self.free.push_back(id);
-        Some(t)
-    }
-    fn len(&self) -> usize {
-        self.items.len() - 1 - self.free.len()
-    }
-}
-
-pub(crate) struct Pd {
-    refs: u32,
-}
-
-pub(crate) struct Ah {
-    pd: PdId,
-    attr: AhAttr,
-    pub dst: IpAddr,
-}
-
-/// Everything but the QPs: what requester, responder and completer share.
-pub(crate) struct Shared<M> {
-    pub cfg: EngineConfig,
-    pub mem: M,
-    pub keys: KeyTable,
-    pub pds: Slab<Pd>,
-    pub cqs: Slab<Cq>,
-    pub srqs: Slab<Srq>,
-    pub ahs: Slab<Ah>,
-    pub events: VecDeque<Event>,
-    pub counters: Counters,
-}
-
-impl<M> Shared<M> {
-    /// Delivers a completion; `false` if the CQ overflowed.
-    pub fn push_wc(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get_mut(cq) else { return false };
-        match c.push(wc, solicited) {
-            PushOutcome::Stored { notify } => {
-                if notify {
-                    self.events.push_back(Event::Completion(cq));
-                }
-                true
-            }
-            PushOutcome::Overflow { first } => {
-                self.counters.cq_overflows += 1;
-                if first {
-                    self.async_event(AsyncEventType::CqErr, AsyncElement::Cq(cq));
-                }
-                false
-            }
-        }
-    }
-
-    pub fn async_event(&mut self, kind: AsyncEventType, element: AsyncElement) {
-        self.events.push_back(Event::Async(AsyncEvent { kind, element }));
-    }
-
-    /// IP fields the ICRC of a packet we send to `dst` covers (IPv4: ID 0 + DF, as the
-    /// transport's sockets send).
-    pub fn tx_ip(&self, dst: IpAddr) -> Option<IpFields> {
-        match (self.cfg.local_addr, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Some(IpFields::v4_df(s, d)),
-            (IpAddr::V6(s), IpAddr::V6(d)) => Some(IpFields::v6(s, d)),
-            _ => None,
-        }
-    }
-}
 
 /// One RDMA device: PDs, MRs/MWs, CQs, SRQs, AHs and QPs, and the RC/UC/UD transport that
 /// runs between its QPs and their peers.
@@ -166,7 +65,7 @@ impl<M> Shared<M> {
 /// Every input is checked; nothing panics on any packet: protocol outcomes are NAKs,
 /// completions, events and [`Counters`].
 pub struct Engine<M: HostMemory> {
-    sh: Shared<M>,
+    sh: EngineShared<M>,
     qps: Vec<Option<Box<Qp>>>,
     free_qpns: VecDeque<Qpn>,
     nqps: u32,
@@ -183,7 +82,7 @@ impl<M: HostMemory> Engine<M> {
     pub fn new(cfg: EngineConfig, mem: M) -> Engine<M> {
         let max_mr = cfg.limits.max_mr.saturating_add(cfg.limits.max_mw);
         Engine {
-            sh: Shared {
+            sh: EngineShared {
                 keys: KeyTable::new(max_mr),
                 cfg,
                 mem,
@@ -745,7 +644,7 @@ impl<M: HostMemory> Engine<M> {
         }
         while let Some(qpn) = self.txq.pop_front() {
             let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { continue };
-            match req::poll_transmit(q, &mut self.sh, now, buf) {
+            match xmit::poll_qp(q, &mut self.sh, now, buf) {
                 Some(t) => {
                     self.sh.counters.sent_pkts += 1;
                     // Serve a QP for a burst before the next one's turn: consecutive packets

@@ -197,7 +197,7 @@ pub(crate) struct RespState {
     pub out: VecDeque<RespOut>,
     pub out_cap: usize,
     pub comm_est_sent: bool,
-    /// A plain ACK let one ready request packet of this QP go first (see `req::poll_transmit`).
+    /// A plain ACK let one ready request packet of this QP go first (see `xmit::poll_qp`).
     pub ack_yielded: bool,
 }
 

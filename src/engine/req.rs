@@ -3,11 +3,11 @@
 //! fence, local operations (LOCAL_INV, BIND_MW) — and writes each packet into the caller's
 //! buffer with the payload copied once, from host memory straight into the buffer.
 
-use super::comp;
+use super::comp::{self, fail_wqe};
+use super::dma::gather;
 use super::qp::{Qp, RespOut, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
-use super::resp;
+use super::shared::EngineShared;
 use super::types::*;
-use super::Shared;
 use crate::wire::atomic_eth::AtomicEthRepr;
 use crate::wire::bth::BthRepr;
 use crate::wire::deth::DethRepr;
@@ -26,7 +26,12 @@ pub(crate) fn imm_to_wire(imm: u32) -> u32 {
 }
 
 /// Accepts a send WR into the send queue.
-pub(crate) fn post<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, wr: &SendWr<'_>, l: &Limits) -> Result<(), Error> {
+pub(crate) fn post<M: HostMemory>(
+    q: &mut Qp,
+    sh: &mut EngineShared<M>,
+    wr: &SendWr<'_>,
+    l: &Limits,
+) -> Result<(), Error> {
     match q.state {
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
         _ => return Err(Error::BadState),
@@ -115,7 +120,7 @@ pub(crate) fn post<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, wr: &SendWr<'_
         rd_counted: false,
     });
     if q.state == QpState::Err {
-        comp::flush_send(q, sh);
+        comp::flush_send_queue(q, sh);
     }
     Ok(())
 }
@@ -131,7 +136,7 @@ fn requester_may_send(q: &Qp) -> bool {
 }
 
 /// Whether everything the responder has queued is plain positive ACKs (none: true).
-fn only_plain_acks_queued(q: &Qp) -> bool {
+pub(crate) fn only_plain_acks_queued(q: &Qp) -> bool {
     q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
 }
 
@@ -141,35 +146,13 @@ pub(crate) fn only_acks_pending(q: &Qp) -> bool {
     !requester_may_send(q) && only_plain_acks_queued(q)
 }
 
-/// Produces this QP's next packet: responder output first (ACKs and READ responses keep
-/// the peer's requester moving), then the requester's.
-///
-/// One exception: a plain positive ACK lets one ready request packet go first. A peer that
-/// busy-polls its send CQ for that ACK then finds the request already there when the ACK
-/// arrives and handles both in one poll (ib_write_lat: it places our WRITE itself instead of
-/// its progress thread being woken for it). One packet only, so ACKs never wait behind a
-/// long message.
-pub(crate) fn poll_transmit<M: HostMemory>(
+/// The requester's next packet, if one may go now.
+pub(crate) fn poll_request<M: HostMemory>(
     q: &mut Qp,
-    sh: &mut Shared<M>,
+    sh: &mut EngineShared<M>,
     now: Nanos,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    if !q.resp.ack_yielded && !q.resp.out.is_empty() && only_plain_acks_queued(q) {
-        if let Some(t) = poll_request(q, sh, now, buf) {
-            q.resp.ack_yielded = true;
-            return Some(t);
-        }
-    }
-    q.resp.ack_yielded = false;
-    if let Some(t) = resp::poll_out(q, sh, buf) {
-        return Some(t);
-    }
-    poll_request(q, sh, now, buf)
-}
-
-/// The requester's next packet, if one may go now.
-fn poll_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
     if !matches!(q.state, QpState::Rts | QpState::Sqd) || q.req.rnr_until.is_some() {
         return None;
     }
@@ -209,7 +192,7 @@ fn poll_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, buf: 
 }
 
 /// LOCAL_INV and BIND_MW run when the requester reaches them, in send-queue order.
-fn exec_local<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize) {
+fn exec_local<M>(q: &mut Qp, sh: &mut EngineShared<M>, idx: usize) {
     let w = q.sq.wqes[idx];
     let status = match w.kind {
         WrKind::LocalInv { invalidate_rkey } => match sh.keys.invalidate(invalidate_rkey, q.pd, None) {
@@ -264,7 +247,7 @@ fn data_opcode(t: u8, kind: &WrKind, pos: Position) -> u8 {
 
 fn emit_request<M: HostMemory>(
     q: &mut Qp,
-    sh: &mut Shared<M>,
+    sh: &mut EngineShared<M>,
     now: Nanos,
     idx: usize,
     buf: &mut [u8],
@@ -423,86 +406,4 @@ fn emit_request<M: HostMemory>(
         q.req.retx_at = super::timer::ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
     }
     Some(Transmit { dst, src_port: sport, len })
-}
-
-/// Copies `out.len()` bytes of the message described by `sges`, starting at message offset
-/// `off`, into `out` — checking each lkey (PD, bounds) before reading.
-fn gather<M: HostMemory>(sh: &Shared<M>, pd: PdId, sges: &[Sge], mut off: u64, out: &mut [u8]) -> bool {
-    let mut at = 0usize;
-    for s in sges {
-        if at == out.len() {
-            break;
-        }
-        let l = s.length as u64;
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let n = ((l - off) as usize).min(out.len() - at);
-        let va = s.addr.wrapping_add(off);
-        let Ok(r) = sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::EMPTY) else { return false };
-        if sh.mem.read(r.host, &mut out[at..at + n]).is_err() {
-            return false;
-        }
-        at += n;
-        off = 0;
-    }
-    at == out.len()
-}
-
-/// Scatters `data` into the message described by `sges` at message offset `off` (READ
-/// responses, atomic results, received SENDs), checking LOCAL_WRITE on every lkey first.
-pub(crate) fn scatter<M: HostMemory>(sh: &Shared<M>, pd: PdId, sges: &[Sge], off: u64, data: &[u8]) -> bool {
-    // Check everything before writing anything.
-    if !walk(sges, off, data.len(), |s, va, _, n| {
-        sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE).is_ok()
-    }) {
-        return false;
-    }
-    walk(sges, off, data.len(), |s, va, at, n| {
-        match sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE) {
-            Ok(r) => sh.mem.write(r.host, &data[at..at + n]).is_ok(),
-            Err(_) => false,
-        }
-    })
-}
-
-/// Visits the SGE pieces covering `len` bytes from message offset `off`:
-/// `f(sge, va, offset_in_data, n)`; false if they do not cover it or `f` fails.
-fn walk(sges: &[Sge], mut off: u64, len: usize, mut f: impl FnMut(&Sge, u64, usize, usize) -> bool) -> bool {
-    let mut at = 0usize;
-    for s in sges {
-        if at == len {
-            break;
-        }
-        let l = s.length as u64;
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let n = ((l - off) as usize).min(len - at);
-        if !f(s, s.addr.wrapping_add(off), at, n) {
-            return false;
-        }
-        at += n;
-        off = 0;
-    }
-    at == len
-}
-
-/// Marks a WQE failed (it completes in order with `status`, then the QP goes to ERR).
-pub(crate) fn fail_wqe<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize, status: WcStatus) {
-    if let Some(w) = q.sq.wqes.get_mut(idx) {
-        w.state = WqeState::Done;
-        w.status = status;
-    }
-    // Everything before it that was sent is still waiting for its ACK; an error completes
-    // once it reaches the head. Local errors are immediate (IBTA 10.8.3.1): flush now.
-    for w in q.sq.wqes.iter_mut().take(idx) {
-        if w.state != WqeState::Done {
-            w.state = WqeState::Done;
-            w.status = WcStatus::WrFlushErr;
-        }
-    }
-    comp::complete_ready(q, sh);
 }

@@ -9,11 +9,11 @@
 use std::net::IpAddr;
 
 use super::comp::enter_error;
+use super::dma::scatter;
 use super::qp::{InMsg, Qp, RdRes, ReadJob, RespOut};
-use super::req::scatter;
+use super::shared::EngineShared;
 use super::srq::TakenWqe;
 use super::types::*;
-use super::Shared;
 use crate::wire::aeth::{AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
 use crate::wire::atomic_ack_eth::AtomicAckEthRepr;
 use crate::wire::bth::BthRepr;
@@ -47,7 +47,7 @@ fn wire_to_imm(v: u32) -> u32 {
 }
 
 /// One request packet for this QP (all transports).
-pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
+pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
     if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
         sh.counters.bad_state_drops += 1;
         return;
@@ -63,7 +63,7 @@ pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &
     }
 }
 
-fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     let d = psn.distance(q.resp.epsn);
     if d > 0 {
@@ -88,7 +88,7 @@ fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
 }
 
 /// The one place responder errors become wire NAKs, completion statuses and QP state.
-fn report<M>(q: &mut Qp, sh: &mut Shared<M>, e: RespError, psn: Psn) {
+fn report<M>(q: &mut Qp, sh: &mut EngineShared<M>, e: RespError, psn: Psn) {
     let (nak, wc_status, event) = match e {
         RespError::Drop => return,
         RespError::RnrNoWqe => {
@@ -140,7 +140,7 @@ fn queue_ack(q: &mut Qp, syndrome: Syndrome, psn: Psn) {
 }
 
 /// Takes the next receive WQE (own RQ or SRQ) into `q.resp.wqe`.
-fn take_wqe<M>(q: &mut Qp, sh: &mut Shared<M>) -> bool {
+fn take_wqe<M>(q: &mut Qp, sh: &mut EngineShared<M>) -> bool {
     if q.resp.have_wqe {
         return true;
     }
@@ -210,7 +210,14 @@ fn check_payload_len(mtu: u32, pos: Option<Position>, len: usize) -> Result<(), 
     }
 }
 
-fn check_rkey<M>(sh: &Shared<M>, q: &Qp, rkey: u32, va: u64, len: u64, need: AccessFlags) -> Result<u64, RespError> {
+fn check_rkey<M>(
+    sh: &EngineShared<M>,
+    q: &Qp,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: AccessFlags,
+) -> Result<u64, RespError> {
     if len == 0 {
         // Zero-length transfers do not check the R_Key (IBTA 9.7.4.1.3).
         return Ok(0);
@@ -228,7 +235,7 @@ fn check_wqe_room(wqe: &TakenWqe, off: u64, len: usize) -> Result<(), RespError>
 }
 
 /// Executes the expected-PSN request (RC and UC). Updates ePSN/MSN and queues the response.
-fn execute<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+fn execute<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
     let kind = p.info.kind;
     let pos = p.info.position;
     let psn = p.headers.bth.psn;
@@ -372,7 +379,7 @@ fn save_resource(q: &mut Qp, r: RdRes) {
     q.resp.res_next = i + 1;
 }
 
-fn finish_recv<M>(q: &mut Qp, sh: &mut Shared<M>, mut wc: WorkCompletion, solicited: bool) {
+fn finish_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>, mut wc: WorkCompletion, solicited: bool) {
     wc.wr_id = q.resp.wqe.wr_id;
     wc.qp_num = q.qpn;
     if q.ty != QpType::Ud {
@@ -384,7 +391,7 @@ fn finish_recv<M>(q: &mut Qp, sh: &mut Shared<M>, mut wc: WorkCompletion, solici
 
 /// A request with a PSN we already executed (IBTA 9.9.2.2): SEND/WRITE are acknowledged
 /// again, a READ is re-executed from its resource, an atomic replays its saved result.
-fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     match p.info.kind {
         OpKind::Send | OpKind::Write => {
@@ -442,7 +449,7 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
 }
 
 /// UC: no ACKs; a PSN gap discards the message in progress until the next FIRST/ONLY.
-fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     let starts = p.info.position.is_some_and(|x| x.starts());
     if psn != q.resp.epsn || q.resp.uc_discard {
@@ -480,7 +487,7 @@ fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
 
 /// UD: DETH Q_Key check, one-packet messages, the 40-byte GRH area at the head of the
 /// receive buffer (IPv4 header in bytes 20..40, or the IPv6 header), IBV_WC_GRH.
-fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
+fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
     let Some(deth) = p.headers.deth else {
         sh.counters.opcode_errors += 1;
         return;
@@ -572,7 +579,7 @@ fn grh_bytes(d: &Datagram<'_>) -> [u8; 40] {
 }
 
 /// The responder's next outgoing packet (ACK, NAK, atomic ACK, READ response), if any.
-pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, buf: &mut [u8]) -> Option<Transmit> {
+pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf: &mut [u8]) -> Option<Transmit> {
     let dst = q.dest?;
     let ip = sh.tx_ip(dst)?;
     loop {
