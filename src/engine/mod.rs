@@ -14,6 +14,7 @@ mod comp;
 pub mod counters;
 mod cq;
 mod dma;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod mr;
 mod qp;
