@@ -18,6 +18,7 @@ mod dma;
 pub mod fuzzing;
 mod mr;
 mod qp;
+mod recv;
 mod req;
 mod resp;
 mod shared;
@@ -31,8 +32,7 @@ pub use timer::{ack_timeout_nanos, rnr_nanos};
 use std::collections::VecDeque;
 
 use crate::wire;
-use crate::wire::icrc::{IpFields, ROCEV2_PORT};
-use crate::wire::opcode::{OpKind, Transport};
+use crate::wire::opcode::OpKind;
 use cq::Cq;
 use mr::{KeyTable, Mr};
 use qp::Qp;
@@ -554,57 +554,18 @@ impl<M: HostMemory> Engine<M> {
 
     // ---- inputs ------------------------------------------------------------------------
 
-    /// One received UDP datagram. Parsed, ICRC-checked and dispatched to the responder
-    /// (requests) or completer (responses) of its QP; dropped and counted otherwise.
+    /// One received UDP datagram. Checked as rxe_recv.c does (see `recv`) and dispatched to
+    /// the responder (requests) or completer (responses) of its QP; dropped and counted
+    /// otherwise.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
         let c = &mut self.sh.counters;
-        c.rcvd_pkts += 1;
-        let p = match wire::parse(d.payload) {
-            Ok(p) => p,
-            Err(wire::WireError::UnknownOpcode(_) | wire::WireError::Unsupported(_) | wire::WireError::BadTver(_)) => {
-                c.opcode_errors += 1;
-                return;
-            }
-            Err(_) => {
-                c.length_errors += 1;
-                return;
-            }
-        };
-        let covered = p.icrc_covered(d.payload);
-        match d.icrc {
-            IcrcCheck::Full(ip) => {
-                if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
-                    c.icrc_errors += 1;
-                    return;
-                }
-            }
-            IcrcCheck::V4NoId { src, dst } => {
-                let ip = IpFields::v4_df(src.into(), dst.into());
-                if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
-                    c.icrc_unverified += 1;
-                }
-            }
-        }
-        // One partition (P_Key table = [0xFFFF]): full or limited membership of it matches.
-        if p.headers.bth.pkey & 0x7FFF != 0x7FFF {
-            c.pkey_violations += 1;
-            return;
-        }
+        let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
         let Some(Some(q)) = self.qps.get_mut(qpn as usize) else {
             c.unknown_qp += 1;
             return;
         };
-        let ok_transport = matches!(
-            (p.info.transport, q.ty),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
-        );
-        if !ok_transport {
-            c.opcode_errors += 1;
-            return;
-        }
-        if q.ty != QpType::Ud && q.dest.is_some_and(|a| a != d.src) {
-            c.unknown_qp += 1;
+        if !recv::check_qp(c, q, d, &p) {
             return;
         }
         match p.info.kind {
@@ -612,7 +573,7 @@ impl<M: HostMemory> Engine<M> {
                 comp::handle_response(q, &mut self.sh, now, &p);
             }
             _ if p.info.request => resp::handle_request(q, &mut self.sh, d, &p),
-            _ => c.opcode_errors += 1,
+            _ => self.sh.counters.opcode_errors += 1,
         }
         self.touch(qpn);
     }
