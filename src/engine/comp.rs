@@ -151,7 +151,7 @@ fn rewind(q: &mut Qp, psn: Psn) {
 /// Applies an acknowledgement of every PSN up to and including `p`. Returns false (after
 /// starting a retry) if a READ/atomic before `p` is still missing its response: the
 /// responder went past it, so the response was lost (implicit NAK).
-fn ack_through<M>(q: &mut Qp, sh: &mut EngineShared<M>, p: Psn, except: Option<usize>) -> bool {
+fn ack_through(q: &mut Qp, p: Psn, except: Option<usize>) -> bool {
     let before = q.req.unacked;
     let mut ok = true;
     for (i, w) in q.sq.wqes.iter_mut().enumerate() {
@@ -177,7 +177,7 @@ fn ack_through<M>(q: &mut Qp, sh: &mut EngineShared<M>, p: Psn, except: Option<u
         }
     }
     if q.req.unacked != before {
-        progress(q, sh);
+        progress(q);
     }
     if !ok {
         let u = q.req.unacked;
@@ -191,7 +191,7 @@ fn ack_through<M>(q: &mut Qp, sh: &mut EngineShared<M>, p: Psn, except: Option<u
     ok
 }
 
-fn progress<M>(q: &mut Qp, _sh: &mut EngineShared<M>) {
+fn progress(q: &mut Qp) {
     q.req.retry_left = q.attr.retry_cnt;
     q.req.rnr_left = q.attr.rnr_retry;
     q.req.rewound_at = None;
@@ -220,11 +220,11 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M
             let Some(aeth) = p.headers.aeth else { return };
             match aeth.syndrome {
                 Syndrome::Ack { .. } => {
-                    ack_through(q, sh, psn, None);
+                    ack_through(q, psn, None);
                 }
                 Syndrome::RnrNak { timer } => {
                     sh.counters.rnr_naks_rcvd += 1;
-                    if !ack_through(q, sh, psn.sub(1), None) {
+                    if !ack_through(q, psn.sub(1), None) {
                         return;
                     }
                     if q.attr.rnr_retry != 7 {
@@ -244,12 +244,12 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M
                 }
                 Syndrome::Nak(NakCode::PsnSequenceError) => {
                     sh.counters.seq_naks_rcvd += 1;
-                    if ack_through(q, sh, psn.sub(1), None) {
+                    if ack_through(q, psn.sub(1), None) {
                         rewind(q, psn);
                     }
                 }
                 Syndrome::Nak(code) => {
-                    ack_through(q, sh, psn.sub(1), None);
+                    ack_through(q, psn.sub(1), None);
                     let status = match code {
                         NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                         NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -305,7 +305,7 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, 
         return;
     }
     // Responses arrive in order: everything before this WQE is acknowledged by it.
-    if !ack_through(q, sh, w.first_psn.sub(1), Some(j)) {
+    if !ack_through(q, w.first_psn.sub(1), Some(j)) {
         return;
     }
     if psn != q.req.unacked {
@@ -341,7 +341,7 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, 
         true
     };
     q.req.unacked = psn.next();
-    progress(q, sh);
+    progress(q);
     if done {
         let wm = &mut q.sq.wqes[j];
         wm.state = WqeState::Done;

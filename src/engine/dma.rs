@@ -8,6 +8,7 @@ use super::types::*;
 
 /// Copies `out.len()` bytes of the message described by `sges`, starting at message offset
 /// `off`, into `out` — checking each lkey (PD, bounds) before reading.
+#[must_use]
 pub(crate) fn gather<M: HostMemory>(sh: &EngineShared<M>, pd: PdId, sges: &[Sge], off: u64, out: &mut [u8]) -> bool {
     walk(sges, off, out.len(), |s, va, at, n| match sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::EMPTY) {
         Ok(r) => sh.mem.read(r.host, &mut out[at..at + n]).is_ok(),
@@ -17,6 +18,7 @@ pub(crate) fn gather<M: HostMemory>(sh: &EngineShared<M>, pd: PdId, sges: &[Sge]
 
 /// Scatters `data` into the message described by `sges` at message offset `off` (READ
 /// responses, atomic results, received SENDs), checking LOCAL_WRITE on every lkey first.
+#[must_use]
 pub(crate) fn scatter<M: HostMemory>(sh: &EngineShared<M>, pd: PdId, sges: &[Sge], off: u64, data: &[u8]) -> bool {
     // Check everything before writing anything.
     if !walk(sges, off, data.len(), |s, va, _, n| {

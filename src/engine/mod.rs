@@ -148,7 +148,7 @@ impl<M: HostMemory> Engine<M> {
         if access.unknown_bits() != 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
             return Err(Error::Invalid);
         }
-        // IBTA C10-?: remote write or atomic requires local write.
+        // Remote write or atomic access requires local write (ibv_reg_mr(3): EINVAL otherwise).
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
         {
@@ -600,6 +600,7 @@ impl<M: HostMemory> Engine<M> {
     /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes). QPs take
     /// turns of up to [`TX_BURST`] packets, so a long message does not starve the others and
     /// a flow's packets come in trains; call until `None`.
+    #[must_use]
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < MAX_PACKET {
             return None;
@@ -649,6 +650,7 @@ impl<M: HostMemory> Engine<M> {
     }
 
     /// The earliest deadline at which `handle_timeout` has work (maybe spuriously early).
+    #[must_use]
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         while let Some((at, qpn)) = self.timers.peek() {
             match self.qps.get(qpn as usize).and_then(|q| q.as_deref()) {
@@ -661,6 +663,7 @@ impl<M: HostMemory> Engine<M> {
         None
     }
 
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.sh.events.pop_front()
     }

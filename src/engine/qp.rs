@@ -340,7 +340,6 @@ pub(crate) fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option
             rc_m
         }
     };
-    let _ = rc;
     Some(match (from, to) {
         (_, Reset) | (_, Err) => (none, none),
         (Reset, Init) => (

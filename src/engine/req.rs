@@ -147,6 +147,7 @@ pub(crate) fn only_acks_pending(q: &Qp) -> bool {
 }
 
 /// The requester's next packet, if one may go now.
+#[must_use]
 pub(crate) fn poll_request<M: HostMemory>(
     q: &mut Qp,
     sh: &mut EngineShared<M>,

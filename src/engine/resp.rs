@@ -579,6 +579,7 @@ fn grh_bytes(d: &Datagram<'_>) -> [u8; 40] {
 }
 
 /// The responder's next outgoing packet (ACK, NAK, atomic ACK, READ response), if any.
+#[must_use]
 pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf: &mut [u8]) -> Option<Transmit> {
     let dst = q.dest?;
     let ip = sh.tx_ip(dst)?;

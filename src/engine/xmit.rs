@@ -15,6 +15,7 @@ use super::types::*;
 /// arrives and handles both in one poll (ib_write_lat: it places our WRITE itself instead of
 /// its progress thread being woken for it). One packet only, so ACKs never wait behind a
 /// long message.
+#[must_use]
 pub(crate) fn poll_qp<M: HostMemory>(
     q: &mut Qp,
     sh: &mut EngineShared<M>,
