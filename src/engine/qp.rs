@@ -164,6 +164,13 @@ pub(crate) struct ReadJob {
     pub msn: Msn,
 }
 
+impl ReadJob {
+    /// The whole response to a READ request whose first response PSN is `psn`.
+    pub fn new(psn: Psn, va: u64, rkey: u32, len: u32, msn: Msn) -> ReadJob {
+        ReadJob { psn, first_psn: psn, va, rkey, left: len, len, msn }
+    }
+}
+
 /// The message a responder is in the middle of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) enum InMsg {

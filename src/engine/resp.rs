@@ -234,139 +234,154 @@ fn check_wqe_room(wqe: &TakenWqe, off: u64, len: usize) -> Result<(), RespError>
     }
 }
 
-/// Executes the expected-PSN request (RC and UC). Updates ePSN/MSN and queues the response.
+/// Executes the expected-PSN request (RC and UC): the opcode-sequence and QP-access checks,
+/// then the step of its kind. Updates ePSN/MSN and queues the response.
 fn execute<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
     let kind = p.info.kind;
-    let pos = p.info.position;
     let psn = p.headers.bth.psn;
-    let ends = pos.is_some_and(|x| x.ends());
-    check_opcode_sequence(q.resp.msg, kind, pos).inspect_err(|_| sh.counters.opcode_errors += 1)?;
+    check_opcode_sequence(q.resp.msg, kind, p.info.position).inspect_err(|_| sh.counters.opcode_errors += 1)?;
     check_qp_access(q, kind)?;
     match kind {
-        OpKind::Send => {
-            check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
-            if pos.is_some_and(|x| x.starts()) && !take_wqe(q, sh) {
-                return Err(RespError::RnrNoWqe);
-            }
-            let received = match q.resp.msg {
-                InMsg::Send { received } => received,
-                _ => 0,
-            };
-            check_wqe_room(&q.resp.wqe, received, p.payload.len())?;
-            if !p.payload.is_empty() && !scatter(sh, q.pd, &q.resp.wqe.sges, received, p.payload) {
-                return Err(RespError::RemoteOp);
-            }
-            let received = received + p.payload.len() as u64;
-            q.resp.msg = InMsg::Send { received };
-            if ends {
-                let mut flags = WcFlags::EMPTY;
-                let mut wc = WorkCompletion { opcode: WcOpcode::Recv, byte_len: received as u32, ..Default::default() };
-                if let Some(imm) = p.headers.immdt {
-                    flags |= WcFlags::WITH_IMM;
-                    wc.imm_data = wire_to_imm(imm.value);
-                }
-                if let Some(ieth) = p.headers.ieth {
-                    sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| RespError::RemoteOp)?;
-                    flags |= WcFlags::WITH_INV;
-                    wc.invalidated_rkey = ieth.rkey;
-                }
-                wc.wc_flags = flags;
-                finish_recv(q, sh, wc, p.headers.bth.solicited);
-                q.resp.msg = InMsg::None;
-                q.resp.msn = q.resp.msn.next();
-            }
-        }
-        OpKind::Write => {
-            check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
-            let (va, rkey, dma_len, received) = match (q.resp.msg, p.headers.reth) {
-                (InMsg::Write { va, rkey, dma_len, received }, _) => (va, rkey, dma_len, received),
-                (InMsg::None, Some(r)) => {
-                    check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_WRITE)?;
-                    (r.va, r.rkey, r.dma_len, 0)
-                }
-                _ => return Err(RespError::InvalidRequest),
-            };
-            let n = p.payload.len() as u32;
-            let total = received.checked_add(n).ok_or(RespError::InvalidRequest)?;
-            if total > dma_len || (ends && total != dma_len) {
-                sh.counters.length_errors += 1;
-                return Err(RespError::InvalidRequest);
-            }
-            if ends && p.headers.immdt.is_some() && !take_wqe(q, sh) {
-                // Nothing written yet for this packet: the retry after RNR redoes it.
-                q.resp.msg = InMsg::Write { va, rkey, dma_len, received };
-                return Err(RespError::RnrNoWqe);
-            }
-            if n > 0 {
-                let host =
-                    check_rkey(sh, q, rkey, va.wrapping_add(received as u64), n as u64, AccessFlags::REMOTE_WRITE)?;
-                sh.mem.write(host, p.payload).map_err(|_| RespError::RemoteAccess)?;
-            }
-            q.resp.msg = InMsg::Write { va, rkey, dma_len, received: total };
-            if ends {
-                if let Some(imm) = p.headers.immdt {
-                    let wc = WorkCompletion {
-                        opcode: WcOpcode::RecvRdmaWithImm,
-                        byte_len: dma_len,
-                        imm_data: wire_to_imm(imm.value),
-                        wc_flags: WcFlags::WITH_IMM,
-                        ..Default::default()
-                    };
-                    finish_recv(q, sh, wc, p.headers.bth.solicited);
-                }
-                q.resp.msg = InMsg::None;
-                q.resp.msn = q.resp.msn.next();
-            }
-        }
-        OpKind::ReadRequest => {
-            let r = p.headers.reth.ok_or(RespError::InvalidRequest)?;
-            check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ)?;
-            if q.resp.out.len() + 1 >= q.resp.out_cap {
-                return Err(RespError::Drop);
-            }
-            let n = r.dma_len.div_ceil(q.mtu).max(1);
-            save_resource(q, RdRes::Read { first: psn, last: psn.add(n - 1) });
-            q.resp.msn = q.resp.msn.next();
-            let job = ReadJob {
-                psn,
-                first_psn: psn,
-                va: r.va,
-                rkey: r.rkey,
-                left: r.dma_len,
-                len: r.dma_len,
-                msn: q.resp.msn,
-            };
-            q.resp.out.push_back(RespOut::Read(job));
-            q.resp.epsn = psn.add(n);
-            return Ok(());
-        }
-        OpKind::CompareSwap | OpKind::FetchAdd => {
-            let a = p.headers.atomic_eth.ok_or(RespError::InvalidRequest)?;
-            if a.va % 8 != 0 {
-                return Err(RespError::InvalidRequest);
-            }
-            let host = check_rkey(sh, q, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
-            if q.resp.out.len() + 1 >= q.resp.out_cap {
-                return Err(RespError::Drop);
-            }
-            let orig = if kind == OpKind::CompareSwap {
-                sh.mem.atomic_cmp_swap(host, a.compare, a.swap_add)
-            } else {
-                sh.mem.atomic_fetch_add(host, a.swap_add)
-            }
-            .map_err(|_| RespError::RemoteAccess)?;
-            save_resource(q, RdRes::Atomic { psn, orig });
-            q.resp.msn = q.resp.msn.next();
-            q.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: q.resp.msn });
-            q.resp.epsn = psn.next();
-            return Ok(());
-        }
+        OpKind::Send => execute_send(q, sh, p)?,
+        OpKind::Write => execute_write(q, sh, p)?,
+        // READ and atomic requests answer with their own responses and move ePSN themselves.
+        OpKind::ReadRequest => return execute_read(q, sh, p),
+        OpKind::CompareSwap | OpKind::FetchAdd => return execute_atomic(q, sh, p),
         _ => return Err(RespError::InvalidRequest),
     }
     q.resp.epsn = psn.next();
     if q.ty == QpType::Rc && p.headers.bth.ack_req {
         queue_ack(q, ACK_OK, psn);
     }
+    Ok(())
+}
+
+/// One SEND packet: its payload goes to the receive WQE (taken at the first packet); the last
+/// packet completes the WQE (with immediate data or an invalidated rkey).
+fn execute_send<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let pos = p.info.position;
+    let ends = pos.is_some_and(|x| x.ends());
+    check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
+    if pos.is_some_and(|x| x.starts()) && !take_wqe(q, sh) {
+        return Err(RespError::RnrNoWqe);
+    }
+    let received = match q.resp.msg {
+        InMsg::Send { received } => received,
+        _ => 0,
+    };
+    check_wqe_room(&q.resp.wqe, received, p.payload.len())?;
+    if !p.payload.is_empty() && !scatter(sh, q.pd, &q.resp.wqe.sges, received, p.payload) {
+        return Err(RespError::RemoteOp);
+    }
+    let received = received + p.payload.len() as u64;
+    q.resp.msg = InMsg::Send { received };
+    if ends {
+        let mut flags = WcFlags::EMPTY;
+        let mut wc = WorkCompletion { opcode: WcOpcode::Recv, byte_len: received as u32, ..Default::default() };
+        if let Some(imm) = p.headers.immdt {
+            flags |= WcFlags::WITH_IMM;
+            wc.imm_data = wire_to_imm(imm.value);
+        }
+        if let Some(ieth) = p.headers.ieth {
+            sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| RespError::RemoteOp)?;
+            flags |= WcFlags::WITH_INV;
+            wc.invalidated_rkey = ieth.rkey;
+        }
+        wc.wc_flags = flags;
+        finish_recv(q, sh, wc, p.headers.bth.solicited);
+        q.resp.msg = InMsg::None;
+        q.resp.msn = q.resp.msn.next();
+    }
+    Ok(())
+}
+
+/// One RDMA WRITE packet: the RETH of the first packet is checked once, each payload goes to
+/// the remote address; WRITE with immediate consumes a receive WQE at the end.
+fn execute_write<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let pos = p.info.position;
+    let ends = pos.is_some_and(|x| x.ends());
+    check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
+    let (va, rkey, dma_len, received) = match (q.resp.msg, p.headers.reth) {
+        (InMsg::Write { va, rkey, dma_len, received }, _) => (va, rkey, dma_len, received),
+        (InMsg::None, Some(r)) => {
+            check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_WRITE)?;
+            (r.va, r.rkey, r.dma_len, 0)
+        }
+        _ => return Err(RespError::InvalidRequest),
+    };
+    let n = p.payload.len() as u32;
+    let total = received.checked_add(n).ok_or(RespError::InvalidRequest)?;
+    if total > dma_len || (ends && total != dma_len) {
+        sh.counters.length_errors += 1;
+        return Err(RespError::InvalidRequest);
+    }
+    if ends && p.headers.immdt.is_some() && !take_wqe(q, sh) {
+        // Nothing written yet for this packet: the retry after RNR redoes it.
+        q.resp.msg = InMsg::Write { va, rkey, dma_len, received };
+        return Err(RespError::RnrNoWqe);
+    }
+    if n > 0 {
+        let host = check_rkey(sh, q, rkey, va.wrapping_add(received as u64), n as u64, AccessFlags::REMOTE_WRITE)?;
+        sh.mem.write(host, p.payload).map_err(|_| RespError::RemoteAccess)?;
+    }
+    q.resp.msg = InMsg::Write { va, rkey, dma_len, received: total };
+    if ends {
+        if let Some(imm) = p.headers.immdt {
+            let wc = WorkCompletion {
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: dma_len,
+                imm_data: wire_to_imm(imm.value),
+                wc_flags: WcFlags::WITH_IMM,
+                ..Default::default()
+            };
+            finish_recv(q, sh, wc, p.headers.bth.solicited);
+        }
+        q.resp.msg = InMsg::None;
+        q.resp.msn = q.resp.msn.next();
+    }
+    Ok(())
+}
+
+/// An RDMA READ request: checked, remembered as a responder resource, and queued as a READ
+/// response job that `poll_out` sends packet by packet.
+fn execute_read<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let psn = p.headers.bth.psn;
+    let r = p.headers.reth.ok_or(RespError::InvalidRequest)?;
+    check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ)?;
+    if q.resp.out.len() + 1 >= q.resp.out_cap {
+        return Err(RespError::Drop);
+    }
+    let n = r.dma_len.div_ceil(q.mtu).max(1);
+    save_resource(q, RdRes::Read { first: psn, last: psn.add(n - 1) });
+    q.resp.msn = q.resp.msn.next();
+    let job = ReadJob::new(psn, r.va, r.rkey, r.dma_len, q.resp.msn);
+    q.resp.out.push_back(RespOut::Read(job));
+    q.resp.epsn = psn.add(n);
+    Ok(())
+}
+
+/// An atomic request: executed once, its original value remembered (a duplicate replays it)
+/// and queued as an atomic ACK.
+fn execute_atomic<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let psn = p.headers.bth.psn;
+    let a = p.headers.atomic_eth.ok_or(RespError::InvalidRequest)?;
+    if a.va % 8 != 0 {
+        return Err(RespError::InvalidRequest);
+    }
+    let host = check_rkey(sh, q, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
+    if q.resp.out.len() + 1 >= q.resp.out_cap {
+        return Err(RespError::Drop);
+    }
+    let orig = if p.info.kind == OpKind::CompareSwap {
+        sh.mem.atomic_cmp_swap(host, a.compare, a.swap_add)
+    } else {
+        sh.mem.atomic_fetch_add(host, a.swap_add)
+    }
+    .map_err(|_| RespError::RemoteAccess)?;
+    save_resource(q, RdRes::Atomic { psn, orig });
+    q.resp.msn = q.resp.msn.next();
+    q.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: q.resp.msn });
+    q.resp.epsn = psn.next();
     Ok(())
 }
 
@@ -409,15 +424,7 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>
             if check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ).is_err() {
                 return;
             }
-            let job = ReadJob {
-                psn,
-                first_psn: psn,
-                va: r.va,
-                rkey: r.rkey,
-                left: r.dma_len,
-                len: r.dma_len,
-                msn: q.resp.msn,
-            };
+            let job = ReadJob::new(psn, r.va, r.rkey, r.dma_len, q.resp.msn);
             // A reply for this READ still queued or in progress restarts from the requested
             // PSN instead of being joined by a second full copy: duplicated or repeated READ
             // requests must not multiply the response traffic (and starve what follows).
