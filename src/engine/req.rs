@@ -3,6 +3,8 @@
 //! fence, local operations (LOCAL_INV, BIND_MW) — and writes each packet into the caller's
 //! buffer with the payload copied once, from host memory straight into the buffer.
 
+use std::net::IpAddr;
+
 use super::comp::{self, fail_wqe};
 use super::dma::gather;
 use super::qp::{Qp, RespOut, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
@@ -253,19 +255,7 @@ fn emit_request<M: HostMemory>(
     idx: usize,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    let mtu = q.mtu;
-    {
-        let w = &mut q.sq.wqes[idx];
-        if w.npkts == 0 {
-            w.first_psn = q.req.psn;
-            w.npkts = match w.kind {
-                WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => 1,
-                _ if q.ty == QpType::Ud => 1,
-                _ => npkts_for(w.len, mtu),
-            };
-            q.req.noack_pkts = 0;
-        }
-    }
+    start_wqe(q, idx);
     let w = q.sq.wqes[idx];
     let i = q.req.psn.distance(w.first_psn);
     if i < 0 || i as u32 >= w.npkts {
@@ -274,25 +264,79 @@ fn emit_request<M: HostMemory>(
         return None;
     }
     let i = i as u32;
+    let (dst, dest_qp) = match destination(q, sh, &w) {
+        Ok(d) => d,
+        Err(Some(status)) => {
+            fail_wqe(q, sh, idx, status);
+            return None;
+        }
+        Err(None) => return None,
+    };
     let pos = position(i, w.npkts);
-    let offset = i * mtu;
+    let offset = i * q.mtu;
+    let (mut h, payload_len, consumes) = request_headers(q, &w, dest_qp, i, pos);
+    set_ack_req(q, &w, &mut h, pos.ends());
+    let Ok(hl) = h.emit(buf) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    if payload_len > 0 && !copy_payload(q, sh, &w, offset, &mut buf[hl..hl + payload_len as usize]) {
+        fail_wqe(q, sh, idx, WcStatus::LocProtErr);
+        return None;
+    }
+    let Some(ip) = sh.tx_ip(dst) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    let sport = q.sport;
+    let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
+        sh.counters.tx_errors += 1;
+        return None;
+    };
+    advance(q, sh, now, idx, consumes, pos.ends());
+    Some(Transmit { dst, src_port: sport, len })
+}
+
+/// At a WQE's first packet: its first PSN and packet count.
+fn start_wqe(q: &mut Qp, idx: usize) {
+    let (mtu, ty, psn) = (q.mtu, q.ty, q.req.psn);
+    let w = &mut q.sq.wqes[idx];
+    if w.npkts == 0 {
+        w.first_psn = psn;
+        w.npkts = match w.kind {
+            WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => 1,
+            _ if ty == QpType::Ud => 1,
+            _ => npkts_for(w.len, mtu),
+        };
+        q.req.noack_pkts = 0;
+    }
+}
+
+/// Where the WQE's packets go: the address handle's address and QPN (UD) or the connected
+/// peer. `Err(Some(status))` fails the WR; `Err(None)` sends nothing yet.
+fn destination<M>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe) -> Result<(IpAddr, Qpn), Option<WcStatus>> {
+    match (q.ty, w.ud) {
+        (QpType::Ud, Some(u)) => match sh.ahs.get(u.ah) {
+            Some(ah) => Ok((ah.dst, u.remote_qpn)),
+            None => Err(Some(WcStatus::LocQpOpErr)),
+        },
+        _ => match q.dest {
+            Some(d) => Ok((d, q.attr.dest_qp_num)),
+            None => Err(None),
+        },
+    }
+}
+
+/// The headers of packet `i` (at position `pos`) of the WQE, its payload length and how many
+/// PSNs it consumes (a READ request consumes one per response packet).
+fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> (Headers, u32, u32) {
+    let offset = i * q.mtu;
     let t = match q.ty {
         QpType::Rc => 0x00,
         QpType::Uc => 0x20,
         QpType::Ud => 0x60,
-    };
-    let (dst, dest_qp) = match (q.ty, w.ud) {
-        (QpType::Ud, Some(u)) => match sh.ahs.get(u.ah) {
-            Some(ah) => (ah.dst, u.remote_qpn),
-            None => {
-                fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-                return None;
-            }
-        },
-        _ => match q.dest {
-            Some(d) => (d, q.attr.dest_qp_num),
-            None => return None,
-        },
     };
     let mut h = Headers { bth: BthRepr { dest_qp, psn: q.req.psn, ..BthRepr::default() }, ..Headers::default() };
     let mut payload_len = 0u32;
@@ -318,7 +362,7 @@ fn emit_request<M: HostMemory>(
         }
         ref k => {
             h.bth.opcode = data_opcode(t, k, pos);
-            payload_len = (w.len - offset).min(mtu);
+            payload_len = (w.len - offset).min(q.mtu);
             if let (
                 WrKind::RdmaWrite { remote_addr, rkey } | WrKind::RdmaWriteWithImm { remote_addr, rkey, .. },
                 true,
@@ -343,40 +387,34 @@ fn emit_request<M: HostMemory>(
             h.bth.solicited = ends && w.flags.contains(SendFlags::SOLICITED) && !matches!(k, WrKind::RdmaWrite { .. });
         }
     }
+    (h, payload_len, consumes)
+}
+
+/// AckReq policy (RC): on a message's last packet, on READ/atomic requests and every
+/// `ACK_EVERY`th packet.
+fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
     q.req.noack_pkts += 1;
     h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= ACK_EVERY);
     if h.bth.ack_req {
         q.req.noack_pkts = 0;
     }
-    let Ok(hl) = h.emit(buf) else {
-        sh.counters.tx_errors += 1;
-        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-        return None;
-    };
-    if payload_len > 0 {
-        let dst_buf = &mut buf[hl..hl + payload_len as usize];
-        let ok = if w.inline {
-            let src = q.sq.inline_of(&w);
-            dst_buf.copy_from_slice(&src[offset as usize..(offset + payload_len) as usize]);
-            true
-        } else {
-            gather(sh, q.pd, q.sq.sges_of(&w), offset as u64, dst_buf)
-        };
-        if !ok {
-            fail_wqe(q, sh, idx, WcStatus::LocProtErr);
-            return None;
-        }
+}
+
+/// Copies the packet's payload (message offset `offset`) into `out`: from the inline copy, or
+/// gathered from host memory through the WQE's SGEs. False on a bad lkey.
+fn copy_payload<M: HostMemory>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe, offset: u32, out: &mut [u8]) -> bool {
+    if w.inline {
+        let src = q.sq.inline_of(w);
+        out.copy_from_slice(&src[offset as usize..offset as usize + out.len()]);
+        true
+    } else {
+        gather(sh, q.pd, q.sq.sges_of(w), offset as u64, out)
     }
-    let Some(ip) = sh.tx_ip(dst) else {
-        sh.counters.tx_errors += 1;
-        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-        return None;
-    };
-    let sport = q.sport;
-    let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
-        sh.counters.tx_errors += 1;
-        return None;
-    };
+}
+
+/// After a packet went out: the next PSN, the retransmission count, the WQE's state when its
+/// last packet left (RC: sent, waiting for its ACK; UC/UD: done) and the ACK timer.
+fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, consumes: u32, ends: bool) {
     if q.req.psn.before(q.req.high_psn) {
         sh.counters.retransmitted_pkts += 1;
     }
@@ -384,7 +422,7 @@ fn emit_request<M: HostMemory>(
     if q.req.psn.after(q.req.high_psn) {
         q.req.high_psn = q.req.psn;
     }
-    let finished = match w.kind {
+    let finished = match q.sq.wqes[idx].kind {
         WrKind::RdmaRead { .. } | WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => true,
         _ => ends,
     };
@@ -406,5 +444,4 @@ fn emit_request<M: HostMemory>(
     if q.ty == QpType::Rc && q.req.retx_at.is_none() {
         q.req.retx_at = super::timer::ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
     }
-    Some(Transmit { dst, src_port: sport, len })
 }
