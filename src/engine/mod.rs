@@ -1,10 +1,13 @@
 //! Engine layer (sans-IO): what rdma_rxe's req/resp/comp/qp/mr code does, as a state machine
 //! with no sockets, no clock and no threads. See docs/DESIGN.md and [`Engine`].
 //!
-//! Module map (named after rxe): `mr` (MR + MW, keys), `cq`, `srq` (receive rings), `qp`
-//! (state machine, transition table), `req` (requester), `resp` (responder), `comp`
-//! (completer), `timer`, `counters`. Memory is reached only through [`HostMemory`], after
-//! the checks in `mr`.
+//! Module map (named after rxe; arrows point down only): `types` (the API values, by kind),
+//! `counters`, `timer`; object state `mr` (MR + MW, keys), `cq`, `srq` (receive rings), `qp`
+//! (state machine, transition table); `shared` (everything but the QPs); `dma` (gather and
+//! scatter through checked lkeys); `comp` (completer, and completion delivery / flushing),
+//! `req` (requester), `resp` (responder); `recv` (rxe_recv.c checks) and `xmit` (which of a
+//! QP's packets goes next). Memory is reached only through [`HostMemory`], after the checks in
+//! `mr`. The fuzz harness `fuzzing` is built only with the `fuzzing` feature.
 #![forbid(unsafe_code)]
 
 pub mod types;
