@@ -14,7 +14,10 @@ commands:
         Verify every RoCEv2 (UDP 4791) packet of pcap/pcapng captures: ICRC, header rules,
         UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
         --verbose  every header field      --json   one JSON object per packet
-        --quiet    only failures + totals  --flows  per-flow PSN report (gaps, retransmissions, NAKs)
+        --quiet    only failures + totals
+        --flows    per-flow PSN report: request and response PSN ranges apart, gaps,
+                   retransmissions, NAKs
+        A capture with no frame at all (header only) is valid: 0 packets, exit 0.
   run [--addr IP|IFACE] [--lib DIR] -- PROGRAM [ARGS...]
         Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
         LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
@@ -91,7 +94,7 @@ fn cmd_check(args: &[String]) -> ExitCode {
                 } else {
                     let _ = writeln!(out, "{line}");
                 }
-                if t.rocev2 == 0 {
+                if t.rocev2 == 0 && t.frames > 0 {
                     let _ = out.flush();
                     eprintln!("urxe check: {}: no RoCEv2 packets (UDP port 4791)", f.display());
                 }
