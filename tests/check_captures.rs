@@ -399,3 +399,167 @@ fn a_header_only_capture_is_valid_with_zero_packets() {
     assert_eq!(code, 1);
     assert!(err.contains("no RoCEv2 packets"), "{err}");
 }
+
+// ------------------------------------------------------------------ the capture tap
+
+/// urxe's libibverbs.so.1 (built by `bash provider/build.sh --release` if it is not there).
+fn urxe_lib_dir() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let dir = target.join("urxe/lib");
+    if !dir.join("libibverbs.so.1").is_file() {
+        let st = Command::new("bash").arg(root.join("provider/build.sh")).arg("--release").current_dir(root).status();
+        assert!(st.is_ok_and(|s| s.success()), "bash provider/build.sh --release failed");
+    }
+    dir
+}
+
+/// Waits for `child` at most `limit`; kills it when it overstays. Returns whether it exited 0.
+fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> bool {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st.success();
+        }
+        if std::time::Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A free TCP port for the pingpong's out-of-band exchange.
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `(source, destination, IP header, UDP payload)` of every RoCEv2 packet of a capture, and
+/// for pcapng the interface each came from.
+fn roce_packets(path: &Path) -> Vec<(std::net::IpAddr, std::net::IpAddr, Vec<u8>, Vec<u8>)> {
+    let mut v = Vec::new();
+    for f in frames(path) {
+        if let Decoded::Udp(d) = decode(&f) {
+            if d.dport == 4791 {
+                v.push((d.src, d.dst, d.ip_header.to_vec(), d.payload.to_vec()));
+            }
+        }
+    }
+    v
+}
+
+/// Two urxe processes run ibv_rc_pingpong (3000-byte messages: SEND FIRST/MIDDLE/LAST and
+/// ACKs) over loopback with URXE_GSO=0 while tcpdump captures lo. Each process writes its own
+/// tap file — one through `urxe run --pcap`, one through URXE_PCAP. Every record of each tap
+/// equals tcpdump's packet, packet for packet in order per direction: the UDP payload, and for
+/// sent packets the whole IPv4 header (ID 0, DF, TTL, checksum). `urxe check` passes both taps.
+#[test]
+fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
+    use std::process::Stdio;
+    let lib = urxe_lib_dir();
+    let d = tmpdir("tap");
+    let pid = std::process::id();
+    // Addresses of our own, so the filter ignores other urxe processes on lo.
+    let net = format!("127.{}.{}", 100 + pid % 100, (pid / 100) % 250 + 1);
+    let (a, b) = (format!("{net}.1"), format!("{net}.2"));
+    let dump = d.join("lo.pcap");
+    let mut td = Command::new("tcpdump")
+        .args(["-i", "lo", "-U", "-n", "-w"])
+        .arg(&dump)
+        .arg(format!("udp port 4791 and (host {a} or host {b})"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("tcpdump (Debian package tcpdump) must be installed");
+    // tcpdump says "listening on lo" once its filter is in place.
+    let mut err = std::io::BufReader::new(td.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("listening on lo"), "tcpdump: {line}");
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+
+    let port = free_tcp_port().to_string();
+    let pp = ["-d", "urxe0", "-g", "1", "-p", &port, "-n", "20", "-s", "3000"];
+    let tap_a = d.join("tap-a.pcapng");
+    let tap_b = d.join("tap-b-%p.pcapng");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_urxe"))
+        .args(["run", "--addr", &a, "--lib"])
+        .arg(&lib)
+        .arg("--pcap")
+        .arg(&tap_a)
+        .args(["--", "ibv_rc_pingpong"])
+        .args(pp)
+        .env("URXE_GSO", "0")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let listening = || {
+        std::fs::read_to_string("/proc/net/tcp")
+            .unwrap()
+            .contains(&format!(":{:04X} 00000000:0000 0A", port.parse::<u16>().unwrap()))
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !listening() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = Command::new("ibv_rc_pingpong")
+        .args(pp)
+        .arg("127.0.0.1")
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("URXE_ADDR", &b)
+        .env("URXE_GSO", "0")
+        .env("URXE_PCAP", &tap_b)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client_ok = wait_bounded(&mut client, Duration::from_secs(30));
+    let server_ok = wait_bounded(&mut server, Duration::from_secs(10));
+    // tcpdump may lag behind on a loaded machine and drops what it has not read when stopped:
+    // let it catch up with the taps (bounded) before stopping it.
+    let readable = |p: &Path| {
+        let Ok(mut c) = Capture::open(p) else { return 0 };
+        let mut n = 0;
+        while let Some(Ok(_)) = c.next_frame() {
+            n += 1;
+        }
+        n
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while readable(&dump) < readable(&tap_a) && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill").arg(td.id().to_string()).status();
+    let _ = wait_bounded(&mut td, Duration::from_secs(10));
+    assert!(client_ok && server_ok, "pingpong failed: client {client_ok}, server {server_ok}");
+    let tap_b = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("tap-b-"))
+        .expect("the client's URXE_PCAP file (%p = its pid)");
+
+    let wire = roce_packets(&dump);
+    // 20 iterations x 3 packets each way, plus ACKs.
+    assert!(wire.len() >= 120, "tcpdump saw {} packets", wire.len());
+    let (ia, ib): (std::net::IpAddr, std::net::IpAddr) = (a.parse().unwrap(), b.parse().unwrap());
+    for (tap, me) in [(&tap_a, ia), (&tap_b, ib)] {
+        let t = check_file(tap, quiet(), &mut Vec::new()).unwrap();
+        assert!(t.passed(), "{}: {}", tap.display(), t.line());
+        assert_eq!(t.rocev2 as usize, wire.len(), "{}: the tap holds every packet", tap.display());
+        let recs = roce_packets(tap);
+        let sent: Vec<_> = recs.iter().filter(|r| r.0 == me).collect();
+        let got: Vec<_> = recs.iter().filter(|r| r.1 == me).collect();
+        let wire_sent: Vec<_> = wire.iter().filter(|r| r.0 == me).collect();
+        let wire_got: Vec<_> = wire.iter().filter(|r| r.1 == me).collect();
+        assert_eq!(sent.len(), wire_sent.len(), "{}", tap.display());
+        assert_eq!(got.len(), wire_got.len(), "{}", tap.display());
+        for (i, (r, w)) in sent.iter().zip(&wire_sent).enumerate() {
+            assert_eq!(r.3, w.3, "{} sent packet {i}: UDP payload", tap.display());
+            assert_eq!(r.2, w.2, "{} sent packet {i}: IPv4 header", tap.display());
+        }
+        for (i, (r, w)) in got.iter().zip(&wire_got).enumerate() {
+            assert_eq!(r.3, w.3, "{} received packet {i}: UDP payload", tap.display());
+            assert_eq!((r.0, r.1), (w.0, w.1), "{} received packet {i}", tap.display());
+        }
+    }
+}

@@ -18,9 +18,10 @@ commands:
         --flows    per-flow PSN report: request and response PSN ranges apart, gaps,
                    retransmissions, NAKs
         A capture with no frame at all (header only) is valid: 0 packets, exit 0.
-  run [--addr IP|IFACE] [--lib DIR] -- PROGRAM [ARGS...]
+  run [--addr IP|IFACE] [--lib DIR] [--pcap FILE] -- PROGRAM [ARGS...]
         Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
         LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
+        --pcap FILE  capture every RoCEv2 packet the device sends and receives (URXE_PCAP)
   devinfo [--addr IP|IFACE]
         Describe the urxe device as verbs programs see it (runs ibv_devinfo -v over urxe).
   stat [PID...]
@@ -32,6 +33,9 @@ environment:
                 127.x.y.z loopback address per process, so processes on one host reach
                 each other with no setting)
   URXE_LIB_DIR  directory holding urxe's libibverbs.so.1 (default: found beside this binary)
+  URXE_PCAP     pcapng file the device writes every RoCEv2 packet it sends and receives to,
+                one record per packet with its IP/UDP headers; `%p` becomes the process id
+  URXE_PCAP_MAX largest capture file in bytes (suffix K, M, G); records beyond it are dropped
 ";
 
 fn main() -> ExitCode {
@@ -205,7 +209,25 @@ fn common_opts(args: &[String]) -> Result<CommonOpts<'_>, String> {
 }
 
 fn cmd_run(args: &[String]) -> ExitCode {
-    let (addr, lib, rest) = match common_opts(args) {
+    // `--pcap PATH` (before the program) sets URXE_PCAP for it.
+    // Only urxe's own leading options are looked at; the program's arguments are its own.
+    let mut args = args.to_vec();
+    let mut i = 0;
+    while i < args.len() && matches!(args[i].as_str(), "--addr" | "--lib" | "--pcap") {
+        if args[i] != "--pcap" {
+            i += 2;
+            continue;
+        }
+        match args.get(i + 1) {
+            Some(path) if !path.is_empty() && path != "--" => std::env::set_var("URXE_PCAP", path),
+            _ => {
+                eprintln!("urxe run: --pcap needs a file path");
+                return ExitCode::from(2);
+            }
+        }
+        args.drain(i..i + 2);
+    }
+    let (addr, lib, rest) = match common_opts(&args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("urxe run: {e}");

@@ -9,8 +9,13 @@ use std::time::Duration;
 
 use etherparse::{EtherType, NetSlice, SlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
+
+/// Comment urxe's capture tap puts on a received IPv4 packet: a UDP socket cannot see the IP
+/// ID the sender used, so the record carries ID 0 and the ICRC may not verify with it.
+pub const TAP_IP_ID_UNKNOWN: &str = "urxe: IPv4 ID not seen by the receiving socket, recorded as 0";
 
 /// Why a capture could not be read at all (as opposed to a packet failing a check).
 #[derive(Debug)]
@@ -51,6 +56,8 @@ pub struct Frame {
     /// Bytes on the wire at capture time (may exceed `data.len()` when the snap length cut it).
     pub orig_len: u32,
     pub data: Vec<u8>,
+    /// The record says its IPv4 ID is not the one on the wire ([`TAP_IP_ID_UNKNOWN`]).
+    pub ip_id_unknown: bool,
 }
 
 enum Inner {
@@ -120,6 +127,7 @@ impl Capture {
                         link: self.link,
                         orig_len: p.orig_len,
                         data: p.data.into_owned(),
+                        ip_id_unknown: false,
                     }));
                 }
                 Inner::PcapNg(rd) => {
@@ -127,14 +135,20 @@ impl Capture {
                         Ok(b) => b,
                         Err(e) => return Some(Err(corrupt(e))),
                     };
-                    let (iface, ts, orig_len, data) = match block {
-                        Block::EnhancedPacket(p) => (p.interface_id, p.timestamp, p.original_len, p.data.into_owned()),
-                        Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data.into_owned()),
+                    let (iface, ts, orig_len, data, ip_id_unknown) = match block {
+                        Block::EnhancedPacket(p) => {
+                            let unknown = p.options.iter().any(
+                                |o| matches!(o, EnhancedPacketOption::Comment(c) if c.as_ref() == TAP_IP_ID_UNKNOWN),
+                            );
+                            (p.interface_id, p.timestamp, p.original_len, p.data.into_owned(), unknown)
+                        }
+                        Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data.into_owned(), false),
                         Block::Packet(p) => (
                             p.interface_id as u32,
                             Duration::from_nanos(p.timestamp),
                             p.original_len,
                             p.data.into_owned(),
+                            false,
                         ),
                         _ => continue,
                     };
@@ -151,7 +165,7 @@ impl Capture {
                         return Some(Err(e));
                     }
                     self.count += 1;
-                    return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data }));
+                    return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data, ip_id_unknown }));
                 }
             }
         }

@@ -107,7 +107,10 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
         // A GSO train captured on the sender: check each packet as it left the host. A train
         // may happen to parse as one packet (a SEND followed by an ACK reads as a longer
         // SEND), so anything whose ICRC does not confirm it as one packet is tried as a train.
-        let whole = check_packet(frame.number, &d);
+        let mut whole = check_packet(frame.number, &d);
+        if frame.ip_id_unknown && whole.icrc == IcrcVerdict::Bad {
+            verify::recover_ip_id(&d, &mut whole);
+        }
         let gso = if whole.icrc != IcrcVerdict::Ok { capture::split_gso(&d) } else { None };
         let reports: Vec<verify::PacketReport<'_>> = match &gso {
             Some(segs) => {

@@ -92,6 +92,8 @@ pub struct Core {
     /// The progress thread holds ACKs among them (it holds once, then sends).
     held_by_thread: bool,
     pub counters: TransportCounters,
+    /// `URXE_PCAP` capture tap (None: off).
+    tap: Option<super::tap::Tap>,
 }
 
 /// The flow a send batch belongs to. With `gso` the batch is a train of `seg`-byte packets
@@ -275,6 +277,9 @@ impl Core {
                     continue;
                 };
                 self.counters.rx_datagrams += 1;
+                if let Some(t) = &self.tap {
+                    t.received(src, self.rx.local_addr(), pkt);
+                }
                 let icrc = match (src.ip(), local) {
                     (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
                     (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),
@@ -310,6 +315,7 @@ impl Core {
             let n = self.send.len();
             self.open_tx_socket(key.sport);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
+            let src_sa = sock.local_addr();
             let res = if n > 1 && key.gso {
                 // Built as a train: equal segments, only the last may be shorter.
                 let r = sock.send_gso(self.send.data(), key.seg as u16, dst_sa).map(|_| n);
@@ -326,6 +332,9 @@ impl Core {
             };
             match res {
                 Ok(k) => {
+                    if let Some(t) = &self.tap {
+                        t.sent(src_sa, dst_sa, (0..k).map(|i| self.send.packet(i)));
+                    }
                     self.counters.tx_datagrams += k as u64;
                     self.send.consume(k);
                 }
@@ -456,6 +465,7 @@ impl Device {
         let gso = gso_setting()?;
         let rt = rt_setting()?;
         let local = rx.local_addr().ip();
+        let tap = super::tap::Tap::from_env(local)?;
         cfg.local_addr = local;
         let engine = Engine::new(cfg, ProcessMemory);
         let poll = Poll::new()?;
@@ -489,6 +499,7 @@ impl Device {
             deferred_since: 0,
             held_by_thread: false,
             counters: TransportCounters::default(),
+            tap,
         };
         let shared = Arc::new(Shared {
             core: Mutex::new(core),

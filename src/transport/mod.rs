@@ -4,5 +4,6 @@
 pub mod device;
 pub mod memory;
 pub mod socket;
+pub mod tap;
 
 pub use device::{Device, EventSink, TransportCounters};
