@@ -414,17 +414,18 @@ fn urxe_lib_dir() -> PathBuf {
     dir
 }
 
-/// Waits for `child` at most `limit`; kills it when it overstays. Returns whether it exited 0.
-fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> bool {
+/// Waits for `child` at most `limit`; kills it when it overstays (`None`). Otherwise whether
+/// it exited 0.
+fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> Option<bool> {
     let end = std::time::Instant::now() + limit;
     loop {
         if let Some(st) = child.try_wait().unwrap() {
-            return st.success();
+            return Some(st.success());
         }
         if std::time::Instant::now() >= end {
             let _ = child.kill();
             let _ = child.wait();
-            return false;
+            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -449,20 +450,31 @@ fn roce_packets(path: &Path) -> Vec<(std::net::IpAddr, std::net::IpAddr, Vec<u8>
     v
 }
 
-/// Two urxe processes run ibv_rc_pingpong (3000-byte messages: SEND FIRST/MIDDLE/LAST and
-/// ACKs) over loopback with URXE_GSO=0 while tcpdump captures lo. Each process writes its own
-/// tap file — one through `urxe run --pcap`, one through URXE_PCAP. Every record of each tap
-/// equals tcpdump's packet, packet for packet in order per direction: the UDP payload, and for
-/// sent packets the whole IPv4 header (ID 0, DF, TTL, checksum). `urxe check` passes both taps.
-#[test]
-fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
+/// What one pingpong run with taps left: tcpdump's file of lo, the two taps, the two addresses.
+struct TapRun {
+    dump: PathBuf,
+    tap_a: PathBuf,
+    tap_b: PathBuf,
+    a: std::net::IpAddr,
+    b: std::net::IpAddr,
+}
+
+/// Two urxe processes run `ibv_rc_pingpong -n 20 -s 3000` over loopback (URXE_GSO=`gso`) while
+/// tcpdump captures lo; the server's tap comes from `urxe run --pcap`, the client's from
+/// URXE_PCAP with `%p`. Every wait is bounded.
+fn pingpong_with_taps(name: &str, gso: &str) -> TapRun {
+    // One pair at a time (2-core machines; tcpdump must keep up).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     use std::process::Stdio;
     let lib = urxe_lib_dir();
-    let d = tmpdir("tap");
+    let d = tmpdir(name);
     let pid = std::process::id();
-    // Addresses of our own, so the filter ignores other urxe processes on lo.
+    // Addresses of our own (per process and per call), so the filter ignores other urxe
+    // processes on lo.
+    let call = name.bytes().fold(0u32, |h, c| h.wrapping_mul(31).wrapping_add(c as u32)) % 120;
     let net = format!("127.{}.{}", 100 + pid % 100, (pid / 100) % 250 + 1);
-    let (a, b) = (format!("{net}.1"), format!("{net}.2"));
+    let (a, b) = (format!("{net}.{}", 2 * call + 1), format!("{net}.{}", 2 * call + 2));
     let dump = d.join("lo.pcap");
     let mut td = Command::new("tcpdump")
         .args(["-i", "lo", "-U", "-n", "-w"])
@@ -490,7 +502,7 @@ fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
         .arg(&tap_a)
         .args(["--", "ibv_rc_pingpong"])
         .args(pp)
-        .env("URXE_GSO", "0")
+        .env("URXE_GSO", gso)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -508,23 +520,17 @@ fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
         .arg("127.0.0.1")
         .env("LD_LIBRARY_PATH", &lib)
         .env("URXE_ADDR", &b)
-        .env("URXE_GSO", "0")
+        .env("URXE_GSO", gso)
         .env("URXE_PCAP", &tap_b)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let client_ok = wait_bounded(&mut client, Duration::from_secs(30));
-    let server_ok = wait_bounded(&mut server, Duration::from_secs(10));
+    let client_ok = wait_bounded(&mut client, Duration::from_secs(30)) == Some(true);
+    let server_ok = wait_bounded(&mut server, Duration::from_secs(10)) == Some(true);
     // tcpdump may lag behind on a loaded machine and drops what it has not read when stopped:
     // let it catch up with the taps (bounded) before stopping it.
-    let readable = |p: &Path| {
-        let Ok(mut c) = Capture::open(p) else { return 0 };
-        let mut n = 0;
-        while let Some(Ok(_)) = c.next_frame() {
-            n += 1;
-        }
-        n
-    };
+    // Packets, GSO trains counted as the packets they hold; 0 while a record is half written.
+    let readable = |p: &Path| check_file(p, quiet(), &mut Vec::new()).map(|t| t.rocev2).unwrap_or(0);
     let end = std::time::Instant::now() + Duration::from_secs(10);
     while readable(&dump) < readable(&tap_a) && std::time::Instant::now() < end {
         std::thread::sleep(Duration::from_millis(100));
@@ -538,10 +544,21 @@ fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("tap-b-"))
         .expect("the client's URXE_PCAP file (%p = its pid)");
 
+    let (a, b) = (a.parse().unwrap(), b.parse().unwrap());
+    TapRun { dump, tap_a, tap_b, a, b }
+}
+
+/// Two urxe processes run ibv_rc_pingpong (3000-byte messages: SEND FIRST/MIDDLE/LAST and
+/// ACKs) over loopback with URXE_GSO=0 while tcpdump captures lo. Each process writes its own
+/// tap file — one through `urxe run --pcap`, one through URXE_PCAP. Every record of each tap
+/// equals tcpdump's packet, packet for packet in order per direction: the UDP payload, and for
+/// sent packets the whole IPv4 header (ID 0, DF, TTL, checksum). `urxe check` passes both taps.
+#[test]
+fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
+    let TapRun { dump, tap_a, tap_b, a: ia, b: ib } = pingpong_with_taps("tap", "0");
     let wire = roce_packets(&dump);
     // 20 iterations x 3 packets each way, plus ACKs.
     assert!(wire.len() >= 120, "tcpdump saw {} packets", wire.len());
-    let (ia, ib): (std::net::IpAddr, std::net::IpAddr) = (a.parse().unwrap(), b.parse().unwrap());
     for (tap, me) in [(&tap_a, ia), (&tap_b, ib)] {
         let t = check_file(tap, quiet(), &mut Vec::new()).unwrap();
         assert!(t.passed(), "{}: {}", tap.display(), t.line());
@@ -561,5 +578,120 @@ fn tap_records_equal_tcpdump_on_lo_packet_for_packet() {
             assert_eq!(r.3, w.3, "{} received packet {i}: UDP payload", tap.display());
             assert_eq!((r.0, r.1), (w.0, w.1), "{} received packet {i}", tap.display());
         }
+    }
+}
+
+/// With GSO on, the sender's trains show on lo as one frame each, but the taps hold one record
+/// per packet (trains sent and GRO super-packets received alike), and as many packets as
+/// `urxe check` finds in tcpdump's file once it has split the trains.
+#[test]
+fn tap_records_each_packet_of_gso_trains() {
+    let r = pingpong_with_taps("tap-gso", "1");
+    let wire = check_file(&r.dump, quiet(), &mut Vec::new()).unwrap();
+    assert!(wire.passed(), "{}", wire.line());
+    for tap in [&r.tap_a, &r.tap_b] {
+        let t = check_file(tap, quiet(), &mut Vec::new()).unwrap();
+        assert!(t.passed(), "{}: {}", tap.display(), t.line());
+        assert_eq!(t.gso_trains, 0, "{}: every record is one packet", tap.display());
+        assert_eq!(t.rocev2, wire.rocev2, "{}: {} vs tcpdump {}", tap.display(), t.line(), wire.line());
+        assert_eq!(t.frames, t.rocev2);
+    }
+    let _ = (r.a, r.b);
+}
+
+/// Kernel rxe picks IPv4 IDs a receiving socket never sees. A received record the tap marks as
+/// "ID unknown" (written here from rc_send.pcap with every ID set to 0) still verifies: check
+/// solves the ID from the ICRC and finds the one rxe sent. Unmarked, the same records fail,
+/// and a marked record whose payload was damaged fails too.
+#[test]
+fn received_records_without_their_ip_id_verify_with_the_solved_id() {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+    use urxe::check::capture::TAP_IP_ID_UNKNOWN;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send.pcap");
+    let fr = bytes_of(&src);
+    let ids: Vec<u16> = fr.iter().map(|f| u16::from_be_bytes([f[IP_ID], f[IP_ID + 1]])).collect();
+    assert!(ids.iter().all(|&i| i != 0));
+    let d = tmpdir("ipid");
+    let write = |name: &str, marked: bool, damage: Option<usize>| {
+        let path = d.join(name);
+        let mut w = PcapNgWriter::new(File::create(&path).unwrap()).unwrap();
+        w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::RAW, 0)).unwrap();
+        for (i, f) in fr.iter().enumerate() {
+            let mut ip = f[ETH..].to_vec();
+            ip[4] = 0;
+            ip[5] = 0;
+            // Keep the IPv4 header checksum right for the new ID.
+            ip[10] = 0;
+            ip[11] = 0;
+            let mut acc: u32 = ip[..20].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
+            while acc > 0xFFFF {
+                acc = (acc & 0xFFFF) + (acc >> 16);
+            }
+            ip[10..12].copy_from_slice(&(!(acc as u16)).to_be_bytes());
+            if damage == Some(i) {
+                ip[20 + 8 + 12 + 5] ^= 0x10;
+            }
+            let options = if marked { vec![EnhancedPacketOption::Comment(TAP_IP_ID_UNKNOWN.into())] } else { vec![] };
+            let epb = EnhancedPacketBlock {
+                interface_id: 0,
+                timestamp: Duration::from_micros(i as u64),
+                original_len: ip.len() as u32,
+                data: Cow::Owned(ip),
+                options,
+            };
+            w.write_pcapng_block(epb).unwrap();
+        }
+        path
+    };
+    let marked = write("marked.pcapng", true, None);
+    let mut out = Vec::new();
+    let t = check_file(&marked, Options { format: Format::Summary, flows: false }, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(t.passed(), "{}\n{text}", t.line());
+    assert_eq!(t.rocev2, 100);
+    for (line, id) in text.lines().zip(&ids) {
+        assert!(line.contains(&format!(" ipid={id:#06x}(solved)")), "{line} (want {id:#06x})");
+    }
+    let plain = write("unmarked.pcapng", false, None);
+    let t = check_file(&plain, quiet(), &mut Vec::new()).unwrap();
+    assert_eq!(t.icrc_bad, 100, "{}", t.line());
+    let damaged = write("damaged.pcapng", true, Some(7));
+    let t = check_file(&damaged, quiet(), &mut Vec::new()).unwrap();
+    assert_eq!((t.bad, t.icrc_bad), (1, 1), "{}", t.line());
+}
+
+/// Bad URXE_PCAP / URXE_PCAP_MAX values stop the program with a message naming the variable.
+#[test]
+fn bad_tap_settings_stop_the_program_naming_the_variable() {
+    let lib = urxe_lib_dir();
+    let d = tmpdir("tap-bad");
+    let missing_dir = d.join("no-such-dir/x.pcapng");
+    let cases: [(&str, &std::ffi::OsStr, &str); 4] = [
+        ("URXE_PCAP_MAX", "12abc".as_ref(), "URXE_PCAP_MAX=12abc"),
+        ("URXE_PCAP_MAX", "100".as_ref(), "URXE_PCAP_MAX=100"),
+        ("URXE_PCAP", "".as_ref(), "URXE_PCAP is set but empty"),
+        ("URXE_PCAP", missing_dir.as_os_str(), "URXE_PCAP="),
+    ];
+    for (var, val, want) in cases {
+        let mut c = Command::new("ibv_rc_pingpong");
+        c.args(["-d", "urxe0", "-g", "1", "-p", &free_tcp_port().to_string()])
+            .env("LD_LIBRARY_PATH", &lib)
+            .env(var, val)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if var == "URXE_PCAP_MAX" {
+            c.env("URXE_PCAP", d.join("unused.pcapng"));
+        }
+        let mut child = c.spawn().unwrap();
+        let mut err = String::new();
+        let mut pipe = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut err);
+            err
+        });
+        let status = wait_bounded(&mut child, Duration::from_secs(20));
+        let err = reader.join().unwrap();
+        assert_eq!(status, Some(false), "{var}={val:?}: the program did not stop with a failure: {err}");
+        assert!(err.contains(want), "{var}={val:?}: expected {want:?} in: {err}");
     }
 }

@@ -401,6 +401,103 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check::capture::{decode, Capture, Decoded, UdpChecksum};
+    use crate::check::{check_file, Format, Options};
+    use crate::wire::icrc::IpFields;
+    use pcap_file::DataLink;
+
+    /// An RC ACK to QP 0x11, PSN 5, with its ICRC for `ip` and source port `sport`.
+    fn ack(ip: &IpFields, sport: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 24];
+        b[..16].copy_from_slice(&[0x11, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0, 0, 0, 5, 0x1F, 0, 0, 1]);
+        let n = crate::wire::packet::finish(&mut b, 16, 0, ip, sport, 4791).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    #[test]
+    fn records_are_raw_ip_with_the_headers_the_icrc_was_computed_for() {
+        let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.pcapng");
+        let (a4, b4): (SocketAddr, SocketAddr) =
+            ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
+        let (a6, b6): (SocketAddr, SocketAddr) =
+            ("[fd00::1]:49441".parse().unwrap(), "[fd00::2]:4791".parse().unwrap());
+        let ip4 = |s: SocketAddr, d: SocketAddr| match (s.ip(), d.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpFields::v4_df(s, d),
+            _ => unreachable!(),
+        };
+        let ip6 = |s: SocketAddr, d: SocketAddr| match (s.ip(), d.ip()) {
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpFields::v6(s, d),
+            _ => unreachable!(),
+        };
+        let p1 = ack(&ip4(a4, b4), a4.port());
+        // The peer's packet from its flow port to our 4791.
+        let (pb, pa): (SocketAddr, SocketAddr) =
+            ("127.4.5.6:49441".parse().unwrap(), "127.1.2.3:4791".parse().unwrap());
+        let p2 = ack(&ip4(pb, pa), pb.port());
+        let p3 = ack(&ip6(a6, b6), a6.port());
+        {
+            let t4 = Tap::open(path.clone(), u64::MAX, a4.ip()).unwrap();
+            // A second device of the process joins the same file with its own interfaces.
+            let t6 = Tap::open(path.clone(), u64::MAX, a6.ip()).unwrap();
+            t4.sent(a4, b4, [&p1[..], &p1[..]].into_iter());
+            t4.received(pb, pa, &p2);
+            t6.sent(a6, b6, std::iter::once(&p3[..]));
+            assert_eq!(t4.dropped(), 0);
+        }
+        let mut c = Capture::open(&path).unwrap();
+        let mut frames = Vec::new();
+        while let Some(f) = c.next_frame() {
+            frames.push(f.unwrap());
+        }
+        assert_eq!(frames.len(), 4);
+        assert!(frames.iter().all(|f| f.link == DataLink::RAW));
+        assert_eq!(frames.iter().map(|f| f.ip_id_unknown).collect::<Vec<_>>(), [false, false, true, false]);
+        for (f, want) in frames.iter().zip([&p1, &p1, &p2, &p3]) {
+            let Decoded::Udp(d) = decode(f) else { panic!("frame {} is not UDP", f.number) };
+            assert_eq!(d.payload, &want[..]);
+            assert_eq!(d.dport, 4791);
+            if d.ip_header[0] >> 4 == 4 {
+                assert_eq!(&d.ip_header[4..8], &[0, 0, 0x40, 0], "ID 0, DF");
+                assert_eq!(d.ip_checksum_ok, Some(true));
+            } else {
+                assert_eq!(d.ip_header.len(), 40);
+                assert_eq!(d.udp_checksum, UdpChecksum::Zero);
+            }
+        }
+        // Sent IPv4 carries the UDP checksum the kernel fills in; received records carry 0.
+        let Decoded::Udp(d) = decode(&frames[0]) else { unreachable!() };
+        assert_eq!(d.udp_checksum, UdpChecksum::Ok);
+        let Decoded::Udp(d) = decode(&frames[2]) else { unreachable!() };
+        assert_eq!(d.udp_checksum, UdpChecksum::Zero);
+        let t = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        assert!(t.passed(), "{}", t.line());
+        assert_eq!(t.rocev2, 4);
+    }
+
+    #[test]
+    fn the_size_bound_keeps_whole_blocks_and_counts_the_rest() {
+        let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bounded.pcapng");
+        let (a, b): (SocketAddr, SocketAddr) = ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (a.ip(), b.ip()) else { unreachable!() };
+        let p = ack(&IpFields::v4_df(s, d), a.port());
+        let t = Tap::open(path.clone(), MIN_MAX, a.ip()).unwrap();
+        for _ in 0..200 {
+            t.sent(a, b, std::iter::once(&p[..]));
+        }
+        let dropped = t.dropped();
+        drop(t);
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len <= MIN_MAX && len > MIN_MAX - 100, "{len}");
+        let tot = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        assert!(tot.passed(), "{}", tot.line());
+        assert!(dropped > 0);
+        assert_eq!(tot.rocev2 + dropped, 200);
+    }
 
     #[test]
     fn sizes_parse_with_suffixes_and_reject_junk() {
