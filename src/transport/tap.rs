@@ -148,6 +148,7 @@ impl Tap {
                 w.section_header();
                 let f = Arc::new(Mutex::new(w));
                 files.push(Arc::downgrade(&f));
+                spawn_flusher(Arc::downgrade(&f))?;
                 f
             }
         };
@@ -200,6 +201,21 @@ impl Drop for Tap {
     }
 }
 
+/// Writes out records older than [`FLUSH_AGE`] even when no further packet comes to do it, so
+/// a process that stops sending and then dies loses at most about `2 * FLUSH_AGE` of capture.
+/// Ends when the file is closed.
+fn spawn_flusher(file: Weak<Mutex<Writer>>) -> io::Result<()> {
+    std::thread::Builder::new().name("urxe-pcap".into()).spawn(move || loop {
+        std::thread::sleep(FLUSH_AGE);
+        let Some(f) = file.upgrade() else { return };
+        let mut w = f.lock().unwrap_or_else(|p| p.into_inner());
+        if w.oldest.is_some_and(|t| t.elapsed() >= FLUSH_AGE) {
+            w.flush();
+        }
+    })?;
+    Ok(())
+}
+
 extern "C" fn flush_at_exit() {
     let _ = std::panic::catch_unwind(|| {
         // try_lock: a thread stopped by exit() while holding a lock must not hang the exit.
@@ -207,6 +223,15 @@ extern "C" fn flush_at_exit() {
         for f in files.iter().filter_map(Weak::upgrade) {
             if let Ok(mut w) = f.try_lock() {
                 w.flush();
+                if w.dropped > 0 {
+                    let _ = writeln!(
+                        io::stderr(),
+                        "urxe: {}: {} packets not recorded (URXE_PCAP_MAX={} bytes reached)",
+                        w.path.display(),
+                        w.dropped,
+                        w.max
+                    );
+                }
             }
         }
     });
@@ -391,8 +416,9 @@ impl Writer {
         if self.buf.is_empty() || self.failed {
             return;
         }
-        if self.file.write_all(&self.buf).is_err() {
+        if let Err(e) = self.file.write_all(&self.buf) {
             self.failed = true;
+            let _ = writeln!(io::stderr(), "urxe: URXE_PCAP={}: {e}; the capture stops here", self.path.display());
         }
         self.buf.clear();
     }
@@ -475,6 +501,27 @@ mod tests {
         let t = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
         assert!(t.passed(), "{}", t.line());
         assert_eq!(t.rocev2, 4);
+    }
+
+    #[test]
+    fn records_reach_the_file_within_the_flush_age_with_no_further_traffic() {
+        let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("aged.pcapng");
+        let (a, b): (SocketAddr, SocketAddr) = ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (a.ip(), b.ip()) else { unreachable!() };
+        let p = ack(&IpFields::v4_df(s, d), a.port());
+        let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
+        let headers = std::fs::metadata(&path).unwrap().len();
+        t.sent(a, b, std::iter::once(&p[..]));
+        // Still open (as in a process that then hangs or is killed): the flusher writes it.
+        let end = Instant::now() + Duration::from_secs(5);
+        while std::fs::metadata(&path).unwrap().len() == headers && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t0 = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        assert_eq!(t0.rocev2, 1, "{}", t0.line());
+        drop(t);
     }
 
     #[test]
