@@ -623,11 +623,8 @@ fn received_records_without_their_ip_id_verify_with_the_solved_id() {
             // Keep the IPv4 header checksum right for the new ID.
             ip[10] = 0;
             ip[11] = 0;
-            let mut acc: u32 = ip[..20].chunks(2).map(|c| u16::from_be_bytes([c[0], c[1]]) as u32).sum();
-            while acc > 0xFFFF {
-                acc = (acc & 0xFFFF) + (acc >> 16);
-            }
-            ip[10..12].copy_from_slice(&(!(acc as u16)).to_be_bytes());
+            let c = !urxe::check::capture::fold(urxe::check::capture::ones_complement_sum(0, &ip[..20]));
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
             if damage == Some(i) {
                 ip[20 + 8 + 12 + 5] ^= 0x10;
             }

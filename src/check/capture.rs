@@ -293,7 +293,9 @@ enum Pseudo {
     V6([u8; 16], [u8; 16]),
 }
 
-fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
+/// Adds `data` as big-endian 16-bit words (an odd last byte padded with 0) to a one's
+/// complement accumulator (IP, UDP checksums).
+pub fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
     let mut chunks = data.chunks_exact(2);
     for c in &mut chunks {
         acc += u16::from_be_bytes([c[0], c[1]]) as u32;
@@ -304,7 +306,8 @@ fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
     acc
 }
 
-fn fold(mut acc: u32) -> u16 {
+/// Folds the carries of a one's complement accumulator into 16 bits.
+pub fn fold(mut acc: u32) -> u16 {
     while acc > 0xFFFF {
         acc = (acc & 0xFFFF) + (acc >> 16);
     }

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use crate::check::capture::TAP_IP_ID_UNKNOWN as IP_ID_UNKNOWN;
+use crate::check::capture::{fold, ones_complement_sum};
 
 /// Buffered bytes that trigger a write.
 const FLUSH_BYTES: usize = 64 << 10;
@@ -245,24 +246,6 @@ fn pad4(n: usize) -> usize {
     (4 - n % 4) % 4
 }
 
-fn ones_sum(mut acc: u32, data: &[u8]) -> u32 {
-    let mut c = data.chunks_exact(2);
-    for w in &mut c {
-        acc += u16::from_be_bytes([w[0], w[1]]) as u32;
-    }
-    if let [b] = c.remainder() {
-        acc += (*b as u32) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xFFFF {
-        acc = (acc & 0xFFFF) + (acc >> 16);
-    }
-    acc as u16
-}
-
 impl Writer {
     fn put_option(&mut self, code: u16, value: &[u8]) {
         self.buf.extend_from_slice(&code.to_le_bytes());
@@ -355,7 +338,7 @@ impl Writer {
                     h[9] = 17;
                     h[12..16].copy_from_slice(&s.octets());
                     h[16..20].copy_from_slice(&d.octets());
-                    let c = !fold(ones_sum(0, &h));
+                    let c = !fold(ones_complement_sum(0, &h));
                     h[10..12].copy_from_slice(&c.to_be_bytes());
                     b.extend_from_slice(&h);
                 }
@@ -382,9 +365,9 @@ impl Writer {
             b.extend_from_slice(payload);
             if v4 && sent {
                 // The kernel fills in the IPv4 UDP checksum of what the socket sends.
-                let mut acc = ones_sum(0, &b[ip_at + 12..ip_at + 20]);
+                let mut acc = ones_complement_sum(0, &b[ip_at + 12..ip_at + 20]);
                 acc += 17 + udp_len as u32;
-                acc = ones_sum(acc, &b[udp_at..]);
+                acc = ones_complement_sum(acc, &b[udp_at..]);
                 let c = match !fold(acc) {
                     0 => 0xFFFF,
                     c => c,
@@ -441,11 +424,23 @@ mod tests {
         b
     }
 
-    #[test]
-    fn records_are_raw_ip_with_the_headers_the_icrc_was_computed_for() {
+    /// A file path in a scratch directory.
+    fn scratch(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.pcapng");
+        dir.join(name)
+    }
+
+    /// `(file, our address, the peer's, an ACK we send to it)`.
+    fn one_flow(name: &str) -> (PathBuf, SocketAddr, SocketAddr, Vec<u8>) {
+        let (a, b): (SocketAddr, SocketAddr) = ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (a.ip(), b.ip()) else { unreachable!() };
+        (scratch(name), a, b, ack(&IpFields::v4_df(s, d), a.port()))
+    }
+
+    #[test]
+    fn records_are_raw_ip_with_the_headers_the_icrc_was_computed_for() {
+        let path = scratch("t.pcapng");
         let (a4, b4): (SocketAddr, SocketAddr) =
             ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
         let (a6, b6): (SocketAddr, SocketAddr) =
@@ -505,12 +500,7 @@ mod tests {
 
     #[test]
     fn records_reach_the_file_within_the_flush_age_with_no_further_traffic() {
-        let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("aged.pcapng");
-        let (a, b): (SocketAddr, SocketAddr) = ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (a.ip(), b.ip()) else { unreachable!() };
-        let p = ack(&IpFields::v4_df(s, d), a.port());
+        let (path, a, b, p) = one_flow("aged.pcapng");
         let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
         let headers = std::fs::metadata(&path).unwrap().len();
         t.sent(a, b, std::iter::once(&p[..]));
@@ -526,12 +516,7 @@ mod tests {
 
     #[test]
     fn the_size_bound_keeps_whole_blocks_and_counts_the_rest() {
-        let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("bounded.pcapng");
-        let (a, b): (SocketAddr, SocketAddr) = ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
-        let (IpAddr::V4(s), IpAddr::V4(d)) = (a.ip(), b.ip()) else { unreachable!() };
-        let p = ack(&IpFields::v4_df(s, d), a.port());
+        let (path, a, b, p) = one_flow("bounded.pcapng");
         let t = Tap::open(path.clone(), MIN_MAX, a.ip()).unwrap();
         for _ in 0..200 {
             t.sent(a, b, std::iter::once(&p[..]));
