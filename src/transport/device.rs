@@ -315,7 +315,6 @@ impl Core {
             let n = self.send.len();
             self.open_tx_socket(key.sport);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
-            let src_sa = sock.local_addr();
             let res = if n > 1 && key.gso {
                 // Built as a train: equal segments, only the last may be shorter.
                 let r = sock.send_gso(self.send.data(), key.seg as u16, dst_sa).map(|_| n);
@@ -333,7 +332,7 @@ impl Core {
             match res {
                 Ok(k) => {
                     if let Some(t) = &self.tap {
-                        t.sent(src_sa, dst_sa, (0..k).map(|i| self.send.packet(i)));
+                        t.sent(sock.local_addr(), dst_sa, (0..k).map(|i| self.send.packet(i)));
                     }
                     self.counters.tx_datagrams += k as u64;
                     self.send.consume(k);
