@@ -15,13 +15,17 @@ commands:
         Verify every RoCEv2 (UDP 4791) packet of pcap/pcapng captures: ICRC, header rules,
         UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
         --verbose  every header field      --json   one JSON object per packet
-        --quiet    only failures + totals  --flows  per-flow PSN report (gaps, retransmissions, NAKs)
-  run [--addr IP|IFACE] [--lib DIR] [--no-view] -- PROGRAM [ARGS...]
+        --quiet    only failures + totals
+        --flows    per-flow PSN report: request and response PSN ranges apart, gaps,
+                   retransmissions, NAKs
+        A capture with no frame at all (header only) is valid: 0 packets, exit 0.
+  run [--addr IP|IFACE] [--lib DIR] [--pcap FILE] [--no-view] -- PROGRAM [ARGS...]
         Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
         LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
         Unless the host already has them, PROGRAM and its children get a private view with
         /dev/infiniband/uverbs0 and /sys/class/infiniband/urxe0 (what UCX and Open MPI look
         for), through a user + mount namespace (no root needed where the host allows them).
+        --pcap FILE  capture every RoCEv2 packet the device sends and receives (URXE_PCAP)
         --no-view  do not build the view
   setup [--check]
         As root, on a host or in a container: create /dev/infiniband/uverbs0 (a character
@@ -39,6 +43,9 @@ environment:
                 127.x.y.z loopback address per process, so processes on one host reach
                 each other with no setting)
   URXE_LIB_DIR  directory holding urxe's libibverbs.so.1 (default: found beside this binary)
+  URXE_PCAP     pcapng file the device writes every RoCEv2 packet it sends and receives to,
+                one record per packet with its IP/UDP headers; `%p` becomes the process id
+  URXE_PCAP_MAX largest capture file in bytes (suffix K, M, G); records beyond it are dropped
 ";
 
 fn main() -> ExitCode {
@@ -102,7 +109,7 @@ fn cmd_check(args: &[String]) -> ExitCode {
                 } else {
                     let _ = writeln!(out, "{line}");
                 }
-                if t.rocev2 == 0 {
+                if t.rocev2 == 0 && t.frames > 0 {
                     let _ = out.flush();
                     eprintln!("urxe check: {}: no RoCEv2 packets (UDP port 4791)", f.display());
                 }
@@ -213,11 +220,31 @@ fn common_opts(args: &[String]) -> Result<CommonOpts<'_>, String> {
 }
 
 fn cmd_run(args: &[String]) -> ExitCode {
-    let (view, args) = match args.first().map(String::as_str) {
-        Some("--no-view") => (false, &args[1..]),
-        _ => (true, args),
-    };
-    let (addr, lib, rest) = match common_opts(args) {
+    // `--no-view` and `--pcap PATH` (before the program) are taken here, `--addr`/`--lib` by
+    // common_opts. Only urxe's own leading options are looked at; the program's are its own.
+    let mut args = args.to_vec();
+    let mut view = true;
+    let mut i = 0;
+    while i < args.len() && matches!(args[i].as_str(), "--addr" | "--lib" | "--pcap" | "--no-view") {
+        match args[i].as_str() {
+            "--no-view" => {
+                view = false;
+                args.remove(i);
+            }
+            "--pcap" => {
+                match args.get(i + 1) {
+                    Some(path) if !path.is_empty() && path != "--" => std::env::set_var("URXE_PCAP", path),
+                    _ => {
+                        eprintln!("urxe run: --pcap needs a file path");
+                        return ExitCode::from(2);
+                    }
+                }
+                args.drain(i..i + 2);
+            }
+            _ => i += 2,
+        }
+    }
+    let (addr, lib, rest) = match common_opts(&args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("urxe run: {e}");

@@ -74,7 +74,8 @@ impl Device {
         let rx_fd = rx.raw_fd();
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         let epoch = Instant::now();
-        let core = Core::new(engine, Io::new(rx, gso), sink, epoch);
+        let tap = super::tap::Tap::from_env(local)?;
+        let core = Core::new(engine, Io::new(rx, gso, tap), sink, epoch);
         let hub = Arc::new(Hub {
             core: Mutex::new(core),
             signals: Signals::new(waker, poll.registry().try_clone()?, rx_fd, epoch),

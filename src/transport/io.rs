@@ -43,10 +43,12 @@ pub(super) struct Io {
     send_key: Option<SendKey>,
     /// UDP GSO trains allowed (loopback only in any case).
     gso: bool,
+    /// `URXE_PCAP` capture tap (None: off).
+    tap: Option<super::tap::Tap>,
 }
 
 impl Io {
-    pub(super) fn new(rx: RoceSocket, gso: bool) -> Io {
+    pub(super) fn new(rx: RoceSocket, gso: bool, tap: Option<super::tap::Tap>) -> Io {
         let local = rx.local_addr().ip();
         Io {
             rx,
@@ -56,6 +58,7 @@ impl Io {
             send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
             send_key: None,
             gso,
+            tap,
         }
     }
 
@@ -82,6 +85,9 @@ impl Io {
                     continue;
                 };
                 counters.rx_datagrams += 1;
+                if let Some(t) = &self.tap {
+                    t.received(src, self.rx.local_addr(), pkt);
+                }
                 let icrc = match (src.ip(), local) {
                     (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
                     (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),
@@ -133,6 +139,9 @@ impl Io {
             };
             match res {
                 Ok(k) => {
+                    if let Some(t) = &self.tap {
+                        t.sent(sock.local_addr(), dst_sa, (0..k).map(|i| self.send.packet(i)));
+                    }
                     counters.tx_datagrams += k as u64;
                     self.send.consume(k);
                 }
