@@ -7,9 +7,11 @@
 //! - [`transport`]: UDP 4791 sockets, the progress thread, batching, timers.
 //! - [`cm`]: the InfiniBand communication manager, sans-IO like the engine (uses [`wire`]).
 //! - [`check`]: the capture verifier behind `urxe check`.
+//! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
 
 pub mod check;
 pub mod cm;
 pub mod engine;
+pub mod hostview;
 pub mod transport;
 pub mod wire;

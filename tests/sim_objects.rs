@@ -67,6 +67,7 @@ fn ud_receive_fills_ipv4_grh_area_and_reports_source_qp() {
     assert_eq!(wc.len(), 1);
     assert_eq!((wc[0].status, wc[0].byte_len, wc[0].src_qp), (WcStatus::Success, 56, a.qpn));
     assert!(wc[0].wc_flags.contains(WcFlags::GRH));
+    assert_eq!(wc[0].sl, 2, "wc.sl carries the L3 type as mlx5 reports it: 2 = IPv4");
     let g = net.nodes[1].mem().get(dst, 56);
     assert_eq!(&g[..20], &[0u8; 20]);
     assert_eq!(g[20], 0x45);
@@ -90,7 +91,7 @@ fn ud_over_ipv6_puts_the_ipv6_header_in_the_grh_area() {
     ud_send(&mut net, a, b, ah, QKEY, &[sge(src, 10, smr)]).unwrap();
     net.run_idle(MS);
     let wc = net.poll_all(1, b.cq);
-    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 50));
+    assert_eq!((wc[0].status, wc[0].byte_len, wc[0].sl), (WcStatus::Success, 50, 1), "wc.sl 1 = IPv6");
     let g = net.nodes[1].mem().get(dst, 40);
     assert_eq!(g[0] >> 4, 6);
     assert_eq!(g[6], 17);

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use urxe::check::{check_file, Format, Options, Totals};
+use urxe::hostview;
 
 const USAGE: &str = "\
 usage: urxe <command> [options]
@@ -14,10 +15,23 @@ commands:
         Verify every RoCEv2 (UDP 4791) packet of pcap/pcapng captures: ICRC, header rules,
         UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
         --verbose  every header field      --json   one JSON object per packet
-        --quiet    only failures + totals  --flows  per-flow PSN report (gaps, retransmissions, NAKs)
-  run [--addr IP|IFACE] [--lib DIR] -- PROGRAM [ARGS...]
+        --quiet    only failures + totals
+        --flows    per-flow PSN report: request and response PSN ranges apart, gaps,
+                   retransmissions, NAKs
+        A capture with no frame at all (header only) is valid: 0 packets, exit 0.
+  run [--addr IP|IFACE] [--lib DIR] [--pcap FILE] [--no-view] -- PROGRAM [ARGS...]
         Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
         LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
+        Unless the host already has them, PROGRAM and its children get a private view with
+        /dev/infiniband/uverbs0 and /sys/class/infiniband/urxe0 (what UCX and Open MPI look
+        for), through a user + mount namespace (no root needed where the host allows them).
+        --pcap FILE  capture every RoCEv2 packet the device sends and receives (URXE_PCAP)
+        --no-view  do not build the view
+  setup [--check]
+        As root, on a host or in a container: create /dev/infiniband/uverbs0 (a character
+        device with /dev/null's numbers) so that UCX finds urxe without `urxe run`. sysfs
+        cannot be written: /sys/class/infiniband stays as the kernel has it (see README).
+        --check  only report what is present (exit 1 if the device node is missing)
   devinfo [--addr IP|IFACE]
         Describe the urxe device as verbs programs see it (runs ibv_devinfo -v over urxe).
   stat [PID...]
@@ -29,6 +43,9 @@ environment:
                 127.x.y.z loopback address per process, so processes on one host reach
                 each other with no setting)
   URXE_LIB_DIR  directory holding urxe's libibverbs.so.1 (default: found beside this binary)
+  URXE_PCAP     pcapng file the device writes every RoCEv2 packet it sends and receives to,
+                one record per packet with its IP/UDP headers; `%p` becomes the process id
+  URXE_PCAP_MAX largest capture file in bytes (suffix K, M, G); records beyond it are dropped
 ";
 
 fn main() -> ExitCode {
@@ -40,6 +57,7 @@ fn main() -> ExitCode {
     match cmd.as_str() {
         "check" => cmd_check(&args[1..]),
         "run" => cmd_run(&args[1..]),
+        "setup" => cmd_setup(&args[1..]),
         "devinfo" => cmd_devinfo(&args[1..]),
         "stat" => cmd_stat(&args[1..]),
         "help" | "-h" | "--help" => {
@@ -91,7 +109,7 @@ fn cmd_check(args: &[String]) -> ExitCode {
                 } else {
                     let _ = writeln!(out, "{line}");
                 }
-                if t.rocev2 == 0 {
+                if t.rocev2 == 0 && t.frames > 0 {
                     let _ = out.flush();
                     eprintln!("urxe check: {}: no RoCEv2 packets (UDP port 4791)", f.display());
                 }
@@ -202,22 +220,121 @@ fn common_opts(args: &[String]) -> Result<CommonOpts<'_>, String> {
 }
 
 fn cmd_run(args: &[String]) -> ExitCode {
-    let (addr, lib, rest) = match common_opts(args) {
+    // `--no-view` and `--pcap PATH` (before the program) are taken here, `--addr`/`--lib` by
+    // common_opts. Only urxe's own leading options are looked at; the program's are its own.
+    let mut args = args.to_vec();
+    let mut view = true;
+    let mut i = 0;
+    while i < args.len() && matches!(args[i].as_str(), "--addr" | "--lib" | "--pcap" | "--no-view") {
+        match args[i].as_str() {
+            "--no-view" => {
+                view = false;
+                args.remove(i);
+            }
+            "--pcap" => {
+                match args.get(i + 1) {
+                    Some(path) if !path.is_empty() && path != "--" => std::env::set_var("URXE_PCAP", path),
+                    _ => {
+                        eprintln!("urxe run: --pcap needs a file path");
+                        return ExitCode::from(2);
+                    }
+                }
+                args.drain(i..i + 2);
+            }
+            _ => i += 2,
+        }
+    }
+    let (addr, lib, rest) = match common_opts(&args) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("urxe run: {e}");
             return ExitCode::from(2);
         }
     };
+    let (view, rest) = match rest.first().map(String::as_str) {
+        Some("--no-view") => (false, &rest[1..]),
+        Some("--") => (view, &rest[1..]),
+        _ => (view, rest),
+    };
     let Some((prog, pargs)) = rest.split_first() else {
         eprintln!("urxe run: no program given (urxe run [--addr A] -- PROGRAM ARGS...)");
         return ExitCode::from(2);
     };
-    match find_lib_dir(lib.as_deref()) {
-        Ok(d) => exec_with_urxe(&d, addr.as_deref(), prog, pargs),
+    let dir = match find_lib_dir(lib.as_deref()) {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("urxe run: {e}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
+        }
+    };
+    if view {
+        let addr_setting = addr.clone().or_else(|| std::env::var("URXE_ADDR").ok().filter(|a| !a.is_empty()));
+        let spec = hostview::Spec::urxe(&ndev_of(addr_setting.as_deref()));
+        if !hostview::Present::of(&spec).complete() {
+            if let Err(e) = hostview::enter_view(&spec) {
+                // The program still runs over urxe; only tools that look for the device files
+                // (UCX, Open MPI) will not see it.
+                eprintln!(
+                    "urxe run: no private view of {} and {}: {e}; UCX will not list urxe \
+                     (as root: `urxe setup`; see README, UCX and Open MPI)",
+                    spec.dev_path().display(),
+                    spec.sys_path().display()
+                );
+            }
+        }
+    }
+    exec_with_urxe(&dir, addr.as_deref(), prog, pargs)
+}
+
+/// The interface a URXE_ADDR setting puts the device on, for `gid_attrs/ndevs`: the name
+/// itself, the interface holding an address (from `ip -o addr`), or `lo` (the default
+/// private 127.x address, or an address no interface holds).
+fn ndev_of(setting: Option<&str>) -> String {
+    let Some(s) = setting else { return "lo".into() };
+    let Ok(ip) = s.parse::<std::net::IpAddr>() else { return s.to_string() };
+    let out = std::process::Command::new("ip").args(["-o", "addr", "show"]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let a = f.get(3)?.split('/').next()?.parse::<std::net::IpAddr>().ok()?;
+            (a == ip).then(|| f.get(1).map(|n| n.split('@').next().unwrap_or(n).to_string()))?
+        })
+        .unwrap_or_else(|| "lo".into())
+}
+
+fn cmd_setup(args: &[String]) -> ExitCode {
+    let check_only = match args {
+        [] => false,
+        [a] if a == "--check" => true,
+        [a, ..] => {
+            eprintln!("urxe setup: unexpected argument '{a}'");
+            return ExitCode::from(2);
+        }
+    };
+    let spec = hostview::Spec::urxe("lo");
+    let have = hostview::Present::of(&spec);
+    let sys_note = if have.sys {
+        "present"
+    } else {
+        "absent (sysfs cannot be written; UCX then takes every GID as RoCE v1, which works between \
+         urxe peers; `urxe run` adds it in a private view)"
+    };
+    if check_only {
+        println!("{}: {}", spec.dev_path().display(), if have.dev { "present" } else { "absent" });
+        println!("{}: {sys_note}", spec.sys_path().display());
+        return if have.dev { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
+    match hostview::make_device_node(&spec) {
+        Ok(made) => {
+            let what = if made { "created (char 1:3, mode 0666)" } else { "already present" };
+            println!("{}: {what}", spec.dev_path().display());
+            println!("{}: {sys_note}", spec.sys_path().display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("urxe setup: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -9,8 +9,13 @@ use std::time::Duration;
 
 use etherparse::{EtherType, NetSlice, SlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
+
+/// Comment urxe's capture tap puts on a received IPv4 packet: a UDP socket cannot see the IP
+/// ID the sender used, so the record carries ID 0 and the ICRC may not verify with it.
+pub const TAP_IP_ID_UNKNOWN: &str = "urxe: IPv4 ID not seen by the receiving socket, recorded as 0";
 
 /// Why a capture could not be read at all (as opposed to a packet failing a check).
 #[derive(Debug)]
@@ -51,6 +56,8 @@ pub struct Frame {
     /// Bytes on the wire at capture time (may exceed `data.len()` when the snap length cut it).
     pub orig_len: u32,
     pub data: Vec<u8>,
+    /// The record says its IPv4 ID is not the one on the wire ([`TAP_IP_ID_UNKNOWN`]).
+    pub ip_id_unknown: bool,
 }
 
 enum Inner {
@@ -120,6 +127,7 @@ impl Capture {
                         link: self.link,
                         orig_len: p.orig_len,
                         data: p.data.into_owned(),
+                        ip_id_unknown: false,
                     }));
                 }
                 Inner::PcapNg(rd) => {
@@ -127,14 +135,20 @@ impl Capture {
                         Ok(b) => b,
                         Err(e) => return Some(Err(corrupt(e))),
                     };
-                    let (iface, ts, orig_len, data) = match block {
-                        Block::EnhancedPacket(p) => (p.interface_id, p.timestamp, p.original_len, p.data.into_owned()),
-                        Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data.into_owned()),
+                    let (iface, ts, orig_len, data, ip_id_unknown) = match block {
+                        Block::EnhancedPacket(p) => {
+                            let unknown = p.options.iter().any(
+                                |o| matches!(o, EnhancedPacketOption::Comment(c) if c.as_ref() == TAP_IP_ID_UNKNOWN),
+                            );
+                            (p.interface_id, p.timestamp, p.original_len, p.data.into_owned(), unknown)
+                        }
+                        Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data.into_owned(), false),
                         Block::Packet(p) => (
                             p.interface_id as u32,
                             Duration::from_nanos(p.timestamp),
                             p.original_len,
                             p.data.into_owned(),
+                            false,
                         ),
                         _ => continue,
                     };
@@ -151,7 +165,7 @@ impl Capture {
                         return Some(Err(e));
                     }
                     self.count += 1;
-                    return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data }));
+                    return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data, ip_id_unknown }));
                 }
             }
         }
@@ -279,7 +293,9 @@ enum Pseudo {
     V6([u8; 16], [u8; 16]),
 }
 
-fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
+/// Adds `data` as big-endian 16-bit words (an odd last byte padded with 0) to a one's
+/// complement accumulator (IP, UDP checksums).
+pub fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
     let mut chunks = data.chunks_exact(2);
     for c in &mut chunks {
         acc += u16::from_be_bytes([c[0], c[1]]) as u32;
@@ -290,7 +306,8 @@ fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
     acc
 }
 
-fn fold(mut acc: u32) -> u16 {
+/// Folds the carries of a one's complement accumulator into 16 bits.
+pub fn fold(mut acc: u32) -> u16 {
     while acc > 0xFFFF {
         acc = (acc & 0xFFFF) + (acc >> 16);
     }
@@ -351,13 +368,64 @@ pub struct GsoSegment {
     pub len: usize,
 }
 
+/// Largest RoCEv2 packet a segment can be: the longest header (RETH + ImmDt after BTH, or
+/// AtomicETH), a 4096-byte payload, pad and ICRC.
+const MAX_SEGMENT: usize = 12 + 28 + 4096 + 3 + 4;
+/// Smallest: a BTH and the ICRC.
+const MIN_SEGMENT: usize = 12 + 4;
+
+/// The packet at `start..start + len` of a train, with its own IP and UDP headers.
+fn segment(d: &UdpDatagram<'_>, start: usize, len: usize) -> GsoSegment {
+    let mut ip = d.ip_header.to_vec();
+    let mut udp = d.udp_header.to_vec();
+    udp[4..6].copy_from_slice(&((8 + len) as u16).to_be_bytes());
+    if ip[0] >> 4 == 4 {
+        let total = (ip.len() + 8 + len) as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+    } else if ip.len() >= 40 {
+        let plen = (ip.len() - 40 + 8 + len) as u16;
+        ip[4..6].copy_from_slice(&plen.to_be_bytes());
+    }
+    GsoSegment { ip_header: ip, udp_header: udp, start, len }
+}
+
+/// The train cut into `seg`-byte packets (the last may be shorter).
+fn cut(d: &UdpDatagram<'_>, seg: usize) -> Vec<GsoSegment> {
+    (0..d.payload.len()).step_by(seg).map(|s| segment(d, s, seg.min(d.payload.len() - s))).collect()
+}
+
+/// The packet parses and its stored ICRC matches the one computed over its headers.
+fn icrc_confirms(d: &UdpDatagram<'_>, g: &GsoSegment) -> bool {
+    let bytes = &d.payload[g.start..g.start + g.len];
+    let Ok(p) = crate::wire::parse(bytes) else { return false };
+    crate::wire::icrc::icrc_from_headers(&g.ip_header, &g.udp_header, p.icrc_covered(bytes)) == Ok(p.icrc)
+}
+
 /// A capture taken on the sending host (loopback in particular) shows a UDP GSO send as one
-/// datagram holding several RoCEv2 packets of one segment size (the last may be shorter).
-/// Finds that segment size — the first packet is a whole MTU of payload or the only one — and
-/// cuts the train; `None` if the payload is not such a train.
+/// datagram holding several RoCEv2 packets of one segment size, the last possibly shorter (urxe
+/// sends e.g. a 36-byte SEND and a 20-byte ACK as one train). Nothing in the datagram states
+/// the segment size, so every size is tried and the split whose packets all carry a correct
+/// ICRC wins (the smallest such size; a smaller wrong split would need a forged ICRC in every
+/// piece). If no split is confirmed, the train is cut at the first path-MTU size whose
+/// packets all parse, so each packet is still reported with its own problems. `None` if the
+/// payload is not a train.
 pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
-    use crate::wire::opcode::Opcode;
     let p = d.payload;
+    let parses = |start: usize, len: usize| crate::wire::parse(&p[start..(start + len).min(p.len())]).is_ok();
+    for seg in MIN_SEGMENT..p.len().min(MAX_SEGMENT + 1) {
+        // Cheap filters first: the first two packets must parse before any ICRC is computed.
+        if !parses(0, seg) || !parses(seg, seg) {
+            continue;
+        }
+        if !icrc_confirms(d, &segment(d, 0, seg)) {
+            continue;
+        }
+        let segs = cut(d, seg);
+        if segs.iter().skip(1).all(|g| icrc_confirms(d, g)) {
+            return Some(segs);
+        }
+    }
+    use crate::wire::opcode::Opcode;
     let first = Opcode(*p.first()?).info();
     if !first.is_known() {
         return None;
@@ -369,25 +437,7 @@ pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
             break;
         }
         if p.chunks(seg).all(|c| crate::wire::parse(c).is_ok()) {
-            let segs = p
-                .chunks(seg)
-                .enumerate()
-                .map(|(i, c)| {
-                    let mut ip = d.ip_header.to_vec();
-                    let mut udp = d.udp_header.to_vec();
-                    let ulen = (8 + c.len()) as u16;
-                    udp[4..6].copy_from_slice(&ulen.to_be_bytes());
-                    if ip[0] >> 4 == 4 {
-                        let total = (ip.len() + 8 + c.len()) as u16;
-                        ip[2..4].copy_from_slice(&total.to_be_bytes());
-                    } else if ip.len() >= 40 {
-                        let plen = (ip.len() - 40 + 8 + c.len()) as u16;
-                        ip[4..6].copy_from_slice(&plen.to_be_bytes());
-                    }
-                    GsoSegment { ip_header: ip, udp_header: udp, start: i * seg, len: c.len() }
-                })
-                .collect();
-            return Some(segs);
+            return Some(cut(d, seg));
         }
     }
     None

@@ -1,4 +1,5 @@
-//! Per-flow PSN report: for each (source, destination, destination QP) the packets seen, PSN
+//! Per-flow PSN report: for each (source, destination, destination QP) the packets seen, the
+//! request PSN range and the response (ACK, READ response) PSN range apart, PSN
 //! gaps, retransmissions (a request PSN that does not advance), NAKs and RNR NAKs.
 //!
 //! A READ request reserves one PSN per response packet, which depends on the path MTU the
@@ -27,8 +28,13 @@ pub struct FlowStats {
     pub packets: u64,
     pub requests: u64,
     pub responses: u64,
-    pub first_psn: Option<Psn>,
-    pub last_psn: Option<Psn>,
+    /// PSNs of the first and the last request packet (SEND, WRITE, READ request, atomic).
+    pub first_req_psn: Option<Psn>,
+    pub last_req_psn: Option<Psn>,
+    /// PSNs of the first and the last response packet (ACK, NAK, READ response, atomic ACK):
+    /// the responder's PSNs, reported apart so a final ACK never shows as a request PSN.
+    pub first_resp_psn: Option<Psn>,
+    pub last_resp_psn: Option<Psn>,
     /// Highest request PSN seen so far (serial order).
     highest: Option<Psn>,
     /// The next request PSN is unknown (after a READ request).
@@ -54,8 +60,6 @@ impl FlowReport {
         let f = self.flows.entry(key).or_default();
         f.packets += 1;
         f.transport = Some(p.info.transport);
-        f.first_psn.get_or_insert(b.psn);
-        f.last_psn = Some(b.psn);
         if let Some(a) = p.headers.aeth {
             match a.syndrome {
                 Syndrome::RnrNak { .. } => f.rnr_naks += 1,
@@ -70,9 +74,13 @@ impl FlowReport {
         }
         if !p.info.request || p.info.kind == OpKind::Cnp {
             f.responses += 1;
+            f.first_resp_psn.get_or_insert(b.psn);
+            f.last_resp_psn = Some(b.psn);
             return;
         }
         f.requests += 1;
+        f.first_req_psn.get_or_insert(b.psn);
+        f.last_req_psn = Some(b.psn);
         match f.highest {
             None => f.highest = Some(b.psn),
             Some(h) => {
@@ -114,20 +122,23 @@ impl FlowReport {
     /// A text table.
     pub fn render(&self) -> String {
         let mut s = String::from(
-            "flow                                              tr   pkts   req  resp  first_psn  last_psn  gaps  retrans  naks  psn_naks  rnr_naks\n",
+            "flow                                              tr   pkts   req  resp  req_psns             resp_psns            gaps  retrans  naks  psn_naks  rnr_naks\n",
         );
         for (k, f) in &self.flows {
             let name = format!("{} > {} qp={:#08x}", k.src, k.dst, k.dest_qp);
-            let psn = |p: Option<Psn>| p.map(|p| format!("{:#08x}", p.value())).unwrap_or_else(|| "-".into());
+            let psns = |a: Option<Psn>, b: Option<Psn>| match (a, b) {
+                (Some(a), Some(b)) => format!("{:#08x}-{:#08x}", a.value(), b.value()),
+                _ => "-".into(),
+            };
             s.push_str(&format!(
-                "{:<49} {:<4} {:>5} {:>5} {:>5}  {:>9}  {:>8} {:>5} {:>8} {:>5} {:>9} {:>9}\n",
+                "{:<49} {:<4} {:>5} {:>5} {:>5}  {:<19}  {:<19} {:>5} {:>8} {:>5} {:>9} {:>9}\n",
                 name,
                 f.transport.map(|t| t.name()).unwrap_or("-"),
                 f.packets,
                 f.requests,
                 f.responses,
-                psn(f.first_psn),
-                psn(f.last_psn),
+                psns(f.first_req_psn, f.last_req_psn),
+                psns(f.first_resp_psn, f.last_resp_psn),
                 f.gaps,
                 f.retransmissions,
                 f.naks,

@@ -79,6 +79,9 @@ pub struct PacketReport<'a> {
     pub icrc: IcrcVerdict,
     pub udp_checksum: UdpChecksum,
     pub problems: Vec<Problem>,
+    /// The IPv4 ID was not recorded (urxe's tap, received packet) and the ICRC verified with
+    /// this one, solved from the stored ICRC.
+    pub recovered_ip_id: Option<u16>,
 }
 
 impl PacketReport<'_> {
@@ -139,6 +142,58 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
         icrc,
         udp_checksum: d.udp_checksum,
         problems,
+        recovered_ip_id: None,
+    }
+}
+
+/// For a packet recorded without its IPv4 ID (see [`super::capture::TAP_IP_ID_UNKNOWN`]) whose
+/// ICRC does not verify with the recorded ID: finds the ID that makes it verify, if one does,
+/// and turns the verdict to ok. The ICRC is an affine function of the 16 ID bits (CRC-32 is
+/// linear over GF(2) for a fixed length), so 17 CRCs and a 32x16 elimination find it; a
+/// damaged packet has such an ID only by a 1 in 65536 chance.
+pub fn recover_ip_id(d: &UdpDatagram<'_>, r: &mut PacketReport<'_>) {
+    let Some(p) = &r.parsed else { return };
+    let Some(Problem::IcrcMismatch { stored, .. }) =
+        r.problems.iter().find(|p| matches!(p, Problem::IcrcMismatch { .. })).cloned()
+    else {
+        return;
+    };
+    if d.ip_header.len() < 20 || d.ip_header[0] >> 4 != 4 {
+        return;
+    }
+    let covered = p.icrc_covered(d.payload);
+    let with_id = |id: u16| {
+        let mut ip = d.ip_header.to_vec();
+        ip[4..6].copy_from_slice(&id.to_be_bytes());
+        icrc_from_headers(&ip, d.udp_header, covered).ok()
+    };
+    let Some(base) = with_id(0) else { return };
+    // Echelon basis of the columns: (vector, which ID bits make it).
+    let mut basis: Vec<(u32, u16)> = Vec::with_capacity(16);
+    for bit in 0..16 {
+        let Some(c) = with_id(1 << bit) else { return };
+        let (mut v, mut m) = (c ^ base, 1u16 << bit);
+        for &(bv, bm) in &basis {
+            if v & (1 << (31 - bv.leading_zeros())) != 0 {
+                v ^= bv;
+                m ^= bm;
+            }
+        }
+        if v != 0 {
+            basis.push((v, m));
+        }
+    }
+    let (mut t, mut id) = (stored ^ base, 0u16);
+    for &(bv, bm) in &basis {
+        if t & (1 << (31 - bv.leading_zeros())) != 0 {
+            t ^= bv;
+            id ^= bm;
+        }
+    }
+    if t == 0 && with_id(id) == Some(stored) {
+        r.problems.retain(|p| !matches!(p, Problem::IcrcMismatch { .. }));
+        r.icrc = IcrcVerdict::Ok;
+        r.recovered_ip_id = Some(id);
     }
 }
 
@@ -213,6 +268,9 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
         },
     }
     s.push_str(&format!(" icrc={}", r.icrc.as_str()));
+    if let Some(id) = r.recovered_ip_id {
+        s.push_str(&format!(" ipid={id:#06x}(solved)"));
+    }
     match r.udp_checksum {
         UdpChecksum::Zero | UdpChecksum::Bad => {}
         UdpChecksum::Ok => s.push_str(" udpcsum=ok"),
@@ -318,6 +376,9 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
         ("icrc".into(), json_str(r.icrc.as_str())),
         ("udp_checksum".into(), json_str(&format!("{:?}", r.udp_checksum).to_lowercase())),
     ];
+    if let Some(id) = r.recovered_ip_id {
+        f.push(("recovered_ip_id".into(), id.to_string()));
+    }
     if let Some(p) = &r.parsed {
         let b = &p.headers.bth;
         f.push(("transport".into(), json_str(p.info.transport.name())));

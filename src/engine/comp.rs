@@ -2,11 +2,11 @@
 //! local ACK timer with retry_cnt, the RNR timer with rnr_retry, go-back-N, completions
 //! strictly in WR order, and the error/flush path shared by the whole QP.
 
+use super::dma::scatter;
 use super::qp::{Qp, WqeState};
-use super::req::{fail_wqe, scatter};
+use super::shared::EngineShared;
 use super::timer::{ack_timeout_nanos, rnr_nanos};
 use super::types::*;
-use super::Shared;
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::opcode::{OpKind, Position};
 use crate::wire::{Parsed, Psn};
@@ -25,7 +25,7 @@ fn wc_opcode(k: &WrKind) -> WcOpcode {
 
 /// Pops finished WQEs off the head of the send queue, in order, reporting signaled ones and
 /// every error. An error moves the QP to ERR (which flushes the rest).
-pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut Shared<M>) {
+pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut EngineShared<M>) {
     while let Some(w) = q.sq.wqes.front().copied() {
         if w.state != WqeState::Done {
             break;
@@ -58,7 +58,7 @@ pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut Shared<M>) {
 
 /// Moves the QP to ERR: every outstanding send and receive WR completes with
 /// IBV_WC_WR_FLUSH_ERR, timers stop; an SRQ-attached QP reports LAST_WQE_REACHED.
-pub(crate) fn enter_error<M>(q: &mut Qp, sh: &mut Shared<M>) {
+pub(crate) fn enter_error<M>(q: &mut Qp, sh: &mut EngineShared<M>) {
     if q.state == QpState::Err {
         return;
     }
@@ -66,7 +66,7 @@ pub(crate) fn enter_error<M>(q: &mut Qp, sh: &mut Shared<M>) {
     q.req.retx_at = None;
     q.req.rnr_until = None;
     q.req.rd_atomic_out = 0;
-    flush_send(q, sh);
+    flush_send_queue(q, sh);
     flush_recv(q, sh);
     if q.srq.is_some() && !q.last_wqe_reached {
         q.last_wqe_reached = true;
@@ -74,7 +74,7 @@ pub(crate) fn enter_error<M>(q: &mut Qp, sh: &mut Shared<M>) {
     }
 }
 
-pub(crate) fn flush_send<M>(q: &mut Qp, sh: &mut Shared<M>) {
+pub(crate) fn flush_send_queue<M>(q: &mut Qp, sh: &mut EngineShared<M>) {
     // Everything not yet reported is flushed (as rxe does), keeping a WQE's own error.
     for w in q.sq.wqes.iter_mut() {
         w.state = WqeState::Done;
@@ -96,7 +96,7 @@ pub(crate) fn flush_send<M>(q: &mut Qp, sh: &mut Shared<M>) {
     q.req.next = 0;
 }
 
-pub(crate) fn flush_recv<M>(q: &mut Qp, sh: &mut Shared<M>) {
+pub(crate) fn flush_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>) {
     let flush = |wr_id| WorkCompletion {
         wr_id,
         status: WcStatus::WrFlushErr,
@@ -151,7 +151,7 @@ fn rewind(q: &mut Qp, psn: Psn) {
 /// Applies an acknowledgement of every PSN up to and including `p`. Returns false (after
 /// starting a retry) if a READ/atomic before `p` is still missing its response: the
 /// responder went past it, so the response was lost (implicit NAK).
-fn ack_through<M>(q: &mut Qp, sh: &mut Shared<M>, p: Psn, except: Option<usize>) -> bool {
+fn ack_through(q: &mut Qp, p: Psn, except: Option<usize>) -> bool {
     let before = q.req.unacked;
     let mut ok = true;
     for (i, w) in q.sq.wqes.iter_mut().enumerate() {
@@ -177,7 +177,7 @@ fn ack_through<M>(q: &mut Qp, sh: &mut Shared<M>, p: Psn, except: Option<usize>)
         }
     }
     if q.req.unacked != before {
-        progress(q, sh);
+        progress(q);
     }
     if !ok {
         let u = q.req.unacked;
@@ -191,7 +191,7 @@ fn ack_through<M>(q: &mut Qp, sh: &mut Shared<M>, p: Psn, except: Option<usize>)
     ok
 }
 
-fn progress<M>(q: &mut Qp, _sh: &mut Shared<M>) {
+fn progress(q: &mut Qp) {
     q.req.retry_left = q.attr.retry_cnt;
     q.req.rnr_left = q.attr.rnr_retry;
     q.req.rewound_at = None;
@@ -203,7 +203,7 @@ fn first_pending(q: &Qp) -> Option<usize> {
 }
 
 /// One response packet (ACK, atomic ACK, READ response) for this RC QP.
-pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, p: &Parsed<'_>) {
+pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, p: &Parsed<'_>) {
     if q.ty != QpType::Rc || !matches!(q.state, QpState::Rts | QpState::Sqd) {
         sh.counters.bad_state_drops += 1;
         return;
@@ -220,11 +220,11 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now
             let Some(aeth) = p.headers.aeth else { return };
             match aeth.syndrome {
                 Syndrome::Ack { .. } => {
-                    ack_through(q, sh, psn, None);
+                    ack_through(q, psn, None);
                 }
                 Syndrome::RnrNak { timer } => {
                     sh.counters.rnr_naks_rcvd += 1;
-                    if !ack_through(q, sh, psn.sub(1), None) {
+                    if !ack_through(q, psn.sub(1), None) {
                         return;
                     }
                     if q.attr.rnr_retry != 7 {
@@ -244,12 +244,12 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now
                 }
                 Syndrome::Nak(NakCode::PsnSequenceError) => {
                     sh.counters.seq_naks_rcvd += 1;
-                    if ack_through(q, sh, psn.sub(1), None) {
+                    if ack_through(q, psn.sub(1), None) {
                         rewind(q, psn);
                     }
                 }
                 Syndrome::Nak(code) => {
-                    ack_through(q, sh, psn.sub(1), None);
+                    ack_through(q, psn.sub(1), None);
                     let status = match code {
                         NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                         NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -274,7 +274,7 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now
     after_progress(q, sh, now);
 }
 
-fn after_progress<M>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos) {
+fn after_progress<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {
     complete_ready(q, sh);
     if q.state == QpState::Err {
         return;
@@ -286,7 +286,7 @@ fn after_progress<M>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos) {
     };
 }
 
-fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     // The WQE this response belongs to.
     let Some(j) = q.sq.wqes.iter().position(|w| {
@@ -305,7 +305,7 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Pa
         return;
     }
     // Responses arrive in order: everything before this WQE is acknowledged by it.
-    if !ack_through(q, sh, w.first_psn.sub(1), Some(j)) {
+    if !ack_through(q, w.first_psn.sub(1), Some(j)) {
         return;
     }
     if psn != q.req.unacked {
@@ -341,7 +341,7 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Pa
         true
     };
     q.req.unacked = psn.next();
-    progress(q, sh);
+    progress(q);
     if done {
         let wm = &mut q.sq.wqes[j];
         wm.state = WqeState::Done;
@@ -357,7 +357,7 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Pa
 }
 
 /// The QP's timer fired (or may have: deadlines are checked here).
-pub(crate) fn on_timeout<M>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos) {
+pub(crate) fn on_timeout<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {
     if let Some(t) = q.req.rnr_until {
         if t <= now {
             q.req.rnr_until = None;
@@ -385,4 +385,21 @@ pub(crate) fn on_timeout<M>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos) {
     position_at(q, u);
     // READ/atomic WQEs being re-requested stay counted in rd_atomic_out.
     q.req.retx_at = ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
+}
+
+/// Marks a WQE failed (it completes in order with `status`, then the QP goes to ERR).
+pub(crate) fn fail_wqe<M>(q: &mut Qp, sh: &mut EngineShared<M>, idx: usize, status: WcStatus) {
+    if let Some(w) = q.sq.wqes.get_mut(idx) {
+        w.state = WqeState::Done;
+        w.status = status;
+    }
+    // Everything before it that was sent is still waiting for its ACK; an error completes
+    // once it reaches the head. Local errors are immediate (IBTA 10.8.3.1): flush now.
+    for w in q.sq.wqes.iter_mut().take(idx) {
+        if w.state != WqeState::Done {
+            w.state = WqeState::Done;
+            w.status = WcStatus::WrFlushErr;
+        }
+    }
+    complete_ready(q, sh);
 }

@@ -1,5 +1,7 @@
-//! Fuzz body for the engine's receive path, in the library so that `cargo test` runs exactly
-//! what `fuzz/fuzz_targets/responder.rs` runs.
+//! Fuzz body for the engine's receive path, shared so that `cargo test` runs exactly what
+//! `fuzz/fuzz_targets/responder.rs` runs. Built only with the `fuzzing` feature, which the fuzz
+//! crate and this package's tests (through a dev-dependency on itself) enable; the shipped
+//! library does not contain it.
 //!
 //! [`responder`] feeds an arbitrary sequence of packets (raw bytes, or headers built from
 //! fuzz bytes with a valid ICRC so they get past the checks) to RC, UC and UD QPs in RTS,

@@ -1,10 +1,13 @@
 //! Engine layer (sans-IO): what rdma_rxe's req/resp/comp/qp/mr code does, as a state machine
 //! with no sockets, no clock and no threads. See docs/DESIGN.md and [`Engine`].
 //!
-//! Module map (named after rxe): `mr` (MR + MW, keys), `cq`, `srq` (receive rings), `qp`
-//! (state machine, transition table), `req` (requester), `resp` (responder), `comp`
-//! (completer), `timer`, `counters`. Memory is reached only through [`HostMemory`], after
-//! the checks in `mr`.
+//! Module map (named after rxe; arrows point down only): `types` (the API values, by kind),
+//! `counters`, `timer`; object state `mr` (MR + MW, keys), `cq`, `srq` (receive rings), `qp`
+//! (state machine, transition table); `shared` (everything but the QPs); `dma` (gather and
+//! scatter through checked lkeys); `comp` (completer, and completion delivery / flushing),
+//! `req` (requester), `resp` (responder); `recv` (rxe_recv.c checks) and `xmit` (which of a
+//! QP's packets goes next). Memory is reached only through [`HostMemory`], after the checks in
+//! `mr`. The fuzz harness `fuzzing` is built only with the `fuzzing` feature.
 #![forbid(unsafe_code)]
 
 pub mod types;
@@ -13,26 +16,30 @@ pub use types::*;
 mod comp;
 pub mod counters;
 mod cq;
+mod dma;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod mr;
 mod qp;
+mod recv;
 mod req;
 mod resp;
+mod shared;
 mod srq;
 mod timer;
+mod xmit;
 
 pub use counters::Counters;
 pub use timer::{ack_timeout_nanos, rnr_nanos};
 
 use std::collections::VecDeque;
-use std::net::IpAddr;
 
 use crate::wire;
-use crate::wire::icrc::{IpFields, ROCEV2_PORT};
-use crate::wire::opcode::{OpKind, Transport};
-use cq::{Cq, PushOutcome};
+use crate::wire::opcode::OpKind;
+use cq::Cq;
 use mr::{KeyTable, Mr};
 use qp::Qp;
+use shared::{Ah, EngineShared, Pd, Slab};
 use srq::{RecvRing, Srq};
 use timer::TimerHeap;
 
@@ -42,110 +49,6 @@ pub const MAX_PACKET: usize = 12 + 28 + 8 + 16 + 4 + 4 + 4096 + 4;
 
 /// First QPN handed out (QP0/QP1 are the special QPs; rxe starts at 0x11).
 pub const FIRST_QPN: Qpn = 0x11;
-
-pub(crate) struct Slab<T> {
-    items: Vec<Option<T>>,
-    free: VecDeque<u32>,
-}
-
-impl<T> Slab<T> {
-    fn new() -> Self {
-        // Handle 0 is never valid.
-        Slab { items: vec![None], free: VecDeque::new() }
-    }
-    fn insert(&mut self, t: T, max: u32) -> Option<u32> {
-        if self.len() >= max as usize {
-            return None;
-        }
-        let id = match self.free.pop_front() {
-            Some(id) if self.free.len() > 16 => id,
-            Some(id) => {
-                self.free.push_front(id);
-                self.items.push(None);
-                (self.items.len() - 1) as u32
-            }
-            None => {
-                self.items.push(None);
-                (self.items.len() - 1) as u32
-            }
-        };
-        self.items[id as usize] = Some(t);
-        Some(id)
-    }
-    pub(crate) fn get(&self, id: u32) -> Option<&T> {
-        self.items.get(id as usize)?.as_ref()
-    }
-    pub(crate) fn get_mut(&mut self, id: u32) -> Option<&mut T> {
-        self.items.get_mut(id as usize)?.as_mut()
-    }
-    fn remove(&mut self, id: u32) -> Option<T> {
-        let t = self.items.get_mut(id as usize)?.take()?;
-        self.free.push_back(id);
-        Some(t)
-    }
-    fn len(&self) -> usize {
-        self.items.len() - 1 - self.free.len()
-    }
-}
-
-pub(crate) struct Pd {
-    refs: u32,
-}
-
-pub(crate) struct Ah {
-    pd: PdId,
-    attr: AhAttr,
-    pub dst: IpAddr,
-}
-
-/// Everything but the QPs: what requester, responder and completer share.
-pub(crate) struct Shared<M> {
-    pub cfg: EngineConfig,
-    pub mem: M,
-    pub keys: KeyTable,
-    pub pds: Slab<Pd>,
-    pub cqs: Slab<Cq>,
-    pub srqs: Slab<Srq>,
-    pub ahs: Slab<Ah>,
-    pub events: VecDeque<Event>,
-    pub counters: Counters,
-}
-
-impl<M> Shared<M> {
-    /// Delivers a completion; `false` if the CQ overflowed.
-    pub fn push_wc(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
-        let Some(c) = self.cqs.get_mut(cq) else { return false };
-        match c.push(wc, solicited) {
-            PushOutcome::Stored { notify } => {
-                if notify {
-                    self.events.push_back(Event::Completion(cq));
-                }
-                true
-            }
-            PushOutcome::Overflow { first } => {
-                self.counters.cq_overflows += 1;
-                if first {
-                    self.async_event(AsyncEventType::CqErr, AsyncElement::Cq(cq));
-                }
-                false
-            }
-        }
-    }
-
-    pub fn async_event(&mut self, kind: AsyncEventType, element: AsyncElement) {
-        self.events.push_back(Event::Async(AsyncEvent { kind, element }));
-    }
-
-    /// IP fields the ICRC of a packet we send to `dst` covers (IPv4: ID 0 + DF, as the
-    /// transport's sockets send).
-    pub fn tx_ip(&self, dst: IpAddr) -> Option<IpFields> {
-        match (self.cfg.local_addr, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Some(IpFields::v4_df(s, d)),
-            (IpAddr::V6(s), IpAddr::V6(d)) => Some(IpFields::v6(s, d)),
-            _ => None,
-        }
-    }
-}
 
 /// One RDMA device: PDs, MRs/MWs, CQs, SRQs, AHs and QPs, and the RC/UC/UD transport that
 /// runs between its QPs and their peers.
@@ -166,7 +69,7 @@ impl<M> Shared<M> {
 /// Every input is checked; nothing panics on any packet: protocol outcomes are NAKs,
 /// completions, events and [`Counters`].
 pub struct Engine<M: HostMemory> {
-    sh: Shared<M>,
+    sh: EngineShared<M>,
     /// QPs indexed by [`QpnSpace::idx`].
     qps: Vec<Option<Box<Qp>>>,
     qspace: QpnSpace,
@@ -210,7 +113,7 @@ impl<M: HostMemory> Engine<M> {
     pub fn new(cfg: EngineConfig, mem: M) -> Engine<M> {
         let max_mr = cfg.limits.max_mr.saturating_add(cfg.limits.max_mw);
         Engine {
-            sh: Shared {
+            sh: EngineShared {
                 keys: KeyTable::new(max_mr),
                 cfg,
                 mem,
@@ -300,7 +203,7 @@ impl<M: HostMemory> Engine<M> {
         if access.unknown_bits() != 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
             return Err(Error::Invalid);
         }
-        // IBTA C10-?: remote write or atomic requires local write.
+        // Remote write or atomic access requires local write (ibv_reg_mr(3): EINVAL otherwise).
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
         {
@@ -707,57 +610,18 @@ impl<M: HostMemory> Engine<M> {
 
     // ---- inputs ------------------------------------------------------------------------
 
-    /// One received UDP datagram. Parsed, ICRC-checked and dispatched to the responder
-    /// (requests) or completer (responses) of its QP; dropped and counted otherwise.
+    /// One received UDP datagram. Checked as rxe_recv.c does (see `recv`) and dispatched to
+    /// the responder (requests) or completer (responses) of its QP; dropped and counted
+    /// otherwise.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
         let c = &mut self.sh.counters;
-        c.rcvd_pkts += 1;
-        let p = match wire::parse(d.payload) {
-            Ok(p) => p,
-            Err(wire::WireError::UnknownOpcode(_) | wire::WireError::Unsupported(_) | wire::WireError::BadTver(_)) => {
-                c.opcode_errors += 1;
-                return;
-            }
-            Err(_) => {
-                c.length_errors += 1;
-                return;
-            }
-        };
-        let covered = p.icrc_covered(d.payload);
-        match d.icrc {
-            IcrcCheck::Full(ip) => {
-                if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
-                    c.icrc_errors += 1;
-                    return;
-                }
-            }
-            IcrcCheck::V4NoId { src, dst } => {
-                let ip = IpFields::v4_df(src.into(), dst.into());
-                if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
-                    c.icrc_unverified += 1;
-                }
-            }
-        }
-        // One partition (P_Key table = [0xFFFF]): full or limited membership of it matches.
-        if p.headers.bth.pkey & 0x7FFF != 0x7FFF {
-            c.pkey_violations += 1;
-            return;
-        }
+        let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else {
             c.unknown_qp += 1;
             return;
         };
-        let ok_transport = matches!(
-            (p.info.transport, q.ty),
-            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
-        );
-        if !ok_transport {
-            c.opcode_errors += 1;
-            return;
-        }
-        if q.ty != QpType::Ud && q.dest.is_some_and(|a| a != d.src) {
-            c.unknown_qp += 1;
+        if !recv::check_qp(c, q, d, &p) {
             return;
         }
         match p.info.kind {
@@ -765,7 +629,7 @@ impl<M: HostMemory> Engine<M> {
                 comp::handle_response(q, &mut self.sh, now, &p);
             }
             _ if p.info.request => resp::handle_request(q, &mut self.sh, d, &p),
-            _ => c.opcode_errors += 1,
+            _ => self.sh.counters.opcode_errors += 1,
         }
         self.touch(qpn);
     }
@@ -792,13 +656,14 @@ impl<M: HostMemory> Engine<M> {
     /// The next packet to send, written into `buf` (at least [`MAX_PACKET`] bytes). QPs take
     /// turns of up to [`TX_BURST`] packets, so a long message does not starve the others and
     /// a flow's packets come in trains; call until `None`.
+    #[must_use]
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if buf.len() < MAX_PACKET {
             return None;
         }
         while let Some(qpn) = self.txq.pop_front() {
             let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
-            match req::poll_transmit(q, &mut self.sh, now, buf) {
+            match xmit::poll_qp(q, &mut self.sh, now, buf) {
                 Some(t) => {
                     self.sh.counters.sent_pkts += 1;
                     // Serve a QP for a burst before the next one's turn: consecutive packets
@@ -841,6 +706,7 @@ impl<M: HostMemory> Engine<M> {
     }
 
     /// The earliest deadline at which `handle_timeout` has work (maybe spuriously early).
+    #[must_use]
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         while let Some((at, qpn)) = self.timers.peek() {
             match self.qps.get(self.qspace.idx(qpn)).and_then(|q| q.as_deref()) {
@@ -853,6 +719,7 @@ impl<M: HostMemory> Engine<M> {
         None
     }
 
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.sh.events.pop_front()
     }

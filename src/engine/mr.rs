@@ -313,8 +313,8 @@ impl KeyTable {
             if !mr.access.contains(AccessFlags::MW_BIND) {
                 return Err(KeyError::Access);
             }
-            // Remote write/atomic through a window needs local write on the MR (C10-?:
-            // the window cannot grant more than the region allows locally).
+            // Remote write/atomic through a window needs local write on the MR (the window
+            // cannot grant more than the region allows locally).
             if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
                 && !mr.access.contains(AccessFlags::LOCAL_WRITE)
             {

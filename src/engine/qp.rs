@@ -164,6 +164,13 @@ pub(crate) struct ReadJob {
     pub msn: Msn,
 }
 
+impl ReadJob {
+    /// The whole response to a READ request whose first response PSN is `psn`.
+    pub fn new(psn: Psn, va: u64, rkey: u32, len: u32, msn: Msn) -> ReadJob {
+        ReadJob { psn, first_psn: psn, va, rkey, left: len, len, msn }
+    }
+}
+
 /// The message a responder is in the middle of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub(crate) enum InMsg {
@@ -197,7 +204,7 @@ pub(crate) struct RespState {
     pub out: VecDeque<RespOut>,
     pub out_cap: usize,
     pub comm_est_sent: bool,
-    /// A plain ACK let one ready request packet of this QP go first (see `req::poll_transmit`).
+    /// A plain ACK let one ready request packet of this QP go first (see `xmit::poll_qp`).
     pub ack_yielded: bool,
 }
 
@@ -340,7 +347,6 @@ pub(crate) fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option
             rc_m
         }
     };
-    let _ = rc;
     Some(match (from, to) {
         (_, Reset) | (_, Err) => (none, none),
         (Reset, Init) => (

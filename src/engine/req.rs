@@ -3,11 +3,13 @@
 //! fence, local operations (LOCAL_INV, BIND_MW) — and writes each packet into the caller's
 //! buffer with the payload copied once, from host memory straight into the buffer.
 
-use super::comp;
+use std::net::IpAddr;
+
+use super::comp::{self, fail_wqe};
+use super::dma::gather;
 use super::qp::{Qp, RespOut, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
-use super::resp;
+use super::shared::EngineShared;
 use super::types::*;
-use super::Shared;
 use crate::wire::atomic_eth::AtomicEthRepr;
 use crate::wire::bth::BthRepr;
 use crate::wire::deth::DethRepr;
@@ -26,7 +28,12 @@ pub(crate) fn imm_to_wire(imm: u32) -> u32 {
 }
 
 /// Accepts a send WR into the send queue.
-pub(crate) fn post<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, wr: &SendWr<'_>, l: &Limits) -> Result<(), Error> {
+pub(crate) fn post<M: HostMemory>(
+    q: &mut Qp,
+    sh: &mut EngineShared<M>,
+    wr: &SendWr<'_>,
+    l: &Limits,
+) -> Result<(), Error> {
     match q.state {
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
         _ => return Err(Error::BadState),
@@ -115,7 +122,7 @@ pub(crate) fn post<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, wr: &SendWr<'_
         rd_counted: false,
     });
     if q.state == QpState::Err {
-        comp::flush_send(q, sh);
+        comp::flush_send_queue(q, sh);
     }
     Ok(())
 }
@@ -131,7 +138,7 @@ fn requester_may_send(q: &Qp) -> bool {
 }
 
 /// Whether everything the responder has queued is plain positive ACKs (none: true).
-fn only_plain_acks_queued(q: &Qp) -> bool {
+pub(crate) fn only_plain_acks_queued(q: &Qp) -> bool {
     q.resp.out.iter().all(|o| matches!(o, RespOut::Ack { syndrome, .. } if syndrome.is_ack()))
 }
 
@@ -141,35 +148,14 @@ pub(crate) fn only_acks_pending(q: &Qp) -> bool {
     !requester_may_send(q) && only_plain_acks_queued(q)
 }
 
-/// Produces this QP's next packet: responder output first (ACKs and READ responses keep
-/// the peer's requester moving), then the requester's.
-///
-/// One exception: a plain positive ACK lets one ready request packet go first. A peer that
-/// busy-polls its send CQ for that ACK then finds the request already there when the ACK
-/// arrives and handles both in one poll (ib_write_lat: it places our WRITE itself instead of
-/// its progress thread being woken for it). One packet only, so ACKs never wait behind a
-/// long message.
-pub(crate) fn poll_transmit<M: HostMemory>(
+/// The requester's next packet, if one may go now.
+#[must_use]
+pub(crate) fn poll_request<M: HostMemory>(
     q: &mut Qp,
-    sh: &mut Shared<M>,
+    sh: &mut EngineShared<M>,
     now: Nanos,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    if !q.resp.ack_yielded && !q.resp.out.is_empty() && only_plain_acks_queued(q) {
-        if let Some(t) = poll_request(q, sh, now, buf) {
-            q.resp.ack_yielded = true;
-            return Some(t);
-        }
-    }
-    q.resp.ack_yielded = false;
-    if let Some(t) = resp::poll_out(q, sh, buf) {
-        return Some(t);
-    }
-    poll_request(q, sh, now, buf)
-}
-
-/// The requester's next packet, if one may go now.
-fn poll_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
     if !matches!(q.state, QpState::Rts | QpState::Sqd) || q.req.rnr_until.is_some() {
         return None;
     }
@@ -209,7 +195,7 @@ fn poll_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, buf: 
 }
 
 /// LOCAL_INV and BIND_MW run when the requester reaches them, in send-queue order.
-fn exec_local<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize) {
+fn exec_local<M>(q: &mut Qp, sh: &mut EngineShared<M>, idx: usize) {
     let w = q.sq.wqes[idx];
     let status = match w.kind {
         WrKind::LocalInv { invalidate_rkey } => match sh.keys.invalidate(invalidate_rkey, q.pd, None) {
@@ -264,24 +250,12 @@ fn data_opcode(t: u8, kind: &WrKind, pos: Position) -> u8 {
 
 fn emit_request<M: HostMemory>(
     q: &mut Qp,
-    sh: &mut Shared<M>,
+    sh: &mut EngineShared<M>,
     now: Nanos,
     idx: usize,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    let mtu = q.mtu;
-    {
-        let w = &mut q.sq.wqes[idx];
-        if w.npkts == 0 {
-            w.first_psn = q.req.psn;
-            w.npkts = match w.kind {
-                WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => 1,
-                _ if q.ty == QpType::Ud => 1,
-                _ => npkts_for(w.len, mtu),
-            };
-            q.req.noack_pkts = 0;
-        }
-    }
+    start_wqe(q, idx);
     let w = q.sq.wqes[idx];
     let i = q.req.psn.distance(w.first_psn);
     if i < 0 || i as u32 >= w.npkts {
@@ -290,25 +264,79 @@ fn emit_request<M: HostMemory>(
         return None;
     }
     let i = i as u32;
+    let (dst, dest_qp) = match destination(q, sh, &w) {
+        Ok(d) => d,
+        Err(Some(status)) => {
+            fail_wqe(q, sh, idx, status);
+            return None;
+        }
+        Err(None) => return None,
+    };
     let pos = position(i, w.npkts);
-    let offset = i * mtu;
+    let offset = i * q.mtu;
+    let (mut h, payload_len, consumes) = request_headers(q, &w, dest_qp, i, pos);
+    set_ack_req(q, &w, &mut h, pos.ends());
+    let Ok(hl) = h.emit(buf) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    if payload_len > 0 && !copy_payload(q, sh, &w, offset, &mut buf[hl..hl + payload_len as usize]) {
+        fail_wqe(q, sh, idx, WcStatus::LocProtErr);
+        return None;
+    }
+    let Some(ip) = sh.tx_ip(dst) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    let sport = q.sport;
+    let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
+        sh.counters.tx_errors += 1;
+        return None;
+    };
+    advance(q, sh, now, idx, consumes, pos.ends());
+    Some(Transmit { dst, src_port: sport, len })
+}
+
+/// At a WQE's first packet: its first PSN and packet count.
+fn start_wqe(q: &mut Qp, idx: usize) {
+    let (mtu, ty, psn) = (q.mtu, q.ty, q.req.psn);
+    let w = &mut q.sq.wqes[idx];
+    if w.npkts == 0 {
+        w.first_psn = psn;
+        w.npkts = match w.kind {
+            WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => 1,
+            _ if ty == QpType::Ud => 1,
+            _ => npkts_for(w.len, mtu),
+        };
+        q.req.noack_pkts = 0;
+    }
+}
+
+/// Where the WQE's packets go: the address handle's address and QPN (UD) or the connected
+/// peer. `Err(Some(status))` fails the WR; `Err(None)` sends nothing yet.
+fn destination<M>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe) -> Result<(IpAddr, Qpn), Option<WcStatus>> {
+    match (q.ty, w.ud) {
+        (QpType::Ud, Some(u)) => match sh.ahs.get(u.ah) {
+            Some(ah) => Ok((ah.dst, u.remote_qpn)),
+            None => Err(Some(WcStatus::LocQpOpErr)),
+        },
+        _ => match q.dest {
+            Some(d) => Ok((d, q.attr.dest_qp_num)),
+            None => Err(None),
+        },
+    }
+}
+
+/// The headers of packet `i` (at position `pos`) of the WQE, its payload length and how many
+/// PSNs it consumes (a READ request consumes one per response packet).
+fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> (Headers, u32, u32) {
+    let offset = i * q.mtu;
     let t = match q.ty {
         QpType::Rc => 0x00,
         QpType::Uc => 0x20,
         QpType::Ud => 0x60,
-    };
-    let (dst, dest_qp) = match (q.ty, w.ud) {
-        (QpType::Ud, Some(u)) => match sh.ahs.get(u.ah) {
-            Some(ah) => (ah.dst, u.remote_qpn),
-            None => {
-                fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-                return None;
-            }
-        },
-        _ => match q.dest {
-            Some(d) => (d, q.attr.dest_qp_num),
-            None => return None,
-        },
     };
     let mut h = Headers { bth: BthRepr { dest_qp, psn: q.req.psn, ..BthRepr::default() }, ..Headers::default() };
     let mut payload_len = 0u32;
@@ -334,7 +362,7 @@ fn emit_request<M: HostMemory>(
         }
         ref k => {
             h.bth.opcode = data_opcode(t, k, pos);
-            payload_len = (w.len - offset).min(mtu);
+            payload_len = (w.len - offset).min(q.mtu);
             if let (
                 WrKind::RdmaWrite { remote_addr, rkey } | WrKind::RdmaWriteWithImm { remote_addr, rkey, .. },
                 true,
@@ -359,40 +387,34 @@ fn emit_request<M: HostMemory>(
             h.bth.solicited = ends && w.flags.contains(SendFlags::SOLICITED) && !matches!(k, WrKind::RdmaWrite { .. });
         }
     }
+    (h, payload_len, consumes)
+}
+
+/// AckReq policy (RC): on a message's last packet, on READ/atomic requests and every
+/// `ACK_EVERY`th packet.
+fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
     q.req.noack_pkts += 1;
     h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= ACK_EVERY);
     if h.bth.ack_req {
         q.req.noack_pkts = 0;
     }
-    let Ok(hl) = h.emit(buf) else {
-        sh.counters.tx_errors += 1;
-        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-        return None;
-    };
-    if payload_len > 0 {
-        let dst_buf = &mut buf[hl..hl + payload_len as usize];
-        let ok = if w.inline {
-            let src = q.sq.inline_of(&w);
-            dst_buf.copy_from_slice(&src[offset as usize..(offset + payload_len) as usize]);
-            true
-        } else {
-            gather(sh, q.pd, q.sq.sges_of(&w), offset as u64, dst_buf)
-        };
-        if !ok {
-            fail_wqe(q, sh, idx, WcStatus::LocProtErr);
-            return None;
-        }
+}
+
+/// Copies the packet's payload (message offset `offset`) into `out`: from the inline copy, or
+/// gathered from host memory through the WQE's SGEs. False on a bad lkey.
+fn copy_payload<M: HostMemory>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe, offset: u32, out: &mut [u8]) -> bool {
+    if w.inline {
+        let src = q.sq.inline_of(w);
+        out.copy_from_slice(&src[offset as usize..offset as usize + out.len()]);
+        true
+    } else {
+        gather(sh, q.pd, q.sq.sges_of(w), offset as u64, out)
     }
-    let Some(ip) = sh.tx_ip(dst) else {
-        sh.counters.tx_errors += 1;
-        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-        return None;
-    };
-    let sport = q.sport;
-    let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
-        sh.counters.tx_errors += 1;
-        return None;
-    };
+}
+
+/// After a packet went out: the next PSN, the retransmission count, the WQE's state when its
+/// last packet left (RC: sent, waiting for its ACK; UC/UD: done) and the ACK timer.
+fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, consumes: u32, ends: bool) {
     if q.req.psn.before(q.req.high_psn) {
         sh.counters.retransmitted_pkts += 1;
     }
@@ -400,7 +422,7 @@ fn emit_request<M: HostMemory>(
     if q.req.psn.after(q.req.high_psn) {
         q.req.high_psn = q.req.psn;
     }
-    let finished = match w.kind {
+    let finished = match q.sq.wqes[idx].kind {
         WrKind::RdmaRead { .. } | WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => true,
         _ => ends,
     };
@@ -422,87 +444,4 @@ fn emit_request<M: HostMemory>(
     if q.ty == QpType::Rc && q.req.retx_at.is_none() {
         q.req.retx_at = super::timer::ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
     }
-    Some(Transmit { dst, src_port: sport, len })
-}
-
-/// Copies `out.len()` bytes of the message described by `sges`, starting at message offset
-/// `off`, into `out` — checking each lkey (PD, bounds) before reading.
-fn gather<M: HostMemory>(sh: &Shared<M>, pd: PdId, sges: &[Sge], mut off: u64, out: &mut [u8]) -> bool {
-    let mut at = 0usize;
-    for s in sges {
-        if at == out.len() {
-            break;
-        }
-        let l = s.length as u64;
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let n = ((l - off) as usize).min(out.len() - at);
-        let va = s.addr.wrapping_add(off);
-        let Ok(r) = sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::EMPTY) else { return false };
-        if sh.mem.read(r.host, &mut out[at..at + n]).is_err() {
-            return false;
-        }
-        at += n;
-        off = 0;
-    }
-    at == out.len()
-}
-
-/// Scatters `data` into the message described by `sges` at message offset `off` (READ
-/// responses, atomic results, received SENDs), checking LOCAL_WRITE on every lkey first.
-pub(crate) fn scatter<M: HostMemory>(sh: &Shared<M>, pd: PdId, sges: &[Sge], off: u64, data: &[u8]) -> bool {
-    // Check everything before writing anything.
-    if !walk(sges, off, data.len(), |s, va, _, n| {
-        sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE).is_ok()
-    }) {
-        return false;
-    }
-    walk(sges, off, data.len(), |s, va, at, n| {
-        match sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE) {
-            Ok(r) => sh.mem.write(r.host, &data[at..at + n]).is_ok(),
-            Err(_) => false,
-        }
-    })
-}
-
-/// Visits the SGE pieces covering `len` bytes from message offset `off`:
-/// `f(sge, va, offset_in_data, n)`; false if they do not cover it or `f` fails.
-fn walk(sges: &[Sge], mut off: u64, len: usize, mut f: impl FnMut(&Sge, u64, usize, usize) -> bool) -> bool {
-    let mut at = 0usize;
-    for s in sges {
-        if at == len {
-            break;
-        }
-        let l = s.length as u64;
-        if off >= l {
-            off -= l;
-            continue;
-        }
-        let n = ((l - off) as usize).min(len - at);
-        if !f(s, s.addr.wrapping_add(off), at, n) {
-            return false;
-        }
-        at += n;
-        off = 0;
-    }
-    at == len
-}
-
-/// Marks a WQE failed (it completes in order with `status`, then the QP goes to ERR).
-pub(crate) fn fail_wqe<M>(q: &mut Qp, sh: &mut Shared<M>, idx: usize, status: WcStatus) {
-    if let Some(w) = q.sq.wqes.get_mut(idx) {
-        w.state = WqeState::Done;
-        w.status = status;
-    }
-    // Everything before it that was sent is still waiting for its ACK; an error completes
-    // once it reaches the head. Local errors are immediate (IBTA 10.8.3.1): flush now.
-    for w in q.sq.wqes.iter_mut().take(idx) {
-        if w.state != WqeState::Done {
-            w.state = WqeState::Done;
-            w.status = WcStatus::WrFlushErr;
-        }
-    }
-    comp::complete_ready(q, sh);
 }

@@ -9,11 +9,11 @@
 use std::net::IpAddr;
 
 use super::comp::enter_error;
+use super::dma::scatter;
 use super::qp::{InMsg, Qp, RdRes, ReadJob, RespOut};
-use super::req::scatter;
+use super::shared::EngineShared;
 use super::srq::TakenWqe;
 use super::types::*;
-use super::Shared;
 use crate::wire::aeth::{AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
 use crate::wire::atomic_ack_eth::AtomicAckEthRepr;
 use crate::wire::bth::BthRepr;
@@ -47,7 +47,7 @@ fn wire_to_imm(v: u32) -> u32 {
 }
 
 /// One request packet for this QP (all transports).
-pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
+pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
     if !matches!(q.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
         sh.counters.bad_state_drops += 1;
         return;
@@ -63,7 +63,7 @@ pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &
     }
 }
 
-fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     let d = psn.distance(q.resp.epsn);
     if d > 0 {
@@ -88,7 +88,7 @@ fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
 }
 
 /// The one place responder errors become wire NAKs, completion statuses and QP state.
-fn report<M>(q: &mut Qp, sh: &mut Shared<M>, e: RespError, psn: Psn) {
+fn report<M>(q: &mut Qp, sh: &mut EngineShared<M>, e: RespError, psn: Psn) {
     let (nak, wc_status, event) = match e {
         RespError::Drop => return,
         RespError::RnrNoWqe => {
@@ -140,7 +140,7 @@ fn queue_ack(q: &mut Qp, syndrome: Syndrome, psn: Psn) {
 }
 
 /// Takes the next receive WQE (own RQ or SRQ) into `q.resp.wqe`.
-fn take_wqe<M>(q: &mut Qp, sh: &mut Shared<M>) -> bool {
+fn take_wqe<M>(q: &mut Qp, sh: &mut EngineShared<M>) -> bool {
     if q.resp.have_wqe {
         return true;
     }
@@ -210,7 +210,14 @@ fn check_payload_len(mtu: u32, pos: Option<Position>, len: usize) -> Result<(), 
     }
 }
 
-fn check_rkey<M>(sh: &Shared<M>, q: &Qp, rkey: u32, va: u64, len: u64, need: AccessFlags) -> Result<u64, RespError> {
+fn check_rkey<M>(
+    sh: &EngineShared<M>,
+    q: &Qp,
+    rkey: u32,
+    va: u64,
+    len: u64,
+    need: AccessFlags,
+) -> Result<u64, RespError> {
     if len == 0 {
         // Zero-length transfers do not check the R_Key (IBTA 9.7.4.1.3).
         return Ok(0);
@@ -227,139 +234,154 @@ fn check_wqe_room(wqe: &TakenWqe, off: u64, len: usize) -> Result<(), RespError>
     }
 }
 
-/// Executes the expected-PSN request (RC and UC). Updates ePSN/MSN and queues the response.
-fn execute<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+/// Executes the expected-PSN request (RC and UC): the opcode-sequence and QP-access checks,
+/// then the step of its kind. Updates ePSN/MSN and queues the response.
+fn execute<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
     let kind = p.info.kind;
-    let pos = p.info.position;
     let psn = p.headers.bth.psn;
-    let ends = pos.is_some_and(|x| x.ends());
-    check_opcode_sequence(q.resp.msg, kind, pos).inspect_err(|_| sh.counters.opcode_errors += 1)?;
+    check_opcode_sequence(q.resp.msg, kind, p.info.position).inspect_err(|_| sh.counters.opcode_errors += 1)?;
     check_qp_access(q, kind)?;
     match kind {
-        OpKind::Send => {
-            check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
-            if pos.is_some_and(|x| x.starts()) && !take_wqe(q, sh) {
-                return Err(RespError::RnrNoWqe);
-            }
-            let received = match q.resp.msg {
-                InMsg::Send { received } => received,
-                _ => 0,
-            };
-            check_wqe_room(&q.resp.wqe, received, p.payload.len())?;
-            if !p.payload.is_empty() && !scatter(sh, q.pd, &q.resp.wqe.sges, received, p.payload) {
-                return Err(RespError::RemoteOp);
-            }
-            let received = received + p.payload.len() as u64;
-            q.resp.msg = InMsg::Send { received };
-            if ends {
-                let mut flags = WcFlags::EMPTY;
-                let mut wc = WorkCompletion { opcode: WcOpcode::Recv, byte_len: received as u32, ..Default::default() };
-                if let Some(imm) = p.headers.immdt {
-                    flags |= WcFlags::WITH_IMM;
-                    wc.imm_data = wire_to_imm(imm.value);
-                }
-                if let Some(ieth) = p.headers.ieth {
-                    sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| RespError::RemoteOp)?;
-                    flags |= WcFlags::WITH_INV;
-                    wc.invalidated_rkey = ieth.rkey;
-                }
-                wc.wc_flags = flags;
-                finish_recv(q, sh, wc, p.headers.bth.solicited);
-                q.resp.msg = InMsg::None;
-                q.resp.msn = q.resp.msn.next();
-            }
-        }
-        OpKind::Write => {
-            check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
-            let (va, rkey, dma_len, received) = match (q.resp.msg, p.headers.reth) {
-                (InMsg::Write { va, rkey, dma_len, received }, _) => (va, rkey, dma_len, received),
-                (InMsg::None, Some(r)) => {
-                    check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_WRITE)?;
-                    (r.va, r.rkey, r.dma_len, 0)
-                }
-                _ => return Err(RespError::InvalidRequest),
-            };
-            let n = p.payload.len() as u32;
-            let total = received.checked_add(n).ok_or(RespError::InvalidRequest)?;
-            if total > dma_len || (ends && total != dma_len) {
-                sh.counters.length_errors += 1;
-                return Err(RespError::InvalidRequest);
-            }
-            if ends && p.headers.immdt.is_some() && !take_wqe(q, sh) {
-                // Nothing written yet for this packet: the retry after RNR redoes it.
-                q.resp.msg = InMsg::Write { va, rkey, dma_len, received };
-                return Err(RespError::RnrNoWqe);
-            }
-            if n > 0 {
-                let host =
-                    check_rkey(sh, q, rkey, va.wrapping_add(received as u64), n as u64, AccessFlags::REMOTE_WRITE)?;
-                sh.mem.write(host, p.payload).map_err(|_| RespError::RemoteAccess)?;
-            }
-            q.resp.msg = InMsg::Write { va, rkey, dma_len, received: total };
-            if ends {
-                if let Some(imm) = p.headers.immdt {
-                    let wc = WorkCompletion {
-                        opcode: WcOpcode::RecvRdmaWithImm,
-                        byte_len: dma_len,
-                        imm_data: wire_to_imm(imm.value),
-                        wc_flags: WcFlags::WITH_IMM,
-                        ..Default::default()
-                    };
-                    finish_recv(q, sh, wc, p.headers.bth.solicited);
-                }
-                q.resp.msg = InMsg::None;
-                q.resp.msn = q.resp.msn.next();
-            }
-        }
-        OpKind::ReadRequest => {
-            let r = p.headers.reth.ok_or(RespError::InvalidRequest)?;
-            check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ)?;
-            if q.resp.out.len() + 1 >= q.resp.out_cap {
-                return Err(RespError::Drop);
-            }
-            let n = r.dma_len.div_ceil(q.mtu).max(1);
-            save_resource(q, RdRes::Read { first: psn, last: psn.add(n - 1) });
-            q.resp.msn = q.resp.msn.next();
-            let job = ReadJob {
-                psn,
-                first_psn: psn,
-                va: r.va,
-                rkey: r.rkey,
-                left: r.dma_len,
-                len: r.dma_len,
-                msn: q.resp.msn,
-            };
-            q.resp.out.push_back(RespOut::Read(job));
-            q.resp.epsn = psn.add(n);
-            return Ok(());
-        }
-        OpKind::CompareSwap | OpKind::FetchAdd => {
-            let a = p.headers.atomic_eth.ok_or(RespError::InvalidRequest)?;
-            if a.va % 8 != 0 {
-                return Err(RespError::InvalidRequest);
-            }
-            let host = check_rkey(sh, q, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
-            if q.resp.out.len() + 1 >= q.resp.out_cap {
-                return Err(RespError::Drop);
-            }
-            let orig = if kind == OpKind::CompareSwap {
-                sh.mem.atomic_cmp_swap(host, a.compare, a.swap_add)
-            } else {
-                sh.mem.atomic_fetch_add(host, a.swap_add)
-            }
-            .map_err(|_| RespError::RemoteAccess)?;
-            save_resource(q, RdRes::Atomic { psn, orig });
-            q.resp.msn = q.resp.msn.next();
-            q.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: q.resp.msn });
-            q.resp.epsn = psn.next();
-            return Ok(());
-        }
+        OpKind::Send => execute_send(q, sh, p)?,
+        OpKind::Write => execute_write(q, sh, p)?,
+        // READ and atomic requests answer with their own responses and move ePSN themselves.
+        OpKind::ReadRequest => return execute_read(q, sh, p),
+        OpKind::CompareSwap | OpKind::FetchAdd => return execute_atomic(q, sh, p),
         _ => return Err(RespError::InvalidRequest),
     }
     q.resp.epsn = psn.next();
     if q.ty == QpType::Rc && p.headers.bth.ack_req {
         queue_ack(q, ACK_OK, psn);
     }
+    Ok(())
+}
+
+/// One SEND packet: its payload goes to the receive WQE (taken at the first packet); the last
+/// packet completes the WQE (with immediate data or an invalidated rkey).
+fn execute_send<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let pos = p.info.position;
+    let ends = pos.is_some_and(|x| x.ends());
+    check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
+    if pos.is_some_and(|x| x.starts()) && !take_wqe(q, sh) {
+        return Err(RespError::RnrNoWqe);
+    }
+    let received = match q.resp.msg {
+        InMsg::Send { received } => received,
+        _ => 0,
+    };
+    check_wqe_room(&q.resp.wqe, received, p.payload.len())?;
+    if !p.payload.is_empty() && !scatter(sh, q.pd, &q.resp.wqe.sges, received, p.payload) {
+        return Err(RespError::RemoteOp);
+    }
+    let received = received + p.payload.len() as u64;
+    q.resp.msg = InMsg::Send { received };
+    if ends {
+        let mut flags = WcFlags::EMPTY;
+        let mut wc = WorkCompletion { opcode: WcOpcode::Recv, byte_len: received as u32, ..Default::default() };
+        if let Some(imm) = p.headers.immdt {
+            flags |= WcFlags::WITH_IMM;
+            wc.imm_data = wire_to_imm(imm.value);
+        }
+        if let Some(ieth) = p.headers.ieth {
+            sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| RespError::RemoteOp)?;
+            flags |= WcFlags::WITH_INV;
+            wc.invalidated_rkey = ieth.rkey;
+        }
+        wc.wc_flags = flags;
+        finish_recv(q, sh, wc, p.headers.bth.solicited);
+        q.resp.msg = InMsg::None;
+        q.resp.msn = q.resp.msn.next();
+    }
+    Ok(())
+}
+
+/// One RDMA WRITE packet: the RETH of the first packet is checked once, each payload goes to
+/// the remote address; WRITE with immediate consumes a receive WQE at the end.
+fn execute_write<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let pos = p.info.position;
+    let ends = pos.is_some_and(|x| x.ends());
+    check_payload_len(q.mtu, pos, p.payload.len()).inspect_err(|_| sh.counters.length_errors += 1)?;
+    let (va, rkey, dma_len, received) = match (q.resp.msg, p.headers.reth) {
+        (InMsg::Write { va, rkey, dma_len, received }, _) => (va, rkey, dma_len, received),
+        (InMsg::None, Some(r)) => {
+            check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_WRITE)?;
+            (r.va, r.rkey, r.dma_len, 0)
+        }
+        _ => return Err(RespError::InvalidRequest),
+    };
+    let n = p.payload.len() as u32;
+    let total = received.checked_add(n).ok_or(RespError::InvalidRequest)?;
+    if total > dma_len || (ends && total != dma_len) {
+        sh.counters.length_errors += 1;
+        return Err(RespError::InvalidRequest);
+    }
+    if ends && p.headers.immdt.is_some() && !take_wqe(q, sh) {
+        // Nothing written yet for this packet: the retry after RNR redoes it.
+        q.resp.msg = InMsg::Write { va, rkey, dma_len, received };
+        return Err(RespError::RnrNoWqe);
+    }
+    if n > 0 {
+        let host = check_rkey(sh, q, rkey, va.wrapping_add(received as u64), n as u64, AccessFlags::REMOTE_WRITE)?;
+        sh.mem.write(host, p.payload).map_err(|_| RespError::RemoteAccess)?;
+    }
+    q.resp.msg = InMsg::Write { va, rkey, dma_len, received: total };
+    if ends {
+        if let Some(imm) = p.headers.immdt {
+            let wc = WorkCompletion {
+                opcode: WcOpcode::RecvRdmaWithImm,
+                byte_len: dma_len,
+                imm_data: wire_to_imm(imm.value),
+                wc_flags: WcFlags::WITH_IMM,
+                ..Default::default()
+            };
+            finish_recv(q, sh, wc, p.headers.bth.solicited);
+        }
+        q.resp.msg = InMsg::None;
+        q.resp.msn = q.resp.msn.next();
+    }
+    Ok(())
+}
+
+/// An RDMA READ request: checked, remembered as a responder resource, and queued as a READ
+/// response job that `poll_out` sends packet by packet.
+fn execute_read<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let psn = p.headers.bth.psn;
+    let r = p.headers.reth.ok_or(RespError::InvalidRequest)?;
+    check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ)?;
+    if q.resp.out.len() + 1 >= q.resp.out_cap {
+        return Err(RespError::Drop);
+    }
+    let n = r.dma_len.div_ceil(q.mtu).max(1);
+    save_resource(q, RdRes::Read { first: psn, last: psn.add(n - 1) });
+    q.resp.msn = q.resp.msn.next();
+    let job = ReadJob::new(psn, r.va, r.rkey, r.dma_len, q.resp.msn);
+    q.resp.out.push_back(RespOut::Read(job));
+    q.resp.epsn = psn.add(n);
+    Ok(())
+}
+
+/// An atomic request: executed once, its original value remembered (a duplicate replays it)
+/// and queued as an atomic ACK.
+fn execute_atomic<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let psn = p.headers.bth.psn;
+    let a = p.headers.atomic_eth.ok_or(RespError::InvalidRequest)?;
+    if a.va % 8 != 0 {
+        return Err(RespError::InvalidRequest);
+    }
+    let host = check_rkey(sh, q, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC)?;
+    if q.resp.out.len() + 1 >= q.resp.out_cap {
+        return Err(RespError::Drop);
+    }
+    let orig = if p.info.kind == OpKind::CompareSwap {
+        sh.mem.atomic_cmp_swap(host, a.compare, a.swap_add)
+    } else {
+        sh.mem.atomic_fetch_add(host, a.swap_add)
+    }
+    .map_err(|_| RespError::RemoteAccess)?;
+    save_resource(q, RdRes::Atomic { psn, orig });
+    q.resp.msn = q.resp.msn.next();
+    q.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: q.resp.msn });
+    q.resp.epsn = psn.next();
     Ok(())
 }
 
@@ -372,7 +394,7 @@ fn save_resource(q: &mut Qp, r: RdRes) {
     q.resp.res_next = i + 1;
 }
 
-fn finish_recv<M>(q: &mut Qp, sh: &mut Shared<M>, mut wc: WorkCompletion, solicited: bool) {
+fn finish_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>, mut wc: WorkCompletion, solicited: bool) {
     wc.wr_id = q.resp.wqe.wr_id;
     wc.qp_num = q.qpn;
     if q.ty != QpType::Ud {
@@ -384,7 +406,7 @@ fn finish_recv<M>(q: &mut Qp, sh: &mut Shared<M>, mut wc: WorkCompletion, solici
 
 /// A request with a PSN we already executed (IBTA 9.9.2.2): SEND/WRITE are acknowledged
 /// again, a READ is re-executed from its resource, an atomic replays its saved result.
-fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     match p.info.kind {
         OpKind::Send | OpKind::Write => {
@@ -402,15 +424,7 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
             if check_rkey(sh, q, r.rkey, r.va, r.dma_len as u64, AccessFlags::REMOTE_READ).is_err() {
                 return;
             }
-            let job = ReadJob {
-                psn,
-                first_psn: psn,
-                va: r.va,
-                rkey: r.rkey,
-                left: r.dma_len,
-                len: r.dma_len,
-                msn: q.resp.msn,
-            };
+            let job = ReadJob::new(psn, r.va, r.rkey, r.dma_len, q.resp.msn);
             // A reply for this READ still queued or in progress restarts from the requested
             // PSN instead of being joined by a second full copy: duplicated or repeated READ
             // requests must not multiply the response traffic (and starve what follows).
@@ -442,7 +456,7 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
 }
 
 /// UC: no ACKs; a PSN gap discards the message in progress until the next FIRST/ONLY.
-fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
+fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     let starts = p.info.position.is_some_and(|x| x.starts());
     if psn != q.resp.epsn || q.resp.uc_discard {
@@ -480,7 +494,7 @@ fn uc_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, p: &Parsed<'_>) {
 
 /// UD: DETH Q_Key check, one-packet messages, the 40-byte GRH area at the head of the
 /// receive buffer (IPv4 header in bytes 20..40, or the IPv6 header), IBV_WC_GRH.
-fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
+fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, d: &Datagram<'_>, p: &Parsed<'_>) {
     let Some(deth) = p.headers.deth else {
         sh.counters.opcode_errors += 1;
         return;
@@ -508,6 +522,7 @@ fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p
         byte_len: total as u32,
         src_qp: deth.src_qp,
         wc_flags: WcFlags::GRH,
+        sl: roce_l3_type(d),
         ..Default::default()
     };
     if let Some(imm) = p.headers.immdt {
@@ -521,6 +536,24 @@ fn ud_receive<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, d: &Datagram<'_>, p
         wc.status = WcStatus::LocProtErr;
     }
     finish_recv(q, sh, wc, p.headers.bth.solicited);
+}
+
+/// `wc.sl` of a RoCEv2 UD receive: the L3 header type, as ConnectX (mlx5) reports it in that
+/// field for RoCE: 2 = IPv4 (header in bytes 20..40 of the GRH area), 1 = IPv6. RoCE has no
+/// SL on the wire (the IBTA RoCEv2 annex, A17.4.5.1, has the UD CQE carry the frame's L3 type
+/// instead), so no reader loses information; UCX before 1.19 relies on it to find the
+/// destination address of an IPv4 frame (otherwise it reads the GRH area as an IPv6 GID and
+/// drops the datagram). The kernel's rxe reports 0, which readers that parse the GRH area
+/// (rdma-core's own, UCX 1.19+) do not look at.
+const ROCE_L3_IPV4: u8 = 2;
+/// See [`ROCE_L3_IPV4`].
+const ROCE_L3_IPV6: u8 = 1;
+
+fn roce_l3_type(d: &Datagram<'_>) -> u8 {
+    match (d.src, d.dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => ROCE_L3_IPV4,
+        _ => ROCE_L3_IPV6,
+    }
 }
 
 /// The 40 bytes rdma-core expects at the head of a UD receive buffer on RoCEv2.
@@ -572,7 +605,8 @@ fn grh_bytes(d: &Datagram<'_>) -> [u8; 40] {
 }
 
 /// The responder's next outgoing packet (ACK, NAK, atomic ACK, READ response), if any.
-pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, buf: &mut [u8]) -> Option<Transmit> {
+#[must_use]
+pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf: &mut [u8]) -> Option<Transmit> {
     let dst = q.dest?;
     let ip = sh.tx_ip(dst)?;
     loop {

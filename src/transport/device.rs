@@ -83,7 +83,8 @@ impl Device {
         let rx_fd = rx.raw_fd();
         cfg.local_addr = local;
         let mut engine = Engine::new(cfg, ProcessMemory);
-        let mut io = Io::new(rx, gso);
+        let tap = super::tap::Tap::from_env(local)?;
+        let mut io = Io::new(rx, gso, tap);
         let mut qpn_reserved = 0;
         if let Some(m) = &group {
             let first = m.reserve_qpns(QPN_CHUNK)?;
@@ -95,7 +96,6 @@ impl Device {
         }
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
-
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         let epoch = Instant::now();
         let mut core = Core::new(engine, io, sink, epoch);

@@ -44,12 +44,14 @@ pub(super) struct Io {
     send_key: Option<SendKey>,
     /// UDP GSO trains allowed (loopback only in any case).
     gso: bool,
+    /// `URXE_PCAP` capture tap (None: off).
+    tap: Option<super::tap::Tap>,
     /// On a shared address, our slot: datagrams for other slots' QPNs are strays.
     slot: Option<u8>,
 }
 
 impl Io {
-    pub(super) fn new(rx: RoceSocket, gso: bool) -> Io {
+    pub(super) fn new(rx: RoceSocket, gso: bool, tap: Option<super::tap::Tap>) -> Io {
         let local = rx.local_addr().ip();
         Io {
             rx,
@@ -59,6 +61,7 @@ impl Io {
             send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
             send_key: None,
             gso,
+            tap,
             slot: None,
         }
     }
@@ -91,6 +94,9 @@ impl Io {
                     continue;
                 };
                 counters.rx_datagrams += 1;
+                if let Some(t) = &self.tap {
+                    t.received(src, self.rx.local_addr(), pkt);
+                }
                 if let Some(slot) = self.slot {
                     if group::slots::is_probe(pkt) {
                         counters.rx_group_probes += 1;
@@ -155,6 +161,9 @@ impl Io {
             };
             match res {
                 Ok(k) => {
+                    if let Some(t) = &self.tap {
+                        t.sent(sock.local_addr(), dst_sa, (0..k).map(|i| self.send.packet(i)));
+                    }
                     counters.tx_datagrams += k as u64;
                     self.send.consume(k);
                 }

@@ -13,6 +13,7 @@
 //!   sendmmsg/recvmmsg);
 //! - [`socket`]: one RoCEv2 UDP socket and its batches (the libc calls);
 //! - `stats`: counters and the `urxe stat` socket;
+//! - [`tap`]: the `URXE_PCAP` capture of every packet sent and received;
 //! - [`memory`]: the host memory the engine reads and writes;
 //! - [`group`]: one address shared by every process of a user (slot sockets, registry,
 //!   steering program).
@@ -26,6 +27,7 @@ mod pacing;
 mod progress;
 pub mod socket;
 mod stats;
+pub mod tap;
 
 pub use device::{Device, EventSink};
 pub use stats::TransportCounters;

@@ -410,6 +410,12 @@ impl SendBatch {
         self.len.checked_sub(1).map(|i| self.spans[i].1)
     }
 
+    /// Queued packet `i` (`i < len()`).
+    pub fn packet(&self, i: usize) -> &[u8] {
+        let (start, len) = self.spans[i];
+        &self.data[start..start + len]
+    }
+
     /// Space to write the next packet into.
     pub fn next_buf(&mut self) -> &mut [u8] {
         &mut self.data[self.used..]

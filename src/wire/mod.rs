@@ -13,6 +13,7 @@ pub mod bth;
 pub mod cm;
 pub mod cnp;
 pub mod deth;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod icrc;
 pub mod ieth;

@@ -1,0 +1,66 @@
+//! Receive checks (rxe_recv.c): what every datagram must pass before a QP's responder or
+//! completer sees it — parse, ICRC, P_Key — and what the addressed QP must accept — transport
+//! type and, for connected QPs, the peer's address. Each drop is counted.
+
+use super::counters::Counters;
+use super::qp::Qp;
+use super::types::*;
+use crate::wire;
+use crate::wire::icrc::{IpFields, ROCEV2_PORT};
+use crate::wire::opcode::Transport;
+use crate::wire::Parsed;
+
+/// Parses the datagram and checks its ICRC and P_Key; `None` (counted) if it is dropped.
+pub(crate) fn check_packet<'a>(c: &mut Counters, d: &Datagram<'a>) -> Option<Parsed<'a>> {
+    c.rcvd_pkts += 1;
+    let p = match wire::parse(d.payload) {
+        Ok(p) => p,
+        Err(wire::WireError::UnknownOpcode(_) | wire::WireError::Unsupported(_) | wire::WireError::BadTver(_)) => {
+            c.opcode_errors += 1;
+            return None;
+        }
+        Err(_) => {
+            c.length_errors += 1;
+            return None;
+        }
+    };
+    let covered = p.icrc_covered(d.payload);
+    match d.icrc {
+        IcrcCheck::Full(ip) => {
+            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
+                c.icrc_errors += 1;
+                return None;
+            }
+        }
+        IcrcCheck::V4NoId { src, dst } => {
+            let ip = IpFields::v4_df(src.into(), dst.into());
+            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
+                c.icrc_unverified += 1;
+            }
+        }
+    }
+    // One partition (P_Key table = [0xFFFF]): full or limited membership of it matches.
+    if p.headers.bth.pkey & 0x7FFF != 0x7FFF {
+        c.pkey_violations += 1;
+        return None;
+    }
+    Some(p)
+}
+
+/// Whether the addressed QP takes this packet: its transport matches the QP type and a
+/// connected QP's peer sent it. Counted when not.
+pub(crate) fn check_qp(c: &mut Counters, q: &Qp, d: &Datagram<'_>, p: &Parsed<'_>) -> bool {
+    let ok_transport = matches!(
+        (p.info.transport, q.ty),
+        (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+    );
+    if !ok_transport {
+        c.opcode_errors += 1;
+        return false;
+    }
+    if q.ty != QpType::Ud && q.dest.is_some_and(|a| a != d.src) {
+        c.unknown_qp += 1;
+        return false;
+    }
+    true
+}

@@ -1,0 +1,115 @@
+//! Device limits, engine configuration and the command error.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use super::qp::*;
+
+/// Device-wide limits the engine enforces and the provider reports (`ibv_device_attr`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Limits {
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_sge_rd: u32,
+    pub max_inline_data: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_mr_size: u64,
+    pub max_pd: u32,
+    pub max_qp_rd_atom: u32,
+    pub max_qp_init_rd_atom: u32,
+    pub max_res_rd_atom: u32,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
+    pub max_ah: u32,
+    pub max_mw: u32,
+    pub max_msg_size: u32,
+}
+
+impl Default for Limits {
+    /// In the spirit of rxe's defaults (rxe_param.h), sized for a userspace process.
+    fn default() -> Self {
+        Limits {
+            max_qp: 0x10000,
+            max_qp_wr: 0x4000,
+            max_sge: 32,
+            max_sge_rd: 32,
+            max_inline_data: 512,
+            max_cq: 0x10000,
+            max_cqe: (1 << 15) - 1,
+            max_mr: 0x10000,
+            max_mr_size: u64::MAX,
+            max_pd: 0x10000,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_res_rd_atom: 0x3f000,
+            max_srq: 0x10000,
+            max_srq_wr: 0x4000,
+            max_srq_sge: 27,
+            max_ah: 0x8000,
+            max_mw: 0x10000,
+            max_msg_size: 1 << 31,
+        }
+    }
+}
+
+/// Static configuration of one engine (one device).
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// The device's own address (its GID is this address, IPv4-mapped for IPv4).
+    pub local_addr: IpAddr,
+    /// Largest path MTU the port supports (`active_mtu`).
+    pub max_mtu: Mtu,
+    pub limits: Limits,
+    /// Seed for PSN-independent randomness the engine needs (none today beyond key scrambling);
+    /// fixed in tests.
+    pub seed: u64,
+}
+
+/// An engine command error. Each maps to the errno the verbs API documents.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Error {
+    /// Bad argument, bad attribute mask or illegal state transition (EINVAL).
+    Invalid,
+    /// Out of resources (ENOMEM): queue full, too many objects.
+    NoMemory,
+    /// Object still referenced (EBUSY).
+    Busy,
+    /// Unknown handle (ENOENT, the provider usually reports EINVAL for a bad object).
+    NotFound,
+    /// Not implemented by urxe (EOPNOTSUPP).
+    NotSupported,
+    /// Work request posted in a state that does not allow it (EINVAL per verbs).
+    BadState,
+}
+
+impl Error {
+    pub fn errno(self) -> i32 {
+        match self {
+            Error::Invalid | Error::BadState => libc::EINVAL,
+            Error::NoMemory => libc::ENOMEM,
+            Error::Busy => libc::EBUSY,
+            Error::NotFound => libc::ENOENT,
+            Error::NotSupported => libc::EOPNOTSUPP,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Error::Invalid => "invalid argument",
+            Error::NoMemory => "out of resources",
+            Error::Busy => "object in use",
+            Error::NotFound => "no such object",
+            Error::NotSupported => "not supported",
+            Error::BadState => "not allowed in the current state",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for Error {}

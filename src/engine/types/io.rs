@@ -1,0 +1,65 @@
+//! What crosses the sans-IO boundary: host memory, received datagrams, packets to send.
+
+use std::fmt;
+use std::net::IpAddr;
+
+/// Host memory as the engine sees it: a flat address space of the process (or, in tests, of a
+/// simulated host). Implementations check nothing about keys or PDs — the engine has already —
+/// but must refuse addresses they cannot reach rather than fault.
+pub trait HostMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError>;
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError>;
+    /// 8-byte aligned atomic compare-and-swap; returns the original value.
+    fn atomic_cmp_swap(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError>;
+    /// 8-byte aligned atomic fetch-and-add; returns the original value.
+    fn atomic_fetch_add(&self, addr: u64, add: u64) -> Result<u64, MemError>;
+}
+
+/// A host memory access that could not be done.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum MemError {
+    OutOfBounds { addr: u64, len: u64 },
+    Misaligned { addr: u64 },
+}
+
+impl fmt::Display for MemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemError::OutOfBounds { addr, len } => {
+                write!(f, "access of {len} bytes at {addr:#x} is outside host memory")
+            }
+            MemError::Misaligned { addr } => write!(f, "atomic at {addr:#x} is not 8-byte aligned"),
+        }
+    }
+}
+
+impl std::error::Error for MemError {}
+
+/// How much of a received packet's IP header the driver knows, for the ICRC.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum IcrcCheck {
+    /// The full set of covered IP fields (IPv6; IPv4 from a raw socket or a simulator).
+    Full(crate::wire::icrc::IpFields),
+    /// IPv4 via a UDP socket: the IP ID is unknown. Verify assuming ID 0 with DF (what urxe
+    /// peers send); on mismatch accept and count `icrc_unverified`.
+    V4NoId { src: [u8; 4], dst: [u8; 4] },
+}
+
+/// One received UDP datagram addressed to port 4791.
+#[derive(Clone, Copy, Debug)]
+pub struct Datagram<'a> {
+    pub src: IpAddr,
+    pub src_port: u16,
+    pub dst: IpAddr,
+    pub icrc: IcrcCheck,
+    /// The UDP payload: BTH .. ICRC.
+    pub payload: &'a [u8],
+}
+
+/// One datagram the engine wants sent to `dst`:4791 from UDP source port `src_port`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Transmit {
+    pub dst: IpAddr,
+    pub src_port: u16,
+    pub len: usize,
+}

@@ -1,0 +1,544 @@
+//! Capture tap: with `URXE_PCAP=path` the device writes every RoCEv2 packet it sends and
+//! receives to a pcapng file, one record per packet (GSO trains and GRO super-packets are
+//! recorded as the packets they carry), with the IP and UDP headers the packet has on the wire.
+//!
+//! - Link type raw IP (LINKTYPE_RAW); interface 0 of each device is what it sends (`urxe-tx`),
+//!   interface 1 what it receives (`urxe-rx`); every record also carries the pcapng direction
+//!   flag. Timestamps are wall-clock nanoseconds.
+//! - IPv4 headers are those the socket sends: ID 0, DF, TTL = `ip_default_ttl`, TOS 0 — the
+//!   fields the ICRC was computed for. A receiving UDP socket cannot see the sender's IP ID,
+//!   TTL or UDP checksum: received IPv4 packets are recorded with ID 0, UDP checksum 0, and a
+//!   record comment ([`IP_ID_UNKNOWN`]) telling `urxe check` that the ID is not known.
+//! - IPv6: traffic class 0, flow label 0, hop limit 64, UDP checksum 0 (the ICRC masks the
+//!   first three; the socket sends checksum 0).
+//! - Bounded: `URXE_PCAP_MAX=bytes` (suffix K, M or G allowed) caps the file; records that do
+//!   not fit are dropped whole and counted.
+//! - Whole blocks only ever reach the file: records collect in a buffer written when it holds
+//!   64 KiB or its oldest record is 100 ms old, when the device closes, and at process exit.
+//! - Off (no `URXE_PCAP`): the device holds `None` and pays one branch per batch.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Once, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use crate::check::capture::TAP_IP_ID_UNKNOWN as IP_ID_UNKNOWN;
+use crate::check::capture::{fold, ones_complement_sum};
+
+/// Buffered bytes that trigger a write.
+const FLUSH_BYTES: usize = 64 << 10;
+/// Age of the oldest buffered record that triggers a write.
+const FLUSH_AGE: Duration = Duration::from_millis(100);
+/// Smallest `URXE_PCAP_MAX`: the headers and a few packets.
+const MIN_MAX: u64 = 4096;
+const LINKTYPE_RAW: u16 = 101;
+
+const BT_SHB: u32 = 0x0A0D_0D0A;
+const BT_IDB: u32 = 1;
+const BT_EPB: u32 = 6;
+const OPT_COMMENT: u16 = 1;
+const OPT_EPB_FLAGS: u16 = 2;
+const OPT_IF_NAME: u16 = 2;
+const OPT_IF_TSRESOL: u16 = 9;
+const FLAG_INBOUND: u32 = 1;
+const FLAG_OUTBOUND: u32 = 2;
+
+/// The tap of one device: two interfaces of a (possibly shared) capture file.
+pub struct Tap {
+    file: Arc<Mutex<Writer>>,
+    tx_if: u32,
+    rx_if: u32,
+    ttl: u8,
+}
+
+/// One capture file, shared by every device of the process that names the same path.
+struct Writer {
+    path: PathBuf,
+    file: File,
+    buf: Vec<u8>,
+    /// Bytes written to the file plus bytes buffered.
+    size: u64,
+    max: u64,
+    interfaces: u32,
+    oldest: Option<Instant>,
+    dropped: u64,
+    failed: bool,
+}
+
+/// Every open capture file, for the flush at exit.
+static FILES: Mutex<Vec<Weak<Mutex<Writer>>>> = Mutex::new(Vec::new());
+static AT_EXIT: Once = Once::new();
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+/// `URXE_PCAP_MAX`: a byte count, optionally with K, M or G (powers of 1024).
+fn parse_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (num, mul) = match v.char_indices().last()? {
+        (i, 'K' | 'k') => (&v[..i], 1u64 << 10),
+        (i, 'M' | 'm') => (&v[..i], 1 << 20),
+        (i, 'G' | 'g') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    num.parse::<u64>().ok()?.checked_mul(mul)
+}
+
+/// Reads `URXE_PCAP_MAX`; `None` when unset.
+fn max_setting() -> io::Result<Option<u64>> {
+    match std::env::var("URXE_PCAP_MAX") {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(invalid("URXE_PCAP_MAX is not valid UTF-8".into())),
+        Ok(v) => match parse_size(&v) {
+            Some(n) if n >= MIN_MAX => Ok(Some(n)),
+            _ => Err(invalid(format!(
+                "URXE_PCAP_MAX={v}: expected a size in bytes of at least {MIN_MAX} (suffix K, M or G allowed)"
+            ))),
+        },
+    }
+}
+
+fn default_ttl() -> u8 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_default_ttl").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(64)
+}
+
+impl Tap {
+    /// The tap `URXE_PCAP` asks for (`None` when unset). `%p` in the path becomes the process
+    /// id, so processes started with one setting write one file each. Bad values are errors
+    /// naming the variable.
+    pub fn from_env(local: IpAddr) -> io::Result<Option<Tap>> {
+        let max = max_setting()?;
+        let path = match std::env::var_os("URXE_PCAP") {
+            None => return Ok(None),
+            Some(p) if p.is_empty() => return Err(invalid("URXE_PCAP is set but empty: expected a file path".into())),
+            Some(p) => p,
+        };
+        let path = match path.to_str() {
+            Some(s) => PathBuf::from(s.replace("%p", &std::process::id().to_string())),
+            None => PathBuf::from(path),
+        };
+        Tap::open(path, max.unwrap_or(u64::MAX), local).map(Some)
+    }
+
+    /// Opens (or joins, when this process already writes it) the capture file `path` and adds
+    /// this device's two interfaces.
+    pub fn open(path: PathBuf, max: u64, local: IpAddr) -> io::Result<Tap> {
+        let mut files = FILES.lock().unwrap_or_else(|p| p.into_inner());
+        files.retain(|w| w.strong_count() > 0);
+        let existing =
+            files.iter().filter_map(Weak::upgrade).find(|w| w.lock().map(|w| w.path == path).unwrap_or(false));
+        let file = match existing {
+            Some(f) => f,
+            None => {
+                let file = File::create(&path)
+                    .map_err(|e| io::Error::new(e.kind(), format!("URXE_PCAP={}: {e}", path.display())))?;
+                let mut w = Writer {
+                    path,
+                    file,
+                    buf: Vec::with_capacity(FLUSH_BYTES * 2),
+                    size: 0,
+                    max,
+                    interfaces: 0,
+                    oldest: None,
+                    dropped: 0,
+                    failed: false,
+                };
+                w.section_header();
+                let f = Arc::new(Mutex::new(w));
+                files.push(Arc::downgrade(&f));
+                spawn_flusher(Arc::downgrade(&f))?;
+                f
+            }
+        };
+        drop(files);
+        AT_EXIT.call_once(|| {
+            // SAFETY: `flush_at_exit` is an `extern "C" fn()` that never unwinds (it catches
+            // panics) and touches only Rust statics, as atexit handlers must.
+            unsafe {
+                libc::atexit(flush_at_exit);
+            }
+        });
+        let (tx_if, rx_if) = {
+            let mut w = file.lock().unwrap_or_else(|p| p.into_inner());
+            let tx = w.interface(&format!("urxe-tx {local}"));
+            let rx = w.interface(&format!("urxe-rx {local}"));
+            w.flush();
+            (tx, rx)
+        };
+        Ok(Tap { file, tx_if, rx_if, ttl: default_ttl() })
+    }
+
+    /// Records packets the device has just sent from `src` to `dst`.
+    pub fn sent<'a>(&self, src: SocketAddr, dst: SocketAddr, packets: impl Iterator<Item = &'a [u8]>) {
+        let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let ts = now_ns();
+        for p in packets {
+            w.packet(self.tx_if, ts, FLAG_OUTBOUND, src, dst, self.ttl, true, p);
+        }
+        w.maybe_flush();
+    }
+
+    /// Records one packet the device received from `src` on `dst`.
+    pub fn received(&self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+        let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        w.packet(self.rx_if, now_ns(), FLAG_INBOUND, src, dst, self.ttl, false, packet);
+        w.maybe_flush();
+    }
+
+    /// Records that did not fit under `URXE_PCAP_MAX` so far.
+    pub fn dropped(&self) -> u64 {
+        self.file.lock().map(|w| w.dropped).unwrap_or(0)
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.file.lock() {
+            w.flush();
+        }
+    }
+}
+
+/// Writes out records older than [`FLUSH_AGE`] even when no further packet comes to do it, so
+/// a process that stops sending and then dies loses at most about `2 * FLUSH_AGE` of capture.
+/// Ends when the file is closed.
+fn spawn_flusher(file: Weak<Mutex<Writer>>) -> io::Result<()> {
+    std::thread::Builder::new().name("urxe-pcap".into()).spawn(move || loop {
+        std::thread::sleep(FLUSH_AGE);
+        let Some(f) = file.upgrade() else { return };
+        let mut w = f.lock().unwrap_or_else(|p| p.into_inner());
+        if w.oldest.is_some_and(|t| t.elapsed() >= FLUSH_AGE) {
+            w.flush();
+        }
+    })?;
+    Ok(())
+}
+
+extern "C" fn flush_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        // try_lock: a thread stopped by exit() while holding a lock must not hang the exit.
+        let Ok(files) = FILES.try_lock() else { return };
+        for f in files.iter().filter_map(Weak::upgrade) {
+            if let Ok(mut w) = f.try_lock() {
+                w.flush();
+                if w.dropped > 0 {
+                    let _ = writeln!(
+                        io::stderr(),
+                        "urxe: {}: {} packets not recorded (URXE_PCAP_MAX={} bytes reached)",
+                        w.path.display(),
+                        w.dropped,
+                        w.max
+                    );
+                }
+            }
+        }
+    });
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn pad4(n: usize) -> usize {
+    (4 - n % 4) % 4
+}
+
+impl Writer {
+    fn put_option(&mut self, code: u16, value: &[u8]) {
+        self.buf.extend_from_slice(&code.to_le_bytes());
+        self.buf.extend_from_slice(&(value.len() as u16).to_le_bytes());
+        self.buf.extend_from_slice(value);
+        self.buf.extend(std::iter::repeat_n(0u8, pad4(value.len())));
+    }
+
+    /// Appends a block of type `bt` whose body `body` writes into `buf`; fixes its length.
+    fn block(&mut self, bt: u32, body: impl FnOnce(&mut Writer)) -> usize {
+        let start = self.buf.len();
+        self.buf.extend_from_slice(&bt.to_le_bytes());
+        self.buf.extend_from_slice(&[0; 4]);
+        body(self);
+        let len = (self.buf.len() - start + 4) as u32;
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf[start + 4..start + 8].copy_from_slice(&len.to_le_bytes());
+        len as usize
+    }
+
+    fn section_header(&mut self) {
+        let n = self.block(BT_SHB, |w| {
+            w.buf.extend_from_slice(&0x1A2B_3C4Du32.to_le_bytes());
+            w.buf.extend_from_slice(&1u16.to_le_bytes());
+            w.buf.extend_from_slice(&0u16.to_le_bytes());
+            w.buf.extend_from_slice(&u64::MAX.to_le_bytes());
+            w.put_option(4, b"urxe capture tap"); // shb_userappl
+            w.put_option(0, &[]);
+        });
+        self.size += n as u64;
+    }
+
+    fn interface(&mut self, name: &str) -> u32 {
+        let n = self.block(BT_IDB, |w| {
+            w.buf.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
+            w.buf.extend_from_slice(&0u16.to_le_bytes());
+            w.buf.extend_from_slice(&0u32.to_le_bytes()); // snaplen: none
+            w.put_option(OPT_IF_NAME, name.as_bytes());
+            w.put_option(OPT_IF_TSRESOL, &[9]);
+            w.put_option(0, &[]);
+        });
+        self.size += n as u64;
+        self.interfaces += 1;
+        self.interfaces - 1
+    }
+
+    /// One Enhanced Packet Block: IP header, UDP header, `payload`.
+    #[allow(clippy::too_many_arguments)]
+    fn packet(
+        &mut self,
+        iface: u32,
+        ts: u64,
+        flags: u32,
+        src: SocketAddr,
+        dst: SocketAddr,
+        ttl: u8,
+        sent: bool,
+        payload: &[u8],
+    ) {
+        if self.failed {
+            return;
+        }
+        let v4 = matches!((src.ip(), dst.ip()), (IpAddr::V4(_), IpAddr::V4(_)));
+        let ip_len = if v4 { 20 } else { 40 };
+        let cap = ip_len + 8 + payload.len();
+        let unknown_id = v4 && !sent;
+        let comment_len = if unknown_id { 4 + IP_ID_UNKNOWN.len() + pad4(IP_ID_UNKNOWN.len()) } else { 0 };
+        let block_len = 28 + cap + pad4(cap) + 8 + comment_len + 4 + 4;
+        if self.size + block_len as u64 > self.max {
+            self.dropped += 1;
+            return;
+        }
+        let start = self.buf.len();
+        self.block(BT_EPB, |w| {
+            let b = &mut w.buf;
+            b.extend_from_slice(&iface.to_le_bytes());
+            b.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+            b.extend_from_slice(&(ts as u32).to_le_bytes());
+            b.extend_from_slice(&(cap as u32).to_le_bytes());
+            b.extend_from_slice(&(cap as u32).to_le_bytes());
+            let ip_at = b.len();
+            let udp_len = (8 + payload.len()) as u16;
+            match (src.ip(), dst.ip()) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => {
+                    let mut h = [0u8; 20];
+                    h[0] = 0x45;
+                    h[2..4].copy_from_slice(&((20 + udp_len as usize) as u16).to_be_bytes());
+                    h[6] = 0x40; // DF; ID 0
+                    h[8] = ttl;
+                    h[9] = 17;
+                    h[12..16].copy_from_slice(&s.octets());
+                    h[16..20].copy_from_slice(&d.octets());
+                    let c = !fold(ones_complement_sum(0, &h));
+                    h[10..12].copy_from_slice(&c.to_be_bytes());
+                    b.extend_from_slice(&h);
+                }
+                (s, d) => {
+                    let to6 = |a: IpAddr| match a {
+                        IpAddr::V6(a) => a,
+                        IpAddr::V4(a) => a.to_ipv6_mapped(),
+                    };
+                    let mut h = [0u8; 40];
+                    h[0] = 0x60;
+                    h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+                    h[6] = 17;
+                    h[7] = 64;
+                    h[8..24].copy_from_slice(&to6(s).octets());
+                    h[24..40].copy_from_slice(&to6(d).octets());
+                    b.extend_from_slice(&h);
+                }
+            }
+            let udp_at = b.len();
+            b.extend_from_slice(&src.port().to_be_bytes());
+            b.extend_from_slice(&dst.port().to_be_bytes());
+            b.extend_from_slice(&udp_len.to_be_bytes());
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(payload);
+            if v4 && sent {
+                // The kernel fills in the IPv4 UDP checksum of what the socket sends.
+                let mut acc = ones_complement_sum(0, &b[ip_at + 12..ip_at + 20]);
+                acc += 17 + udp_len as u32;
+                acc = ones_complement_sum(acc, &b[udp_at..]);
+                let c = match !fold(acc) {
+                    0 => 0xFFFF,
+                    c => c,
+                };
+                b[udp_at + 6..udp_at + 8].copy_from_slice(&c.to_be_bytes());
+            }
+            b.extend(std::iter::repeat_n(0u8, pad4(cap)));
+            w.put_option(OPT_EPB_FLAGS, &flags.to_le_bytes());
+            if unknown_id {
+                w.put_option(OPT_COMMENT, IP_ID_UNKNOWN.as_bytes());
+            }
+            w.put_option(0, &[]);
+        });
+        debug_assert_eq!(self.buf.len() - start, block_len);
+        self.size += (self.buf.len() - start) as u64;
+        self.oldest.get_or_insert_with(Instant::now);
+    }
+
+    fn maybe_flush(&mut self) {
+        if self.buf.len() >= FLUSH_BYTES || self.oldest.is_some_and(|t| t.elapsed() >= FLUSH_AGE) {
+            self.flush();
+        }
+    }
+
+    /// Writes the buffered blocks (whole blocks only). A write error stops the tap for good:
+    /// the capture must not continue with a hole in it.
+    fn flush(&mut self) {
+        self.oldest = None;
+        if self.buf.is_empty() || self.failed {
+            return;
+        }
+        if let Err(e) = self.file.write_all(&self.buf) {
+            self.failed = true;
+            let _ = writeln!(io::stderr(), "urxe: URXE_PCAP={}: {e}; the capture stops here", self.path.display());
+        }
+        self.buf.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::capture::{decode, Capture, Decoded, UdpChecksum};
+    use crate::check::{check_file, Format, Options};
+    use crate::wire::icrc::IpFields;
+    use pcap_file::DataLink;
+
+    /// An RC ACK to QP 0x11, PSN 5, with its ICRC for `ip` and source port `sport`.
+    fn ack(ip: &IpFields, sport: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 24];
+        b[..16].copy_from_slice(&[0x11, 0, 0xFF, 0xFF, 0, 0, 0, 0x11, 0, 0, 0, 5, 0x1F, 0, 0, 1]);
+        let n = crate::wire::packet::finish(&mut b, 16, 0, ip, sport, 4791).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    /// A file path in a scratch directory.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("urxe-tap-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    /// `(file, our address, the peer's, an ACK we send to it)`.
+    fn one_flow(name: &str) -> (PathBuf, SocketAddr, SocketAddr, Vec<u8>) {
+        let (a, b): (SocketAddr, SocketAddr) = ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
+        let (IpAddr::V4(s), IpAddr::V4(d)) = (a.ip(), b.ip()) else { unreachable!() };
+        (scratch(name), a, b, ack(&IpFields::v4_df(s, d), a.port()))
+    }
+
+    #[test]
+    fn records_are_raw_ip_with_the_headers_the_icrc_was_computed_for() {
+        let path = scratch("t.pcapng");
+        let (a4, b4): (SocketAddr, SocketAddr) =
+            ("127.1.2.3:49441".parse().unwrap(), "127.4.5.6:4791".parse().unwrap());
+        let (a6, b6): (SocketAddr, SocketAddr) =
+            ("[fd00::1]:49441".parse().unwrap(), "[fd00::2]:4791".parse().unwrap());
+        let ip4 = |s: SocketAddr, d: SocketAddr| match (s.ip(), d.ip()) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpFields::v4_df(s, d),
+            _ => unreachable!(),
+        };
+        let ip6 = |s: SocketAddr, d: SocketAddr| match (s.ip(), d.ip()) {
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpFields::v6(s, d),
+            _ => unreachable!(),
+        };
+        let p1 = ack(&ip4(a4, b4), a4.port());
+        // The peer's packet from its flow port to our 4791.
+        let (pb, pa): (SocketAddr, SocketAddr) =
+            ("127.4.5.6:49441".parse().unwrap(), "127.1.2.3:4791".parse().unwrap());
+        let p2 = ack(&ip4(pb, pa), pb.port());
+        let p3 = ack(&ip6(a6, b6), a6.port());
+        {
+            let t4 = Tap::open(path.clone(), u64::MAX, a4.ip()).unwrap();
+            // A second device of the process joins the same file with its own interfaces.
+            let t6 = Tap::open(path.clone(), u64::MAX, a6.ip()).unwrap();
+            t4.sent(a4, b4, [&p1[..], &p1[..]].into_iter());
+            t4.received(pb, pa, &p2);
+            t6.sent(a6, b6, std::iter::once(&p3[..]));
+            assert_eq!(t4.dropped(), 0);
+        }
+        let mut c = Capture::open(&path).unwrap();
+        let mut frames = Vec::new();
+        while let Some(f) = c.next_frame() {
+            frames.push(f.unwrap());
+        }
+        assert_eq!(frames.len(), 4);
+        assert!(frames.iter().all(|f| f.link == DataLink::RAW));
+        assert_eq!(frames.iter().map(|f| f.ip_id_unknown).collect::<Vec<_>>(), [false, false, true, false]);
+        for (f, want) in frames.iter().zip([&p1, &p1, &p2, &p3]) {
+            let Decoded::Udp(d) = decode(f) else { panic!("frame {} is not UDP", f.number) };
+            assert_eq!(d.payload, &want[..]);
+            assert_eq!(d.dport, 4791);
+            if d.ip_header[0] >> 4 == 4 {
+                assert_eq!(&d.ip_header[4..8], &[0, 0, 0x40, 0], "ID 0, DF");
+                assert_eq!(d.ip_checksum_ok, Some(true));
+            } else {
+                assert_eq!(d.ip_header.len(), 40);
+                assert_eq!(d.udp_checksum, UdpChecksum::Zero);
+            }
+        }
+        // Sent IPv4 carries the UDP checksum the kernel fills in; received records carry 0.
+        let Decoded::Udp(d) = decode(&frames[0]) else { unreachable!() };
+        assert_eq!(d.udp_checksum, UdpChecksum::Ok);
+        let Decoded::Udp(d) = decode(&frames[2]) else { unreachable!() };
+        assert_eq!(d.udp_checksum, UdpChecksum::Zero);
+        let t = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        assert!(t.passed(), "{}", t.line());
+        assert_eq!(t.rocev2, 4);
+    }
+
+    #[test]
+    fn records_reach_the_file_within_the_flush_age_with_no_further_traffic() {
+        let (path, a, b, p) = one_flow("aged.pcapng");
+        let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
+        let headers = std::fs::metadata(&path).unwrap().len();
+        t.sent(a, b, std::iter::once(&p[..]));
+        // Still open (as in a process that then hangs or is killed): the flusher writes it.
+        let end = Instant::now() + Duration::from_secs(5);
+        while std::fs::metadata(&path).unwrap().len() == headers && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let t0 = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        assert_eq!(t0.rocev2, 1, "{}", t0.line());
+        drop(t);
+    }
+
+    #[test]
+    fn the_size_bound_keeps_whole_blocks_and_counts_the_rest() {
+        let (path, a, b, p) = one_flow("bounded.pcapng");
+        let t = Tap::open(path.clone(), MIN_MAX, a.ip()).unwrap();
+        for _ in 0..200 {
+            t.sent(a, b, std::iter::once(&p[..]));
+        }
+        let dropped = t.dropped();
+        drop(t);
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len <= MIN_MAX && len > MIN_MAX - 100, "{len}");
+        let tot = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        assert!(tot.passed(), "{}", tot.line());
+        assert!(dropped > 0);
+        assert_eq!(tot.rocev2 + dropped, 200);
+    }
+
+    #[test]
+    fn sizes_parse_with_suffixes_and_reject_junk() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64K"), Some(64 << 10));
+        assert_eq!(parse_size("100m"), Some(100 << 20));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        for bad in ["", "K", "abc", "-5", "1.5M", "99999999999999999999G"] {
+            assert_eq!(parse_size(bad), None, "{bad:?}");
+        }
+    }
+}
