@@ -61,7 +61,9 @@ pub struct Listener {
 }
 
 /// Where registries live: `$URXE_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/urxe`, else
-/// `/tmp/urxe-<uid>`.
+/// `/tmp/urxe-<uid>`; if that exists but belongs to someone else as seen from here (uid 0 of
+/// `unshare --map-root-user` is not the real root, who may own `/tmp/urxe-0`),
+/// `/tmp/urxe-<uid>-u<user namespace inode>`.
 pub fn default_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("URXE_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
@@ -71,7 +73,14 @@ pub fn default_dir() -> PathBuf {
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    PathBuf::from(format!("/tmp/urxe-{uid}"))
+    let plain = PathBuf::from(format!("/tmp/urxe-{uid}"));
+    match std::fs::symlink_metadata(&plain) {
+        Ok(m) if m.uid() != uid => {
+            let ns = std::fs::metadata("/proc/self/ns/user").map(|m| m.ino()).unwrap_or(0);
+            PathBuf::from(format!("/tmp/urxe-{uid}-u{ns}"))
+        }
+        _ => plain,
+    }
 }
 
 fn dir_error(path: &Path, why: String) -> JoinError {
