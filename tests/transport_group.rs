@@ -656,6 +656,16 @@ fn four_pairs_and_a_crash() {
         (SEND_BW, pair(SEND_BW, 18624, &["-n", "3000", "-s", "1024"], None, &dir)),
     ];
     std::thread::sleep(Duration::from_millis(300));
+    // `urxe stat` shows every process of the group: its slot, QPs, counters and the members.
+    let stat = Command::new(env!("CARGO_BIN_EXE_urxe")).arg("stat").output().unwrap();
+    let stat = String::from_utf8_lossy(&stat.stdout).to_string();
+    for p in [vs.child.id(), vc.child.id()] {
+        assert!(stat.contains(&format!("pid {p}\n")), "pid {p} missing from urxe stat:\n{stat}");
+    }
+    assert!(stat.contains(&format!("group slot {dead_slot} of 64")) && stat.contains("1 QPs"), "{stat}");
+    let members = stat.lines().find(|l| l.starts_with("group members")).unwrap_or_default().to_string();
+    assert!(members.contains(&format!(" {dead_slot} {}", vs.child.id())), "{members}");
+    assert!(stat.contains("rx_group_strays"), "{stat}");
     vs.drain();
     assert!(vs.child.try_wait().unwrap().is_none(), "the victim finished before it was killed");
     // SIGKILL mid-transfer.

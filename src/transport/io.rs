@@ -98,13 +98,13 @@ impl Io {
                     t.received(src, self.rx.local_addr(), pkt);
                 }
                 if let Some(slot) = self.slot {
-                    if group::slots::is_probe(pkt) {
-                        counters.rx_group_probes += 1;
-                        continue;
-                    }
-                    if pkt.len() >= 8 {
-                        let qpn = u32::from_be_bytes([0, pkt[5], pkt[6], pkt[7]]);
-                        if qpn != 1 && group::steer::slot_of_qpn(qpn) != slot {
+                    match group::classify(slot, pkt) {
+                        group::Delivery::Mine => {}
+                        group::Delivery::Probe => {
+                            counters.rx_group_probes += 1;
+                            continue;
+                        }
+                        group::Delivery::Stray => {
                             counters.rx_group_strays += 1;
                             continue;
                         }
@@ -127,11 +127,16 @@ impl Io {
         }
     }
 
-    /// One socket per flow source port, as rxe varies the port per QP pair. If the port is
-    /// taken on this address, packets go from 4791 instead (any source port is valid).
+    /// One socket per flow source port, as rxe varies the port per QP pair. If the port
+    /// cannot be bound, packets go from 4791 instead; their ICRC then does not match the port
+    /// (urxe peers accept and count `icrc_unverified`, kernel rxe drops them). On a shared
+    /// address the port is bound with SO_REUSEPORT: flows of several members may map to one
+    /// port.
     fn open_tx_socket(&mut self, sport: u16) {
         if !self.tx_socks.contains_key(&sport) {
-            if let Ok(s) = RoceSocket::bind(SocketAddr::new(self.local, sport)) {
+            let local = SocketAddr::new(self.local, sport);
+            let s = if self.slot.is_some() { RoceSocket::bind_shared(local) } else { RoceSocket::bind(local) };
+            if let Ok(s) = s {
                 self.tx_socks.insert(sport, s);
             }
         }

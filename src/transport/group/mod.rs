@@ -197,6 +197,23 @@ pub enum Delivery {
     Stray,
 }
 
+/// How a datagram received on `slot`'s socket relates to that slot. Runts and malformed
+/// packets count as `Mine`: the engine drops and counts them.
+pub fn classify(slot: u8, payload: &[u8]) -> Delivery {
+    if slots::is_probe(payload) {
+        return Delivery::Probe;
+    }
+    if payload.len() < 8 {
+        return Delivery::Mine;
+    }
+    let qpn = u32::from_be_bytes([0, payload[5], payload[6], payload[7]]);
+    if qpn == 1 || steer::slot_of_qpn(qpn) == slot {
+        Delivery::Mine
+    } else {
+        Delivery::Stray
+    }
+}
+
 /// This process's membership of an address's group. Dropping it leaves the group: the slot is
 /// released and the sockets stay with the other members.
 pub struct Member {
@@ -378,9 +395,9 @@ impl Member {
                     })?;
                     if i == 0 {
                         let prog =
-                            steer::program(&Steering { addr, default_slot: slot, listeners: Vec::new() }).map_err(
-                                |e| JoinError::Io { what: "build the steering program", source: io::Error::other(e) },
-                            )?;
+                            steer::program(&Steering { default_slot: slot, listeners: Vec::new() }).map_err(|e| {
+                                JoinError::Io { what: "build the steering program", source: io::Error::other(e) }
+                            })?;
                         steer::attach(s.as_raw_fd(), &prog).map_err(JoinError::io("attach the steering program"))?;
                     }
                     pool.push(s);
@@ -480,20 +497,9 @@ impl Member {
         Ok(start)
     }
 
-    /// Classifies a received datagram (its UDP payload).
+    /// Classifies a received datagram (its UDP payload): see [`classify`].
     pub fn classify(&self, payload: &[u8]) -> Delivery {
-        if slots::is_probe(payload) {
-            return Delivery::Probe;
-        }
-        if payload.len() < 8 {
-            return Delivery::Mine; // the engine drops and counts malformed packets
-        }
-        let qpn = u32::from_be_bytes([0, payload[5], payload[6], payload[7]]);
-        if qpn == 1 || steer::slot_of_qpn(qpn) == self.slot {
-            Delivery::Mine
-        } else {
-            Delivery::Stray
-        }
+        classify(self.slot, payload)
     }
 
     /// Every live member of the group (this one included), by slot.
@@ -575,7 +581,6 @@ impl Member {
             reg.write_listeners(&ls).map_err(JoinError::io("write the listener table"))?;
         }
         let steering = Steering {
-            addr: self.addr,
             default_slot: live.first().copied().unwrap_or(self.slot),
             listeners: ls.iter().map(|l| (l.service_id, l.slot)).collect(),
         };

@@ -7,10 +7,11 @@
 //!   live member through an abstract Unix SEQPACKET socket; both ends check the other's UID
 //!   with SO_PEERCRED. Since each socket lives as long as any member holds it, an exit or a
 //!   crash closes nothing and the kernel never moves a socket to another index.
-//! - Probes: a datagram with opcode [`PROBE_OPCODE`] sent from the address to itself, which
-//!   the program steers to the index in its byte 8. Reading it back from socket `i` proves
-//!   that socket `i` is index `i`; whatever was queued before it belonged to a dead owner
-//!   and is dropped (counted).
+//! - Probes: a well-formed RoCEv2 UD SEND to QPN `i << 16` (counter 0: never a QP) carrying a
+//!   nonce, sent from the address to itself; the program steers it like any packet by the
+//!   QPN's high byte. Reading it back from socket `i` proves that socket `i` is index `i`;
+//!   whatever was queued before it belonged to a dead owner and is dropped (counted). Being
+//!   a valid packet (ICRC included), it passes `urxe check` on a loopback capture.
 //! - When `addr:4791` cannot be bound, [`diagnose_in_use`] reads /proc/net/udp{,6} to name
 //!   the holder: a kernel socket (rdma_rxe) or another UID.
 
@@ -22,15 +23,23 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::steer::{PROBE_INDEX_OFFSET, PROBE_OPCODE};
 use super::JoinError;
-use crate::transport::socket::ROCE_PORT;
+use crate::transport::socket::{RoceSocket, ROCE_PORT};
+use crate::wire::bth::BthRepr;
+use crate::wire::deth::DethRepr;
+use crate::wire::icrc::IpFields;
+use crate::wire::opcode::op::UD_SEND_ONLY;
+use crate::wire::packet::{finish, Headers};
+use crate::wire::psn::Psn;
 
 /// Most descriptors in one SCM_RIGHTS message (the kernel allows 253).
 const FDS_PER_MESSAGE: usize = 32;
 const FD_MAGIC: &[u8; 8] = b"URXEFDS1";
-/// Length of a probe datagram.
-pub const PROBE_LEN: usize = 24;
+/// Length of a probe datagram: BTH + DETH + magic + nonce + ICRC.
+pub const PROBE_LEN: usize = 12 + 8 + 16 + 4;
+/// Q_Key of probes ("urxe").
+const PROBE_QKEY: u32 = 0x7572_7865;
+const PROBE_MAGIC: &[u8; 8] = b"URXEPROB";
 /// How long a member waits for its own probe.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -43,6 +52,9 @@ pub fn bind_slot(addr: IpAddr) -> io::Result<Socket> {
     }
     s.set_reuse_port(true)?;
     s.bind(&SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
+    // The RoCE options (DF and IP ID 0, no IPv6 UDP checksum, buffers, GRO) go on the socket
+    // itself, shared by every member: set them through a duplicate the transport's way.
+    drop(RoceSocket::adopt(s.try_clone()?.into())?);
     Ok(s)
 }
 
@@ -62,19 +74,36 @@ pub fn check_slot(s: &Socket, addr: IpAddr) -> io::Result<()> {
     Ok(())
 }
 
-/// Builds a probe for slot `index` carrying `nonce`.
-pub fn probe(index: u8, nonce: u64) -> [u8; PROBE_LEN] {
+/// Builds the probe for slot `index` of the group on `addr`, carrying `nonce`: a UD SEND
+/// Only to QPN `index << 16` from `addr`:4791 to itself, ICRC computed as the slot sockets
+/// send it (IPv4 DF, ID 0).
+pub fn probe(index: u8, addr: IpAddr, nonce: u64) -> [u8; PROBE_LEN] {
     let mut p = [0u8; PROBE_LEN];
-    p[0] = PROBE_OPCODE;
-    p[1..4].copy_from_slice(b"UXP");
-    p[PROBE_INDEX_OFFSET as usize] = index;
-    p[16..24].copy_from_slice(&nonce.to_le_bytes());
+    let qpn = (index as u32) << 16;
+    let h = Headers {
+        bth: BthRepr { opcode: UD_SEND_ONLY, dest_qp: qpn, psn: Psn::new(0), ..BthRepr::default() },
+        deth: Some(DethRepr { qkey: PROBE_QKEY, src_qp: qpn }),
+        ..Headers::default()
+    };
+    let hl = h.emit(&mut p).unwrap_or(20);
+    p[hl..hl + 8].copy_from_slice(PROBE_MAGIC);
+    p[hl + 8..hl + 16].copy_from_slice(&nonce.to_le_bytes());
+    let ip = match addr {
+        IpAddr::V4(a) => IpFields::v4_df(a, a),
+        IpAddr::V6(a) => IpFields::v6(a, a),
+    };
+    let _ = finish(&mut p, hl, 16, &ip, ROCE_PORT, ROCE_PORT);
     p
 }
 
 /// Whether a received datagram is a probe (any nonce): members drop these, counted.
 pub fn is_probe(d: &[u8]) -> bool {
-    d.len() == PROBE_LEN && d[0] == PROBE_OPCODE && &d[1..4] == b"UXP"
+    d.len() == PROBE_LEN && d[0] == UD_SEND_ONLY && d[6..8] == [0, 0] && &d[20..28] == PROBE_MAGIC
+}
+
+/// The nonce of a probe.
+fn probe_nonce(d: &[u8]) -> Option<u64> {
+    is_probe(d).then(|| u64::from_le_bytes([d[28], d[29], d[30], d[31], d[32], d[33], d[34], d[35]]))
 }
 
 /// A nonce nobody can guess in advance: time, pid and the address of a stack variable.
@@ -90,7 +119,7 @@ pub fn nonce() -> u64 {
 
 /// Sends the probe for `index` from `via` (any slot socket) to the address itself.
 pub fn send_probe(via: &Socket, addr: IpAddr, index: u8, nonce: u64) -> io::Result<()> {
-    via.send_to(&probe(index, nonce), &SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
+    via.send_to(&probe(index, addr, nonce), &SockAddr::from(SocketAddr::new(addr, ROCE_PORT)))?;
     Ok(())
 }
 
@@ -106,7 +135,7 @@ pub fn await_probe(s: &Socket, nonce: u64, timeout: Duration) -> io::Result<Opti
             unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
         if n >= 0 {
             let d = &buf[..n as usize];
-            if is_probe(d) && d[16..24] == nonce.to_le_bytes() {
+            if probe_nonce(d) == Some(nonce) {
                 return Ok(Some(dropped));
             }
             dropped += 1;
@@ -426,13 +455,21 @@ mod tests {
     }
 
     #[test]
-    fn probes_are_recognised_by_shape() {
-        let p = probe(7, 0x1122);
+    fn probes_are_valid_rocev2_packets_recognised_by_shape() {
+        let addr: IpAddr = "10.77.0.1".parse().unwrap();
+        let p = probe(7, addr, 0x1122);
         assert!(is_probe(&p));
-        assert_eq!(p[PROBE_INDEX_OFFSET as usize], 7);
+        assert_eq!(probe_nonce(&p), Some(0x1122));
+        let parsed = crate::wire::packet::parse(&p).unwrap();
+        assert_eq!(parsed.headers.bth.dest_qp, 7 << 16);
+        let ip = IpFields::v4_df("10.77.0.1".parse().unwrap(), "10.77.0.1".parse().unwrap());
+        assert_eq!(crate::wire::icrc::icrc(&ip, ROCE_PORT, ROCE_PORT, parsed.icrc_covered(&p)), parsed.icrc);
         assert!(!is_probe(&p[..20]));
         let mut q = p;
-        q[1] = b'X';
+        q[20] = b'X';
+        assert!(!is_probe(&q));
+        q = p;
+        q[7] = 0x11; // a real QP of slot 7
         assert!(!is_probe(&q));
         assert_ne!(nonce(), nonce());
     }

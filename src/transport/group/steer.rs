@@ -7,10 +7,8 @@
 //! stray for whichever member gets it); a load past the end of the datagram returns 0.
 //!
 //! Decisions, in order:
-//! - opcode [`PROBE_OPCODE`] (vendor range, never sent by a RoCE device): a join probe. Taken
-//!   only when the IP source is the group's own address (a probe is sent from a slot socket to
-//!   the address itself); the index is byte [`PROBE_INDEX_OFFSET`]. Other sources: hash.
-//! - DestQP != 1: the slot is the QPN's bits 16..23 ([`slot_of_qpn`]).
+//! - DestQP != 1: the slot is the QPN's bits 16..23 ([`slot_of_qpn`]). Join probes are
+//!   ordinary UD packets to QPN `slot << 16` (counter 0, never a QP), so they need no branch.
 //! - DestQP == 1 (GSI): CM MADs (class 0x07) REQ and SIDR_REQ go by service ID through the
 //!   listener table compiled into the program, or to the default slot when no listener
 //!   matches (it rejects the request); SIDR_REP by its request ID's top byte; every other CM
@@ -22,13 +20,8 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::IpAddr;
 use std::os::fd::RawFd;
 
-/// BTH opcode of a join probe (manufacturer-specific range 0xC0..=0xFF).
-pub const PROBE_OPCODE: u8 = 0xFF;
-/// Byte of a probe that carries the slot index it asks for.
-pub const PROBE_INDEX_OFFSET: u32 = 8;
 /// Most listeners the table holds (5 instructions each; jumps stay short).
 pub const MAX_LISTENERS: usize = 128;
 
@@ -50,10 +43,9 @@ const MGMT_CLASS_CM: u32 = 0x07;
 const ATTR_REQ: u32 = 0x0010;
 const ATTR_SIDR_REQ: u32 = 0x0017;
 const ATTR_SIDR_REP: u32 = 0x0018;
-/// `SKF_NET_OFF`: loads relative to the network header.
+#[cfg(test)]
+/// `SKF_NET_OFF`: loads relative to the network header (the interpreter below knows it).
 const SKF_NET_OFF: i32 = -0x100000;
-/// A return value past any group size: the kernel's hash picks the socket.
-const HASH: u32 = u32::MAX;
 
 /// The slot that owns a QPN (`slot << 16 | n`).
 pub fn slot_of_qpn(qpn: u32) -> u8 {
@@ -68,8 +60,6 @@ pub fn slot_of_comm_id(id: u32) -> u8 {
 /// What the program is compiled from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Steering {
-    /// The group's address: probes are accepted only from it.
-    pub addr: IpAddr,
     /// Where CM requests for no listener and non-CM MADs go (a live member).
     pub default_slot: u8,
     /// CM service ID -> slot of the listening process.
@@ -191,34 +181,11 @@ pub fn program(s: &Steering) -> Result<Vec<Insn>, ProgramError> {
     }
     let next = Target::Next;
     let mut a = Asm::new();
-    a.ld(B, 0);
-    a.jeq(PROBE_OPCODE as u32, Target::Label("probe"), next);
     a.ld(W, 4);
     a.op(ALU | AND | K, 0x00FF_FFFF);
     a.jeq(GSI_QPN, Target::Label("gsi"), next);
     a.op(ALU | RSH | K, 16);
     a.ret_a();
-
-    // Probe: the source must be the group's own address.
-    a.label("probe");
-    match s.addr {
-        IpAddr::V4(v4) => {
-            a.ld(W, (SKF_NET_OFF + 12) as u32);
-            a.jeq(u32::from(v4), next, Target::Label("hash"));
-        }
-        IpAddr::V6(v6) => {
-            let o = v6.octets();
-            for w in 0..4 {
-                let word = u32::from_be_bytes([o[w * 4], o[w * 4 + 1], o[w * 4 + 2], o[w * 4 + 3]]);
-                a.ld(W, (SKF_NET_OFF + 8 + 4 * w as i32) as u32);
-                a.jeq(word, next, Target::Label("hash"));
-            }
-        }
-    }
-    a.ld(B, PROBE_INDEX_OFFSET);
-    a.ret_a();
-    a.label("hash");
-    a.ret_k(HASH);
 
     // QP1: CM MADs by comm ID / request ID / service ID.
     a.label("gsi");
@@ -323,7 +290,7 @@ pub(crate) mod interp {
 mod tests {
     use super::interp::run;
     use super::*;
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::{IpAddr, Ipv4Addr};
 
     const ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 
@@ -354,7 +321,7 @@ mod tests {
     }
 
     fn steering(listeners: Vec<(u64, u8)>) -> Steering {
-        Steering { addr: IpAddr::V4(ADDR), default_slot: 3, listeners }
+        Steering { default_slot: 3, listeners }
     }
 
     #[test]
@@ -390,28 +357,12 @@ mod tests {
     }
 
     #[test]
-    fn probes_are_steered_only_from_the_group_address() {
+    fn probes_go_to_their_slot_by_qpn() {
         let p = program(&steering(vec![])).unwrap();
-        let mut probe = vec![0u8; 24];
-        probe[0] = PROBE_OPCODE;
-        probe[PROBE_INDEX_OFFSET as usize] = 6;
-        assert_eq!(run(&p, &v4_header(ADDR), &probe), 6);
-        assert_eq!(run(&p, &v4_header(Ipv4Addr::new(10, 77, 0, 2)), &probe), HASH);
-    }
-
-    #[test]
-    fn ipv6_probes_compare_all_four_words() {
-        let addr: Ipv6Addr = "fd00::77:1".parse().unwrap();
-        let p = program(&Steering { addr: IpAddr::V6(addr), default_slot: 0, listeners: vec![] }).unwrap();
-        let mut h = vec![0u8; 40];
-        h[0] = 0x60;
-        h[8..24].copy_from_slice(&addr.octets());
-        let mut probe = vec![0u8; 24];
-        probe[0] = PROBE_OPCODE;
-        probe[PROBE_INDEX_OFFSET as usize] = 2;
-        assert_eq!(run(&p, &h, &probe), 2);
-        h[23] ^= 1;
-        assert_eq!(run(&p, &h, &probe), HASH);
+        for slot in [0u8, 6, 200] {
+            let probe = super::super::slots::probe(slot, IpAddr::V4(ADDR), 42);
+            assert_eq!(run(&p, &v4_header(ADDR), &probe), slot as u32);
+        }
     }
 
     #[test]
