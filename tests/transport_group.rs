@@ -571,11 +571,15 @@ impl App {
         self.drain();
         (ok, format!("{}:\n{}", self.what, self.lines.join("\n")))
     }
-    /// The slot of this process: the QPN high byte on its `local address:` line.
-    fn slot(&mut self) -> u32 {
+    /// The QPN on this pingpong's `local address:` line.
+    fn qpn(&mut self) -> u32 {
         let l = self.wait_line("local address:", 30);
         let q = l.split("QPN ").nth(1).and_then(|r| r.split(',').next()).expect("QPN on the local address line");
-        u32::from_str_radix(q.trim_start_matches("0x"), 16).unwrap() >> 16
+        u32::from_str_radix(q.trim_start_matches("0x"), 16).unwrap()
+    }
+    /// The slot of this process: its QPN's high byte.
+    fn slot(&mut self) -> u32 {
+        self.qpn() >> 16
     }
 }
 
@@ -684,6 +688,11 @@ fn four_pairs_and_a_crash() {
     let mut freed = [dead_slot, dead_client_slot];
     freed.sort();
     assert_eq!(new_slots, freed, "the newcomers did not get the slots of the killed pair");
+    // Their QPN counters continue past what the killed owners reserved (256 at a time), so
+    // no QPN the dead processes handed out comes back.
+    for q in [ns.qpn(), nc.qpn()] {
+        assert!(q & 0xFFFF >= 0x11 + 256, "newcomer QPN {q:#08x} reuses the dead owner's range");
+    }
     check_pair(PINGPONG, (ns, nc));
     assert!(no_socket_on_4791(), "sockets on 4791 outlived every process");
     // No stale lock: the next process creates the group afresh at slot 0.

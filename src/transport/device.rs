@@ -43,8 +43,10 @@ pub use super::hub::EventSink;
 pub use super::pacing::IDLE_POLLS_PER_YIELD;
 pub use super::stats::{stats_socket_name, STATS_SOCKET_PREFIX};
 
-/// QPN counter values reserved in the slot record at a time (shared address).
-const QPN_CHUNK: u32 = 1024;
+/// QPN counter values reserved in the slot record at a time (shared address). Each owner
+/// of a slot moves its counter at least this far, so the counter comes round to reuse a QPN
+/// only after about 65 000 / 256 = 255 owners.
+const QPN_CHUNK: u32 = 256;
 
 /// A running device. Dropping it stops the progress thread.
 pub struct Device {

@@ -91,12 +91,13 @@ impl Hub {
     pub(super) fn stats_report(&self) -> String {
         let c = self.lock();
         let prio = if self.rt.load(Ordering::Relaxed) { "real-time" } else { "normal" };
-        let group = self.group.as_ref().map(|m| group_text(m, c.engine.qp_count())).unwrap_or_default();
+        let (local, counters, qps) = (c.io.local(), c.stats_text(), c.engine.qp_count());
+        drop(c);
+        // The member list reads the registry (a lock test per slot): outside the device lock.
+        let group = self.group.as_ref().map(|m| group_text(m, qps)).unwrap_or_default();
         format!(
-            "pid {}\naddress {}\n{group}progress thread {prio}\n{}{}",
+            "pid {}\naddress {local}\n{group}progress thread {prio}\n{counters}{}",
             std::process::id(),
-            c.io.local(),
-            c.stats_text(),
             self.signals.wake_counters.text()
         )
     }

@@ -402,10 +402,12 @@ impl Member {
                     }
                     pool.push(s);
                 }
-                // Every index must answer on its own socket; if an old group is still closing,
-                // our sockets joined it at other indices and the probes go astray.
+                // Our slot must answer on its socket, and so must the last index: if an old
+                // group is still closing, our sockets joined it behind its survivors, so
+                // index N-1 is not our socket N-1 and its probe goes astray. Two probes
+                // instead of N keep creation fast and captures quiet.
                 let mut dropped = 0;
-                for i in 0..n {
+                for i in [slot, n - 1] {
                     let nonce = slots::nonce();
                     let s = &pool[i as usize];
                     slots::send_probe(s, addr, i, nonce).map_err(JoinError::io("send a probe"))?;
