@@ -744,8 +744,18 @@ pub trait HostMemory {
 /// A host memory access that could not be done.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum MemError {
-    OutOfBounds { addr: u64, len: u64 },
-    Misaligned { addr: u64 },
+    OutOfBounds {
+        addr: u64,
+        len: u64,
+    },
+    Misaligned {
+        addr: u64,
+    },
+    /// Registered memory that is no longer mapped with the access needed (unmapped or
+    /// protected after registration); `addr` is where the access stopped.
+    Fault {
+        addr: u64,
+    },
 }
 
 impl fmt::Display for MemError {
@@ -755,6 +765,7 @@ impl fmt::Display for MemError {
                 write!(f, "access of {len} bytes at {addr:#x} is outside host memory")
             }
             MemError::Misaligned { addr } => write!(f, "atomic at {addr:#x} is not 8-byte aligned"),
+            MemError::Fault { addr } => write!(f, "registered memory at {addr:#x} is no longer mapped"),
         }
     }
 }
