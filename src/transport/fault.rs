@@ -104,24 +104,8 @@ pub unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) -> Result<(), Fault
 /// `p` is 8-byte aligned and not memory any Rust reference points to. It may be unmapped or
 /// protected.
 pub unsafe fn cmp_swap(p: *mut u64, compare: u64, swap: u64) -> Result<u64, Faulted> {
-    if mode() == Mode::Guarded {
-        let mut old = 0u64;
-        // SAFETY: the caller's contract; `old` is our own local.
-        let faulted = unsafe { arch::guarded_cas(p, compare, swap, &mut old) };
-        if faulted == 0 {
-            Ok(old)
-        } else {
-            Err(Faulted { done: 0 })
-        }
-    } else {
-        probe_word(p)?;
-        // SAFETY: aligned (caller), mapped writable a moment ago (probe). See the module doc
-        // for the window between the probe and the atomic in this mode.
-        let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(p) };
-        Ok(match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-            Ok(v) | Err(v) => v,
-        })
-    }
+    // SAFETY: forwarded contract.
+    unsafe { atomic(p, Atomic::CmpSwap { compare, swap }) }
 }
 
 /// Atomic 64-bit fetch-and-add at `p`; returns the value found there.
@@ -129,21 +113,42 @@ pub unsafe fn cmp_swap(p: *mut u64, compare: u64, swap: u64) -> Result<u64, Faul
 /// # Safety
 /// As for [`cmp_swap`].
 pub unsafe fn fetch_add(p: *mut u64, add: u64) -> Result<u64, Faulted> {
+    // SAFETY: forwarded contract.
+    unsafe { atomic(p, Atomic::FetchAdd { add }) }
+}
+
+#[derive(Clone, Copy)]
+enum Atomic {
+    CmpSwap { compare: u64, swap: u64 },
+    FetchAdd { add: u64 },
+}
+
+/// # Safety
+/// As for [`cmp_swap`].
+unsafe fn atomic(p: *mut u64, op: Atomic) -> Result<u64, Faulted> {
     if mode() == Mode::Guarded {
         let mut old = 0u64;
         // SAFETY: the caller's contract; `old` is our own local.
-        let faulted = unsafe { arch::guarded_fadd(p, add, &mut old) };
-        if faulted == 0 {
-            Ok(old)
-        } else {
-            Err(Faulted { done: 0 })
-        }
-    } else {
-        probe_word(p)?;
-        // SAFETY: as in `cmp_swap`.
-        let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(p) };
-        Ok(a.fetch_add(add, Ordering::SeqCst))
+        let faulted = unsafe {
+            match op {
+                Atomic::CmpSwap { compare, swap } => arch::guarded_cas(p, compare, swap, &mut old),
+                Atomic::FetchAdd { add } => arch::guarded_fadd(p, add, &mut old),
+            }
+        };
+        return if faulted == 0 { Ok(old) } else { Err(Faulted { done: 0 }) };
     }
+    probe_word(p)?;
+    // SAFETY: aligned (caller), mapped a moment ago (probe). See the module doc for the window
+    // between the probe and the atomic in this mode.
+    let a = unsafe { std::sync::atomic::AtomicU64::from_ptr(p) };
+    Ok(match op {
+        Atomic::CmpSwap { compare, swap } => {
+            match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            }
+        }
+        Atomic::FetchAdd { add } => a.fetch_add(add, Ordering::SeqCst),
+    })
 }
 
 /// The syscall mode's copy: the kernel copies between two ranges of our own address space and

@@ -15,6 +15,7 @@
 #include "common.h"
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 
 #define NQP 5
 enum { Q_WRITE, Q_READ, Q_ATOMIC, Q_SEND, Q_CTRL };
@@ -92,6 +93,51 @@ static void bad_registrations(struct ctx *c)
 	expect_reg_fails(c, "reg_over_hole_efault", three, 3 * pg, IBV_ACCESS_LOCAL_WRITE, EFAULT);
 	munmap(three, pg);
 	munmap(three + 2 * pg, pg);
+}
+
+/* After urxe installed its fault handler (the device is open), the application's own bad
+ * access must still reach the handler installed before it (here ASan's, which reports a SEGV
+ * and exits non-zero). Done in a forked child whose stderr the parent reads. */
+static void app_fault_still_reported(struct ctx *c)
+{
+	int pfd[2], status = 0;
+	char out[8192];
+	size_t got = 0;
+	ssize_t n;
+	pid_t pid, w = 0;
+	uint8_t *none = map_pages(1, c->page, PROT_NONE);
+
+	if (pipe(pfd))
+		die("pipe");
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		alarm(20);
+		close(pfd[0]);
+		dup2(pfd[1], STDERR_FILENO);
+		dup2(pfd[1], STDOUT_FILENO);
+		printf("child read %d\n", *(volatile uint8_t *)none);
+		_exit(0);
+	}
+	close(pfd[1]);
+	while (got < sizeof(out) - 1 && (n = read(pfd[0], out + got, sizeof(out) - 1 - got)) > 0)
+		got += (size_t)n;
+	out[got] = 0;
+	close(pfd[0]);
+	for (int i = 0; i < 200 && w == 0; i++) {
+		w = waitpid(pid, &status, WNOHANG);
+		if (w == 0)
+			usleep(100 * 1000);
+	}
+	if (w == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &status, 0);
+	}
+	check(w == pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0) && strstr(out, "SEGV") != NULL,
+	      "app_fault_reaches_previous_handler", "wait %d status 0x%x, child said: %.200s", (int)w, status, out);
+	munmap(none, c->page);
 }
 
 static void setup(struct ctx *c, const char *devname, int gidx)
@@ -312,8 +358,10 @@ int main(int argc, char **argv)
 	start_watchdog(WATCHDOG_S);
 	memset(&c, 0, sizeof(c));
 	setup(&c, devname, gidx);
-	if (is_server)
+	if (is_server) {
 		bad_registrations(&c);
+		app_fault_still_reported(&c);
+	}
 	fd = is_server ? tcp_server(port) : tcp_client(host, port);
 	connect_all(&c, fd);
 	if (is_server)
