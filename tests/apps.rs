@@ -452,6 +452,12 @@ fn c_mr_faults_bad_registrations_and_unmapped_memory() {
 }
 
 #[test]
+fn c_mr_faults_syscall_fallback() {
+    let (s, _) = c_pair("mr_faults", 18932, &["--syscall-mode"]);
+    assert_contains(&s, "allow_user_segv_handler=0");
+}
+
+#[test]
 fn c_programs_compile_with_werror_and_sanitizers() {
     // Compiling needs no library: this holds today and keeps the C sources honest.
     for name in C_PROGRAMS {

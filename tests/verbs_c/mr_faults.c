@@ -9,8 +9,12 @@
  * fifth QP must still carry a SEND and an RDMA WRITE/READ. Last, the server's own SEND gathered
  * from the unmapped pages and an inline SEND copied from them must fail cleanly.
  *
- *   mr_faults server [-p port] [-g gid_index] [-d dev]
- *   mr_faults client 127.0.0.1 [-p port] [-g gid_index] [-d dev]
+ *
+ * With --syscall-mode anywhere, the program re-executes itself with ASan told to refuse user
+ * SIGSEGV handlers, so urxe falls back to process_vm_readv/writev: the same checks must pass.
+ *
+ *   mr_faults server [-p port] [-g gid_index] [-d dev] [--syscall-mode]
+ *   mr_faults client 127.0.0.1 [-p port] [-g gid_index] [-d dev] [--syscall-mode]
  */
 #include "common.h"
 
@@ -354,6 +358,22 @@ int main(int argc, char **argv)
 	const char *host = NULL, *devname = "urxe0";
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (int i = 1; i < argc; i++) {
+		const char *opts = getenv("ASAN_OPTIONS");
+		if (strcmp(argv[i], "--syscall-mode") != 0)
+			continue;
+		if (!opts || !strstr(opts, "allow_user_segv_handler=0")) {
+			char buf[512];
+			snprintf(buf, sizeof(buf), "%s%sallow_user_segv_handler=0", opts ? opts : "", opts ? ":" : "");
+			setenv("ASAN_OPTIONS", buf, 1);
+			execv("/proc/self/exe", argv);
+			die("re-exec with ASAN_OPTIONS=%s", buf);
+		}
+		printf("syscall mode: ASAN_OPTIONS=%s\n", opts);
+		memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof(argv[0]));
+		argc--;
+		break;
+	}
 	parse_args(argc, argv, &is_server, &host, &port, &gidx, &devname);
 	start_watchdog(WATCHDOG_S);
 	memset(&c, 0, sizeof(c));
