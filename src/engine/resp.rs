@@ -624,6 +624,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, buf: &mut 
                 };
                 if !ok {
                     q.resp.out.pop_front();
+                    report(q, sh, RespError::RemoteAccess, job.psn);
                     continue;
                 }
                 job.left -= payload as u32;

@@ -271,6 +271,7 @@ static void server(struct ctx *c, int fd)
 	check(1, "target_alive_after_remote_faults", "-");
 	expect_done(c->cq[Q_SEND], "recv_into_unmapped_loc_prot_err", IBV_WC_LOC_PROT_ERR, -1, 300);
 	expect_qp_state(c, Q_WRITE, "write_responder_qp_in_error", IBV_QPS_ERR);
+	expect_qp_state(c, Q_READ, "read_responder_qp_in_error", IBV_QPS_ERR);
 	expect_qp_state(c, Q_ATOMIC, "atomic_responder_qp_in_error", IBV_QPS_ERR);
 	expect_qp_state(c, Q_SEND, "send_responder_qp_in_error", IBV_QPS_ERR);
 	if (expect_wc(c->cq[Q_CTRL], &wc, "ctrl_recv_after_faults", IBV_WC_SUCCESS, IBV_WC_RECV, 400)) {
