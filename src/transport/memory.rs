@@ -344,4 +344,136 @@ mod tests {
         });
         unmap(dst, 1);
     }
+
+    /// What a page of the property test's mapping allows.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Prot {
+        Rw,
+        Ro,
+        None,
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Read { off: usize, len: usize },
+        Write { off: usize, len: usize, seed: u8 },
+        FetchAdd { word: usize, add: u64 },
+        CmpSwap { word: usize, swap: u64, hit: bool },
+    }
+
+    const PAGES: usize = 6;
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let span = PAGES * 4096;
+        prop_oneof![
+            (0..span, 0..3 * 4096usize).prop_map(|(off, len)| Op::Read { off, len }),
+            (0..span, 0..3 * 4096usize, any::<u8>()).prop_map(|(off, len, seed)| Op::Write { off, len, seed }),
+            (0..span / 8, any::<u64>()).prop_map(|(word, add)| Op::FetchAdd { word, add }),
+            (0..span / 8, any::<u64>(), any::<bool>()).prop_map(|(word, swap, hit)| Op::CmpSwap { word, swap, hit }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Random reads, writes and atomics over pages that are read-write, read-only or
+        /// inaccessible: every access either succeeds exactly as on a model or fails with
+        /// `Fault` at the first byte it could not touch; nothing outside the range changes
+        /// and the process lives.
+        #[test]
+        fn accesses_over_holes_match_a_model(
+            prots in proptest::collection::vec(
+                proptest::sample::select(vec![Prot::Rw, Prot::Ro, Prot::None]), PAGES),
+            ops in proptest::collection::vec(op(), 1..40),
+        ) {
+            assert_eq!(page(), 4096, "the strategy assumes 4 KiB pages");
+            // SAFETY: only the test's own mapping is accessed.
+            let m = unsafe { ProcessMemory::new() };
+            let base = map(PAGES);
+            let mut model: Vec<u8> = (0..PAGES * 4096).map(|i| (i * 7 + 3) as u8).collect();
+            m.write(base, &model).unwrap();
+            for (i, p) in prots.iter().enumerate() {
+                let prot = match p {
+                    Prot::Rw => libc::PROT_READ | libc::PROT_WRITE,
+                    Prot::Ro => libc::PROT_READ,
+                    Prot::None => libc::PROT_NONE,
+                };
+                protect(base + (i * 4096) as u64, prot);
+            }
+            let span = PAGES * 4096;
+            // The first byte in [off, off+len) on a page failing `ok`, if any.
+            let first_bad = |off: usize, len: usize, ok: &dyn Fn(Prot) -> bool| {
+                (off..off + len).find(|&b| !ok(prots[b / 4096]))
+            };
+            let readable = |p: Prot| p != Prot::None;
+            let writable = |p: Prot| p == Prot::Rw;
+            for o in ops {
+                match o {
+                    Op::Read { off, len } => {
+                        let len = len.min(span - off);
+                        let mut buf = vec![0u8; len];
+                        let r = m.read(base + off as u64, &mut buf);
+                        match first_bad(off, len, &readable) {
+                            None => {
+                                proptest::prop_assert_eq!(r, Ok(()));
+                                proptest::prop_assert!(buf == model[off..off + len]);
+                            }
+                            Some(b) => proptest::prop_assert_eq!(r, Err(MemError::Fault { addr: base + b as u64 })),
+                        }
+                    }
+                    Op::Write { off, len, seed } => {
+                        let len = len.min(span - off);
+                        let data: Vec<u8> = (0..len).map(|i| seed.wrapping_add(i as u8)).collect();
+                        let r = m.write(base + off as u64, &data);
+                        match first_bad(off, len, &writable) {
+                            None => {
+                                proptest::prop_assert_eq!(r, Ok(()));
+                                model[off..off + len].copy_from_slice(&data);
+                            }
+                            Some(b) => {
+                                proptest::prop_assert_eq!(r, Err(MemError::Fault { addr: base + b as u64 }));
+                                // Bytes before the fault landed; the faulting page is read-only
+                                // or inaccessible, so nothing from it on was written.
+                                model[off..b].copy_from_slice(&data[..b - off]);
+                            }
+                        }
+                    }
+                    Op::FetchAdd { word, add } => {
+                        let off = word * 8;
+                        let r = m.atomic_fetch_add(base + off as u64, add);
+                        let old = u64::from_ne_bytes(model[off..off + 8].try_into().unwrap());
+                        if writable(prots[off / 4096]) {
+                            proptest::prop_assert_eq!(r, Ok(old));
+                            model[off..off + 8].copy_from_slice(&old.wrapping_add(add).to_ne_bytes());
+                        } else {
+                            proptest::prop_assert_eq!(r, Err(MemError::Fault { addr: base + off as u64 }));
+                        }
+                    }
+                    Op::CmpSwap { word, swap, hit } => {
+                        let off = word * 8;
+                        let old = u64::from_ne_bytes(model[off..off + 8].try_into().unwrap());
+                        let compare = if hit { old } else { old ^ 1 };
+                        let r = m.atomic_cmp_swap(base + off as u64, compare, swap);
+                        if writable(prots[off / 4096]) {
+                            proptest::prop_assert_eq!(r, Ok(old));
+                            if hit {
+                                model[off..off + 8].copy_from_slice(&swap.to_ne_bytes());
+                            }
+                        } else {
+                            proptest::prop_assert_eq!(r, Err(MemError::Fault { addr: base + off as u64 }));
+                        }
+                    }
+                }
+            }
+            // The whole mapping, page by page, equals the model wherever it can be read.
+            for (i, p) in prots.iter().enumerate() {
+                protect(base + (i * 4096) as u64, libc::PROT_READ);
+                let mut got = vec![0u8; 4096];
+                m.read(base + (i * 4096) as u64, &mut got).unwrap();
+                proptest::prop_assert!(got == model[i * 4096..(i + 1) * 4096], "page {} ({:?}) differs", i, p);
+            }
+            unmap(base, PAGES);
+        }
+    }
 }
