@@ -741,21 +741,13 @@ pub trait HostMemory {
     fn atomic_fetch_add(&self, addr: u64, add: u64) -> Result<u64, MemError>;
 }
 
-/// A host memory access that could not be done.
+/// A host memory access that could not be done. `Fault`: registered memory no longer mapped
+/// with the access needed (unmapped or protected after registration), at `addr`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum MemError {
-    OutOfBounds {
-        addr: u64,
-        len: u64,
-    },
-    Misaligned {
-        addr: u64,
-    },
-    /// Registered memory that is no longer mapped with the access needed (unmapped or
-    /// protected after registration); `addr` is where the access stopped.
-    Fault {
-        addr: u64,
-    },
+    OutOfBounds { addr: u64, len: u64 },
+    Misaligned { addr: u64 },
+    Fault { addr: u64 },
 }
 
 impl fmt::Display for MemError {
