@@ -68,7 +68,8 @@ impl Device {
         let rt = rt_setting()?;
         let local = rx.local_addr().ip();
         cfg.local_addr = local;
-        let engine = Engine::new(cfg, ProcessMemory);
+        // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
+        let engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
         let rx_fd = rx.raw_fd();
