@@ -16,7 +16,7 @@ commands:
         UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
         --verbose  every header field      --json   one JSON object per packet
         --quiet    only failures + totals  --flows  per-flow PSN report (gaps, retransmissions, NAKs)
-  conform --peer HOST:PORT --local IPV4 [--only ID,...] [--json FILE] [--pcap-dir DIR
+  conform --peer HOST:PORT --local IP [--only ID,...] [--json FILE] [--pcap-dir DIR
           --iface IF] [--profile strict|rxe] [--wait-ms N] [--quiet-ms N] | --list
         Scripted RoCEv2 scenarios against a remote peer running tests/conform/peer.c: crafted
         packets from LOCAL:4791, each scenario graded pass / FAIL / documented deviation against
@@ -174,7 +174,7 @@ fn cmd_conform(args: &[String]) -> ExitCode {
             },
             "--local" => match v.parse() {
                 Ok(ip) => local = Some(ip),
-                Err(_) => return fail(format!("--local {v}: not an IPv4 address")),
+                Err(_) => return fail(format!("--local {v}: not an IP address")),
             },
             "--only" => cfg_only = v.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
             "--json" => json = Some(PathBuf::from(v)),

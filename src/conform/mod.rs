@@ -18,7 +18,7 @@ pub mod report;
 pub mod scenarios;
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,8 +38,9 @@ pub use report::{Grade, ScenarioResult};
 pub struct Config {
     /// The peer program's TCP address.
     pub peer: SocketAddr,
-    /// This side's IPv4 address; `local:4791` is bound for the crafted traffic.
-    pub local: Ipv4Addr,
+    /// This side's address (same family as the peer's GID); `local:4791` is bound for the
+    /// crafted traffic.
+    pub local: IpAddr,
     /// How long to wait for an answer that should come (a missing answer fails after this).
     pub wait: Duration,
     /// How long to watch for an answer that should not come.
@@ -76,8 +77,8 @@ impl Rx {
 pub struct Wire {
     sock: RoceSocket,
     batch: RecvBatch,
-    local: Ipv4Addr,
-    peer: Ipv4Addr,
+    local: IpAddr,
+    peer: IpAddr,
     /// Packets received but not yet taken.
     pending: Vec<Rx>,
     /// Packets that did not parse (counted, reported in the notes).
@@ -85,18 +86,28 @@ pub struct Wire {
 }
 
 impl Wire {
-    pub fn open(local: Ipv4Addr, peer: Ipv4Addr) -> io::Result<Wire> {
-        let sock = RoceSocket::bind(SocketAddr::new(IpAddr::V4(local), ROCEV2_PORT))?;
+    pub fn open(local: IpAddr, peer: IpAddr) -> io::Result<Wire> {
+        if local.is_ipv4() != peer.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("local address {local} and the peer's GID address {peer} are not of one family"),
+            ));
+        }
+        let sock = RoceSocket::bind(SocketAddr::new(local, ROCEV2_PORT))?;
         Ok(Wire { sock, batch: RecvBatch::new(), local, peer, pending: Vec::new(), malformed: 0 })
     }
 
-    /// Builds the UDP payload for `h` + `payload` with the ICRC for our IP/UDP headers (IPv4,
-    /// DF, ID 0: what the socket sends). `corrupt_icrc` flips one ICRC bit.
+    /// Builds the UDP payload for `h` + `payload` with the ICRC for our IP/UDP headers (IPv4:
+    /// DF and ID 0, what the socket sends; or IPv6). `corrupt_icrc` flips one ICRC bit.
     pub fn build(&self, h: &Headers, payload: &[u8], corrupt_icrc: bool) -> io::Result<Vec<u8>> {
         let mut buf = vec![0u8; h.header_len() + payload.len() + 8];
         let hl = h.emit(&mut buf).map_err(io::Error::other)?;
         buf[hl..hl + payload.len()].copy_from_slice(payload);
-        let ip = IpFields::v4_df(self.local, self.peer);
+        let ip = match (self.local, self.peer) {
+            (IpAddr::V4(l), IpAddr::V4(p)) => IpFields::v4_df(l, p),
+            (IpAddr::V6(l), IpAddr::V6(p)) => IpFields::v6(l, p),
+            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+        };
         let n = finish(&mut buf, hl, payload.len(), &ip, ROCEV2_PORT, ROCEV2_PORT).map_err(io::Error::other)?;
         buf.truncate(n);
         if corrupt_icrc {
@@ -107,7 +118,7 @@ impl Wire {
 
     pub fn send(&mut self, h: &Headers, payload: &[u8], corrupt_icrc: bool) -> io::Result<Instant> {
         let pkt = self.build(h, payload, corrupt_icrc)?;
-        self.sock.send_to(&pkt, SocketAddr::new(IpAddr::V4(self.peer), ROCEV2_PORT))?;
+        self.sock.send_to(&pkt, SocketAddr::new(self.peer, ROCEV2_PORT))?;
         Ok(Instant::now())
     }
 
@@ -119,7 +130,7 @@ impl Wire {
         let at = Instant::now();
         let mut got = 0;
         for (src, data) in self.batch.packets() {
-            if src.map(|s| s.ip()) != Some(IpAddr::V4(self.peer)) {
+            if src.map(|s| s.ip()) != Some(self.peer) {
                 continue;
             }
             match parse(data) {
@@ -253,10 +264,10 @@ impl Ctx {
     }
 
     fn our_gid(&self) -> String {
-        let mut g = [0u8; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&self.wire.local.octets());
+        let g = match self.wire.local {
+            IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+            IpAddr::V6(a) => a.octets(),
+        };
         g.iter().map(|b| format!("{b:02x}")).collect()
     }
 
@@ -309,9 +320,9 @@ struct Capture {
 }
 
 impl Capture {
-    fn start(iface: &str, file: &std::path::Path, peer: Ipv4Addr) -> io::Result<Capture> {
+    fn start(iface: &str, file: &std::path::Path, peer: IpAddr) -> io::Result<Capture> {
         let mut child = Command::new("tcpdump")
-            .args(["-i", iface, "-U", "-n", "-s", "0", "-w"])
+            .args(["-i", iface, "--immediate-mode", "-U", "-n", "-s", "0", "-w"])
             .arg(file)
             .args(["udp", "port", "4791", "and", "host", &peer.to_string()])
             .stdin(Stdio::null())
@@ -341,7 +352,7 @@ impl Capture {
 
     fn stop(mut self) -> io::Result<()> {
         // SIGTERM lets tcpdump close the file properly (SIGKILL would cut the last record).
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(100));
         let st = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
         if !st.success() {
             let _ = self.child.kill();

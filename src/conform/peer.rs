@@ -2,7 +2,7 @@
 //! line back.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
 use super::{PeerMem, RcOpts};
@@ -50,8 +50,8 @@ fn num(s: &str) -> io::Result<u64> {
 
 impl PeerLink {
     /// Connects (retrying for up to 30 s while the peer program starts), reads its HELLO.
-    /// Returns the link, its memory and the IPv4 address of its GID.
-    pub fn connect(addr: SocketAddr) -> io::Result<(PeerLink, PeerMem, Ipv4Addr)> {
+    /// Returns the link, its memory and the IP address of its GID.
+    pub fn connect(addr: SocketAddr) -> io::Result<(PeerLink, PeerMem, IpAddr)> {
         let mut last = None;
         let mut stream = None;
         for _ in 0..300 {
@@ -79,10 +79,10 @@ impl PeerLink {
             .map(|i| u8::from_str_radix(gid.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
             .collect::<Result<_, _>>()
             .map_err(|_| bad("peer: bad gid"))?;
-        if raw.len() != 16 || raw[..10].iter().any(|&b| b != 0) || raw[10..12] != [0xff, 0xff] {
-            return Err(bad(format!("peer: GID {gid} is not an IPv4-mapped RoCEv2 GID (only IPv4 is supported)")));
-        }
-        let ip = Ipv4Addr::new(raw[12], raw[13], raw[14], raw[15]);
+        let raw: [u8; 16] = raw.try_into().map_err(|_| bad(format!("peer: GID {gid} is not 16 bytes")))?;
+        let v6 = Ipv6Addr::from(raw);
+        // A RoCEv2 GID is the IPv6 address, or ::ffff:a.b.c.d for IPv4.
+        let ip = v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6));
         let mem = PeerMem {
             rkey: num(field(&hello, "rkey")?)? as u32,
             addr: num(field(&hello, "addr")?)?,
