@@ -20,12 +20,28 @@ pub enum Profile {
     Rxe,
 }
 
-const RXE: &[Deviation] = &[Deviation {
-    scenario: "retry_cnt",
-    check_prefix: "retry_cnt 7:",
-    why: "rxe treats retry_cnt 7 like rnr_retry 7, as infinite (IBTA: 7 retries, then \
-          IBV_WC_RETRY_EXC_ERR); only the RNR retry count has an infinite encoding",
-}];
+const RXE: &[Deviation] = &[
+    Deviation {
+        scenario: "retry_cnt",
+        check_prefix: "retry_cnt 7:",
+        why: "rxe treats retry_cnt 7 like rnr_retry 7, as infinite (IBTA: 7 retries, then \
+              IBV_WC_RETRY_EXC_ERR); only the RNR retry count has an infinite encoding",
+    },
+    Deviation {
+        scenario: "ghost_ack",
+        check_prefix: "ghost:",
+        why: "rxe's completer takes an ACK whose PSN lies beyond a WQE's last PSN as a coalesced \
+              ACK of that WQE without checking that the PSN was ever sent, so an ACK for a PSN \
+              never sent completes the outstanding SEND (IBTA: such a ghost ACK is dropped)",
+    },
+    Deviation {
+        scenario: "dup_read_partial",
+        check_prefix: "partial duplicate READ opens a new response:",
+        why: "rxe replays a duplicate READ that starts inside an earlier one by resuming that \
+              READ's response stream (MIDDLE .. LAST) instead of answering it as a new request \
+              (FIRST .. LAST); PSNs, length and data are right",
+    },
+];
 
 impl Profile {
     pub fn parse(s: &str) -> Option<Profile> {
