@@ -96,6 +96,7 @@ rxe)
   }
   trap cleanup EXIT
   SHARE=$RUN/vm-r/share
+  rm -f "$SHARE/job.sh"   # vm.sh recreates the share and writes job.sh: wait for that one
   # The VM waits (bounded) for the peer program to appear in its share, then serves one run.
   IX_VM_TIMEOUT=${IX_VM_TIMEOUT:-240} "$IX/vm.sh" r 10.77.0.2 \
     "i=0; while [ ! -x ./conform-peer ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i+1)); done; \
