@@ -97,23 +97,9 @@ impl Wire {
         Ok(Wire { sock, batch: RecvBatch::new(), local, peer, pending: Vec::new(), malformed: 0 })
     }
 
-    /// Builds the UDP payload for `h` + `payload` with the ICRC for our IP/UDP headers (IPv4:
-    /// DF and ID 0, what the socket sends; or IPv6). `corrupt_icrc` flips one ICRC bit.
+    /// See [`build_packet`].
     pub fn build(&self, h: &Headers, payload: &[u8], corrupt_icrc: bool) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; h.header_len() + payload.len() + 8];
-        let hl = h.emit(&mut buf).map_err(io::Error::other)?;
-        buf[hl..hl + payload.len()].copy_from_slice(payload);
-        let ip = match (self.local, self.peer) {
-            (IpAddr::V4(l), IpAddr::V4(p)) => IpFields::v4_df(l, p),
-            (IpAddr::V6(l), IpAddr::V6(p)) => IpFields::v6(l, p),
-            _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
-        };
-        let n = finish(&mut buf, hl, payload.len(), &ip, ROCEV2_PORT, ROCEV2_PORT).map_err(io::Error::other)?;
-        buf.truncate(n);
-        if corrupt_icrc {
-            buf[n - 1] ^= 0x01;
-        }
-        Ok(buf)
+        build_packet(self.local, self.peer, h, payload, corrupt_icrc)
     }
 
     pub fn send(&mut self, h: &Headers, payload: &[u8], corrupt_icrc: bool) -> io::Result<Instant> {
@@ -179,6 +165,32 @@ impl Wire {
     }
 }
 
+/// Builds the UDP payload for `h` + `payload` with the ICRC for the IP/UDP headers our socket
+/// sends from `local` to `peer` (IPv4: DF and ID 0; or IPv6), UDP ports 4791 both.
+/// `corrupt_icrc` flips one ICRC bit.
+pub fn build_packet(
+    local: IpAddr,
+    peer: IpAddr,
+    h: &Headers,
+    payload: &[u8],
+    corrupt_icrc: bool,
+) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; h.header_len() + payload.len() + 8];
+    let hl = h.emit(&mut buf).map_err(io::Error::other)?;
+    buf[hl..hl + payload.len()].copy_from_slice(payload);
+    let ip = match (local, peer) {
+        (IpAddr::V4(l), IpAddr::V4(p)) => IpFields::v4_df(l, p),
+        (IpAddr::V6(l), IpAddr::V6(p)) => IpFields::v6(l, p),
+        _ => return Err(io::Error::from(io::ErrorKind::InvalidInput)),
+    };
+    let n = finish(&mut buf, hl, payload.len(), &ip, ROCEV2_PORT, ROCEV2_PORT).map_err(io::Error::other)?;
+    buf.truncate(n);
+    if corrupt_icrc {
+        buf[n - 1] ^= 0x01;
+    }
+    Ok(buf)
+}
+
 /// An RC connection between a peer QP and this side's stand-in QP.
 #[derive(Clone, Copy, Debug)]
 pub struct Rc {
@@ -208,7 +220,15 @@ pub struct RcOpts {
 
 impl Default for RcOpts {
     fn default() -> Self {
-        RcOpts { our_psn: 0x10_0000, peer_psn: 0x20_0000, min_rnr: 1, rnr_retry: 7, retry_cnt: 7, timeout: 14, access: 15 }
+        RcOpts {
+            our_psn: 0x10_0000,
+            peer_psn: 0x20_0000,
+            min_rnr: 1,
+            rnr_retry: 7,
+            retry_cnt: 7,
+            timeout: 14,
+            access: 15,
+        }
     }
 }
 
@@ -417,4 +437,48 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&ScenarioResult)) -> io::Resul
     }
     let _ = ctx.peer.quit();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::bth::BthRepr;
+    use crate::wire::icrc::icrc;
+    use crate::wire::opcode::op;
+
+    fn send_only() -> Headers {
+        Headers {
+            bth: BthRepr {
+                opcode: op::RC_SEND_ONLY,
+                dest_qp: 0x12,
+                psn: Psn::new(0xff_ffff),
+                ack_req: true,
+                ..BthRepr::default()
+            },
+            ..Headers::default()
+        }
+    }
+
+    #[test]
+    fn crafted_packets_carry_the_icrc_of_our_headers_unless_told_to_break_it() {
+        for (l, p) in [("10.77.0.1", "10.77.0.2"), ("fd77::1", "fd77::2")] {
+            let (l, p): (IpAddr, IpAddr) = (l.parse().unwrap(), p.parse().unwrap());
+            let ip = match (l, p) {
+                (IpAddr::V4(a), IpAddr::V4(b)) => IpFields::v4_df(a, b),
+                (IpAddr::V6(a), IpAddr::V6(b)) => IpFields::v6(a, b),
+                _ => unreachable!(),
+            };
+            let good = build_packet(l, p, &send_only(), b"abcde", false).unwrap();
+            let parsed = parse(&good).unwrap();
+            assert_eq!(parsed.payload, b"abcde");
+            assert_eq!(parsed.headers.bth.psn, Psn::new(0xff_ffff));
+            assert_eq!(parsed.icrc, icrc(&ip, ROCEV2_PORT, ROCEV2_PORT, parsed.icrc_covered(&good)));
+            let bad = build_packet(l, p, &send_only(), b"abcde", true).unwrap();
+            let parsed = parse(&bad).unwrap();
+            assert_ne!(parsed.icrc, icrc(&ip, ROCEV2_PORT, ROCEV2_PORT, parsed.icrc_covered(&bad)));
+            assert_eq!(good[..good.len() - 4], bad[..bad.len() - 4]);
+        }
+        let mixed = build_packet("10.0.0.1".parse().unwrap(), "fd77::2".parse().unwrap(), &send_only(), b"", false);
+        assert!(mixed.is_err());
+    }
 }

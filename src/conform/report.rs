@@ -55,7 +55,8 @@ pub fn grade(
     } else if failed.is_empty() {
         Grade::Pass
     } else {
-        let excuses: Option<Vec<&'static str>> = failed.iter().map(|c| profile.excuse(s.id, c).map(|d| d.why)).collect();
+        let excuses: Option<Vec<&'static str>> =
+            failed.iter().map(|c| profile.excuse(s.id, c).map(|d| d.why)).collect();
         match excuses {
             Some(mut w) => {
                 w.dedup();

@@ -32,21 +32,45 @@ pub fn all() -> Vec<Scenario> {
         };
     }
     vec![
-        s!(psn_seq_error, "9.7.5.1.2, 9.7.4.1.3", "PSN gap: one NAK-sequence-error at the expected PSN; the resend from it completes"),
+        s!(
+            psn_seq_error,
+            "9.7.5.1.2, 9.7.4.1.3",
+            "PSN gap: one NAK-sequence-error at the expected PSN; the resend from it completes"
+        ),
         s!(dup_send, "9.7.5.1.2", "duplicate SEND: re-ACKed, not delivered again"),
         s!(dup_write, "9.7.5.1.2", "duplicate RDMA WRITE: re-ACKed, memory not written again"),
         s!(dup_read_whole, "9.7.5.1.2, 9.4.4", "duplicate RDMA READ: re-executed, data read from memory again"),
         s!(dup_read_partial, "9.7.5.1.2", "duplicate READ of a sub-range at a later PSN: responses from that PSN"),
         s!(dup_atomic, "9.7.5.1.2, 9.4.5", "duplicate atomic: the saved original value, not executed again"),
-        s!(rnr_nak_codes, "9.7.5.2.8 (Table 44)", "no receive WQE: RNR NAK carrying the QP's min_rnr_timer, every code"),
-        s!(rnr_timer_wait, "9.7.5.2.8, 9.7.6.1.3", "after an RNR NAK the requester waits at least the coded time, every code"),
+        s!(
+            rnr_nak_codes,
+            "9.7.5.2.8 (Table 44)",
+            "no receive WQE: RNR NAK carrying the QP's min_rnr_timer, every code"
+        ),
+        s!(
+            rnr_timer_wait,
+            "9.7.5.2.8, 9.7.6.1.3",
+            "after an RNR NAK the requester waits at least the coded time, every code"
+        ),
         s!(access_bad_rkey, "9.7.5.1.4, 10.6.7.2", "invalid R_Key: NAK remote access error, responder QP to error"),
         s!(access_va_oob, "9.7.5.1.4, 10.6.7.2", "VA range outside the MR: NAK remote access error, memory untouched"),
         s!(access_len_beyond_mr, "9.7.5.1.4, 10.6.7.2", "READ length beyond the MR: NAK remote access error"),
-        s!(access_no_write_right, "9.7.5.1.4, 10.6.7.2", "WRITE to an MR without remote write: NAK remote access error"),
+        s!(
+            access_no_write_right,
+            "9.7.5.1.4, 10.6.7.2",
+            "WRITE to an MR without remote write: NAK remote access error"
+        ),
         s!(opcode_out_of_seq, "9.7.5.1.3", "SEND MIDDLE without FIRST: NAK invalid request"),
-        s!(psn_wrap, "9.7.1, 9.7.4.1.3", "PSNs across 2^24 (0xfffffe..1): in order both ways, ACKs at the wrapped PSNs"),
-        s!(ack_coalescing, "9.7.5.1.1, 9.2.4", "unrequested ACKs may coalesce; AckReq is answered; the last ACK covers all, MSN counts"),
+        s!(
+            psn_wrap,
+            "9.7.1, 9.7.4.1.3",
+            "PSNs across 2^24 (0xfffffe..1): in order both ways, ACKs at the wrapped PSNs"
+        ),
+        s!(
+            ack_coalescing,
+            "9.7.5.1.1, 9.2.4",
+            "unrequested ACKs may coalesce; AckReq is answered; the last ACK covers all, MSN counts"
+        ),
         s!(migreq, "9.2.1, 17.2.8", "MigReq 0 and 1 both accepted by a QP without APM"),
         s!(icrc_corrupt, "A17.3.3, 7.8.1", "bad ICRC: silently dropped, no ACK/NAK, no completion"),
         s!(ghost_ack, "9.7.6.1.2", "ACK for a PSN never sent: ignored, the real ACK still completes"),
@@ -174,7 +198,13 @@ fn dup_write(ctx: &mut Ctx) -> io::Result<()> {
     ctx.check(got == data, "WRITE landed in memory");
     // The application changes the memory; a duplicate must not overwrite it.
     ctx.peer.fill(0, 64, 7)?;
-    expect_ack(ctx, &rc, &write_only(&rc, b, true, m.rkey, m.addr, 64), &pattern(64, 0xC0), "duplicate WRITE re-ACKed")?;
+    expect_ack(
+        ctx,
+        &rc,
+        &write_only(&rc, b, true, m.rkey, m.addr, 64),
+        &pattern(64, 0xC0),
+        "duplicate WRITE re-ACKed",
+    )?;
     let got = ctx.peer.dump(0, 64)?;
     ctx.check(got == pattern(64, 7), "duplicate WRITE not executed (memory keeps the application's bytes)");
     Ok(())
@@ -226,7 +256,10 @@ fn dup_read_whole(ctx: &mut Ctx) -> io::Result<()> {
     ctx.wire.send(&read_req(&rc, b, m.rkey, m.addr + 1024, 3072), &[], false)?;
     let (d, ops) = read_responses(ctx, &rc, b, 3)?;
     let ok = ops == read_opcodes(3);
-    ctx.check(ok, format!("duplicate READ answered FIRST, MIDDLE, LAST at psn {:#x}..+2 ({})", b.value(), op_names(&ops)));
+    ctx.check(
+        ok,
+        format!("duplicate READ answered FIRST, MIDDLE, LAST at psn {:#x}..+2 ({})", b.value(), op_names(&ops)),
+    );
     ctx.check(d == pattern(3072, 99), "duplicate READ re-read the memory (returns the bytes written since)");
     // The QP goes on from the PSN after the READ.
     expect_ack(ctx, &rc, &write_only(&rc, b.add(3), true, m.rkey, m.addr, 8), &[1; 8], "next request after the READ")?;
@@ -246,7 +279,10 @@ fn dup_read_partial(ctx: &mut Ctx) -> io::Result<()> {
     ctx.wire.send(&read_req(&rc, b.add(1), m.rkey, m.addr + 2048, 2048), &[], false)?;
     let (d, ops) = read_responses(ctx, &rc, b.add(1), 2)?;
     let want = read_opcodes(2);
-    ctx.check(ops.iter().all(Option::is_some), format!("partial duplicate READ answered at psn+1 and psn+2 ({})", op_names(&ops)));
+    ctx.check(
+        ops.iter().all(Option::is_some),
+        format!("partial duplicate READ answered at psn+1 and psn+2 ({})", op_names(&ops)),
+    );
     ctx.check(ops[1] == want[1], format!("the answer ends with LAST at psn+2 ({})", op_names(&ops)));
     ctx.check(
         ops[0] == want[0],
@@ -405,7 +441,9 @@ fn psn_wrap(ctx: &mut Ctx) -> io::Result<()> {
     let mut got = Vec::new();
     for i in 0..2 {
         let psn = rc.peer_psn.add(i);
-        let r = ctx.wire.wait_for(ctx.wait, |r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == psn)?;
+        let r = ctx
+            .wire
+            .wait_for(ctx.wait, |r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == psn)?;
         got.push(r.is_some());
     }
     ctx.check(got == [true, true], format!("peer sends psn 0xffffff then 0x000000 (seen {got:?})"));
@@ -429,7 +467,10 @@ fn ack_coalescing(ctx: &mut Ctx) -> io::Result<()> {
     let all: Vec<&Rx> = rest.iter().filter(|r| r.headers.bth.dest_qp == rc.our_qpn).collect();
     let beyond = all.iter().filter(|r| r.psn().after(b.add(4)) || r.psn().before(b)).count();
     let naks = all.iter().filter(|r| !is_ack(r)).count();
-    ctx.check(beyond == 0 && naks == 0, format!("no NAK and no ACK outside the PSNs sent ({naks} NAKs, {beyond} outside)"));
+    ctx.check(
+        beyond == 0 && naks == 0,
+        format!("no NAK and no ACK outside the PSNs sent ({naks} NAKs, {beyond} outside)"),
+    );
     ctx.note(format!("{} ACK(s) for 5 WRITEs (one AckReq)", 1 + all.len()));
     Ok(())
 }
@@ -474,15 +515,19 @@ fn ghost_ack(ctx: &mut Ctx) -> io::Result<()> {
     let rc = ctx.connect(RcOpts::default())?;
     ctx.peer.post_send(0, 64)?;
     let (p, q) = (rc.peer_psn, rc.our_qpn);
-    let first =
-        ctx.wire.wait_for(ctx.wait, |r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == p)?;
+    let first = ctx
+        .wire
+        .wait_for(ctx.wait, |r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == p)?;
     if !ctx.check(first.is_some(), "the peer's SEND arrives") {
         return Ok(());
     }
     let ack = Syndrome::Ack { credits: CreditCode::new(31) };
     ctx.wire.send(&ack_to(&rc, p.add(100), ack, 1), &[], false)?;
     let early = ctx.completions(0)?;
-    ctx.check(early.is_empty(), format!("ghost: the ACK for psn +100 (never sent) completes nothing: {}", wcs_text(&early)));
+    ctx.check(
+        early.is_empty(),
+        format!("ghost: the ACK for psn +100 (never sent) completes nothing: {}", wcs_text(&early)),
+    );
     let st = ctx.peer.state()?;
     ctx.check(st == QPS_RTS, format!("requester QP still in RTS (state {st})"));
     ctx.wire.send(&ack_to(&rc, p, ack, 1), &[], false)?;
@@ -523,12 +568,14 @@ fn count_retries(ctx: &mut Ctx, retry_cnt: u8, limit: Duration) -> io::Result<(u
     let mut wc = None;
     while Instant::now() < end && wc.is_none() {
         let got = ctx.wire.gather(Duration::from_millis(20))?;
-        sends += got.iter().filter(|r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == p).count();
+        sends +=
+            got.iter().filter(|r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == p).count();
         wc = ctx.peer.poll()?.into_iter().next();
     }
     // Late copies that crossed the completion.
     let got = ctx.wire.gather(ctx.quiet / 2)?;
-    sends += got.iter().filter(|r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == p).count();
+    sends +=
+        got.iter().filter(|r| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY && r.psn() == p).count();
     Ok((sends, wc))
 }
 
