@@ -102,10 +102,15 @@ impl Wire {
         build_packet(self.local, self.peer, h, payload, corrupt_icrc)
     }
 
+    /// Sends one crafted packet. Returns the time taken just before the send: never later
+    /// than the packet's departure, even when this thread is preempted around the call, so a
+    /// delay measured from it to a received packet's [`Rx::at`] (taken after the receive) can
+    /// only come out long, never short.
     pub fn send(&mut self, h: &Headers, payload: &[u8], corrupt_icrc: bool) -> io::Result<Instant> {
         let pkt = self.build(h, payload, corrupt_icrc)?;
+        let before = Instant::now();
         self.sock.send_to(&pkt, SocketAddr::new(self.peer, ROCEV2_PORT))?;
-        Ok(Instant::now())
+        Ok(before)
     }
 
     fn pump(&mut self) -> io::Result<usize> {

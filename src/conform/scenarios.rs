@@ -364,7 +364,7 @@ fn rnr_timer_wait(ctx: &mut Ctx) -> io::Result<()> {
         };
         let waited = r.at.saturating_duration_since(sent);
         table.push(format!("{code}:{}/{}us", waited.as_micros(), nominal.as_micros()));
-        // The minimum is the rule. `sent` is taken after the NAK left and `r.at` after the retry
+        // The minimum is the rule. `sent` is taken before the NAK left and `r.at` after the retry
         // arrived, so a compliant peer can only look late here, never early: no slack.
         if waited < nominal {
             short.push(format!("code {code}: retried after {} us < {} us", waited.as_micros(), nominal.as_micros()));
