@@ -120,21 +120,9 @@ pub fn table(rs: &[ScenarioResult]) -> String {
     o
 }
 
+/// JSON string literal (the escaping `urxe check --json` uses).
 fn js(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
+    crate::check::verify::json_str(s)
 }
 
 fn js_list(items: impl Iterator<Item = String>) -> String {
