@@ -53,7 +53,7 @@ check_captures() {
 
 run_conform() {  # ns, args...
   local ns=$1 rc=0; shift
-  ip netns exec "$ns" "$URXE" conform --json "$OUT/report.json" --pcap-dir "$OUT/pcaps" "$@" \
+  timeout 600 ip netns exec "$ns" "$URXE" conform --json "$OUT/report.json" --pcap-dir "$OUT/pcaps" "$@" \
     >"$OUT/table.txt" 2>"$OUT/progress.log" || rc=$?
   cat "$OUT/table.txt"
   return $rc
