@@ -37,6 +37,11 @@ pub fn all() -> Vec<Scenario> {
             "9.7.5.1.2, 9.7.4.1.3",
             "PSN gap: one NAK-sequence-error at the expected PSN; the resend from it completes"
         ),
+        s!(
+            nak_seq_resend,
+            "9.7.5.2.1, 9.7.6.1.3",
+            "NAK-sequence-error to a requester: it resends from the NAKed PSN, not before"
+        ),
         s!(dup_send, "9.7.5.1.2", "duplicate SEND: re-ACKed, not delivered again"),
         s!(dup_write, "9.7.5.1.2", "duplicate RDMA WRITE: re-ACKed, memory not written again"),
         s!(dup_read_whole, "9.7.5.1.2, 9.4.4", "duplicate RDMA READ: re-executed, data read from memory again"),
@@ -166,6 +171,44 @@ fn psn_seq_error(ctx: &mut Ctx) -> io::Result<()> {
     ctx.check(r.as_ref().is_some_and(is_ack), format!("resend from the NAKed PSN ACKed up to +2 (saw {})", seen(&r)));
     let wcs = ctx.completions(3)?;
     ctx.check(ok_recvs(&wcs) == 3 && wcs.len() == 3, format!("3 receive completions, each once: {}", wcs_text(&wcs)));
+    Ok(())
+}
+
+fn nak_seq_resend(ctx: &mut Ctx) -> io::Result<()> {
+    // A long local ACK timeout (1.07 s): only the NAK may cause a resend within the test.
+    let rc = ctx.connect(RcOpts { timeout: 18, ..RcOpts::default() })?;
+    for _ in 0..3 {
+        ctx.peer.post_send(0, 32)?;
+    }
+    let (p, q) = (rc.peer_psn, rc.our_qpn);
+    let is_send = move |r: &Rx| r.headers.bth.dest_qp == q && r.opcode() == op::RC_SEND_ONLY;
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        match ctx.wire.wait_for(ctx.wait, is_send)? {
+            Some(r) => first.push(r.psn().value()),
+            None => break,
+        }
+    }
+    let want: Vec<u32> = (0..3).map(|i| p.add(i).value()).collect();
+    if !ctx.check(first == want, format!("the peer sends its 3 SENDs at psn {want:#x?} (saw {first:#x?})")) {
+        return Ok(());
+    }
+    // "Expected PSN +1": this acknowledges +0 and asks for everything from +1 again.
+    ctx.wire.send(&ack_to(&rc, p.add(1), Syndrome::Nak(NakCode::PsnSequenceError), 1), &[], false)?;
+    let mut again = Vec::new();
+    for _ in 0..2 {
+        match ctx.wire.wait_for(ctx.wait, is_send)? {
+            Some(r) => again.push(r.psn().value()),
+            None => break,
+        }
+    }
+    again.extend(ctx.wire.gather(ctx.quiet)?.iter().filter(|r| is_send(r)).map(|r| r.psn().value()));
+    let want: Vec<u32> = (1..3).map(|i| p.add(i).value()).collect();
+    ctx.check(again == want, format!("resent exactly psn {want:#x?}, in order (saw {again:#x?})"));
+    ctx.wire.send(&ack_to(&rc, p.add(2), Syndrome::Ack { credits: CreditCode::new(31) }, 3), &[], false)?;
+    let wcs = ctx.completions(3)?;
+    let ok = wcs.len() == 3 && wcs.iter().all(|w| w.opcode == WC_SEND && w.status == WC_SUCCESS);
+    ctx.check(ok, format!("all 3 SENDs complete successfully, once each: {}", wcs_text(&wcs)));
     Ok(())
 }
 
@@ -605,6 +648,7 @@ mod tests {
         assert_eq!(ids.len(), v.len());
         for want in [
             "psn_seq_error",
+            "nak_seq_resend",
             "dup_send",
             "dup_write",
             "dup_read_whole",
