@@ -184,3 +184,72 @@ impl PeerLink {
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{Ipv4Addr, TcpListener};
+
+    /// A stand-in for peer.c: HELLO, then canned replies to the commands the test sends.
+    fn fake_peer(hello: &'static str, replies: &'static [&'static str]) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut out = s.try_clone().unwrap();
+            let mut input = BufReader::new(s);
+            writeln!(out, "{hello}").unwrap();
+            for r in replies {
+                let mut cmd = String::new();
+                if input.read_line(&mut cmd).unwrap() == 0 {
+                    return;
+                }
+                writeln!(out, "{r}").unwrap();
+            }
+        });
+        addr
+    }
+
+    const HELLO_V4: &str = "HELLO gid=00000000000000000000ffff0a4d0002 rkey=0x1234 addr=0x7f0000001000 \
+                            len=65536 ro_rkey=0x99 ro_addr=0x7f0000020000 ro_len=4096";
+
+    #[test]
+    fn hello_gives_memory_and_address() {
+        let (_, mem, ip) = PeerLink::connect(fake_peer(HELLO_V4, &[])).unwrap();
+        assert_eq!(ip, IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2)));
+        assert_eq!((mem.rkey, mem.addr, mem.len), (0x1234, 0x7f00_0000_1000, 65536));
+        assert_eq!((mem.ro_rkey, mem.ro_addr, mem.ro_len), (0x99, 0x7f00_0002_0000, 4096));
+        let v6 = "HELLO gid=fd770000000000000000000000000002 rkey=1 addr=2 len=3 ro_rkey=4 ro_addr=5 ro_len=6";
+        let (_, _, ip) = PeerLink::connect(fake_peer(v6, &[])).unwrap();
+        assert_eq!(ip, "fd77::2".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn bad_hellos_are_refused() {
+        for h in [
+            "HELO gid=00000000000000000000ffff0a4d0002",
+            "HELLO gid=00ff rkey=1 addr=2 len=3 ro_rkey=4 ro_addr=5 ro_len=6",
+            "HELLO gid=00000000000000000000ffff0a4d0002 rkey=zz addr=2 len=3 ro_rkey=4 ro_addr=5 ro_len=6",
+            "HELLO gid=00000000000000000000ffff0a4d0002 addr=2 len=3 ro_rkey=4 ro_addr=5 ro_len=6",
+        ] {
+            assert!(PeerLink::connect(fake_peer(h, &[])).is_err(), "{h}");
+        }
+    }
+
+    #[test]
+    fn replies_are_parsed_and_errors_surface() {
+        let replies = &["QP 17", "DATA 00ff10", "WC 2 0:128:40:17 12:0:16:17", "STATE 6", "ERR no QP", "WC 1 0:1"];
+        let (mut p, _, _) = PeerLink::connect(fake_peer(HELLO_V4, replies)).unwrap();
+        let o = RcOpts::default();
+        assert_eq!(p.new_rc(0xC0_0001, o, "00000000000000000000ffff0a4d0001").unwrap(), 17);
+        assert_eq!(p.dump(0, 3).unwrap(), vec![0x00, 0xff, 0x10]);
+        let wcs = p.poll().unwrap();
+        assert_eq!(wcs[0], Wc { status: WC_SUCCESS, opcode: WC_RECV, byte_len: 40, qp_num: 17 });
+        assert_eq!(wcs[1].status, WC_RETRY_EXC_ERR);
+        assert_eq!(p.state().unwrap(), QPS_ERR);
+        let e = p.state().unwrap_err();
+        assert!(e.to_string().contains("no QP"), "{e}");
+        assert!(p.poll().is_err(), "a completion with 2 fields is malformed");
+        assert!(p.quit().is_err(), "the fake peer closed the connection");
+    }
+}
