@@ -348,7 +348,7 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
     v
 }
 
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
     for c in s.chars() {
