@@ -73,11 +73,14 @@ fn edited(i: usize, name: &str, edit: impl Fn(&mut [u8])) -> PathBuf {
     path
 }
 
+/// An edit of a GSI packet's UDP payload.
+type Edit = Box<dyn Fn(&mut [u8])>;
+
 #[test]
 fn malformed_cm_mads_are_flagged() {
     // The UDP payload: BTH 12, DETH 8, then the MAD (class version at MAD byte 2, attribute ID
     // at 16..18, the REQ's private data (CMA header) at MAD byte 24 + 140).
-    let cases: [(&str, Box<dyn Fn(&mut [u8])>, &str); 4] = [
+    let cases: [(&str, Edit, &str); 4] = [
         ("class-version", Box::new(|p: &mut [u8]| p[20 + 2] = 3), "malformed CM MAD: not a CM MAD"),
         (
             "attribute",
