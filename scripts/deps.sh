@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages urxe's build, demo and tests use. Idempotent; apt-get update first.
 set -euo pipefail
-PKGS=(gcc libc6-dev libibverbs-dev ibverbs-utils ibverbs-providers perftest rdmacm-utils rdma-core
+PKGS=(gcc libc6-dev libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers perftest rdmacm-utils rdma-core
       python3-pyverbs tshark tcpdump nftables iperf3 sockperf iproute2 valgrind
       ucx-utils openmpi-bin libopenmpi-dev util-linux)
 missing=()

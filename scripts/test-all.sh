@@ -26,4 +26,7 @@ mkdir -p target/urxe/reports
   --out target/urxe/reports/rdma-core-suite.md --log target/urxe/reports/rdma-core-suite.log
 step "interoperability with the kernel's rdma_rxe (qemu VMs, both directions, 5% loss rows)"
 IX_SKIP_BUILD=1 bash tests/interop/ci.sh -o target/interop/ci
+step "urxe conform: scripted RoCEv2 scenarios against urxe (second process) and kernel rxe (VM)"
+bash tests/conform/run.sh self
+bash tests/conform/run.sh rxe
 step "done"

@@ -8,9 +8,11 @@
 //! - [`cm`]: the InfiniBand communication manager, sans-IO like the engine (uses [`wire`]).
 //! - [`check`]: the capture verifier behind `urxe check`.
 //! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
+//! - [`conform`]: scripted RoCEv2 scenarios against a remote peer (`urxe conform`).
 
 pub mod check;
 pub mod cm;
+pub mod conform;
 pub mod engine;
 pub mod hostview;
 pub mod transport;

@@ -442,6 +442,22 @@ fn c_completion_channel_events() {
 }
 
 #[test]
+fn c_mr_faults_bad_registrations_and_unmapped_memory() {
+    let (s, c) = c_pair("mr_faults", 18931, &[]);
+    for check in ["reg_null_efault", "reg_1tib_over_small_buffer_efault", "reg_readonly_remote_write_efault"] {
+        assert_check(&s, "server", check);
+    }
+    assert_check(&s, "server", "ctrl_qp_still_rts");
+    assert_check(&c, "client", "write_into_unmapped_rem_access_err");
+}
+
+#[test]
+fn c_mr_faults_syscall_fallback() {
+    let (s, _) = c_pair("mr_faults", 18932, &["--syscall-mode"]);
+    assert_contains(&s, "allow_user_segv_handler=0");
+}
+
+#[test]
 fn c_programs_compile_with_werror_and_sanitizers() {
     // Compiling needs no library: this holds today and keeps the C sources honest.
     for name in C_PROGRAMS {

@@ -19,6 +19,12 @@ commands:
         --flows    per-flow PSN report: request and response PSN ranges apart, gaps,
                    retransmissions, NAKs
         A capture with no frame at all (header only) is valid: 0 packets, exit 0.
+  conform --peer HOST:PORT --local IP [--only ID,...] [--json FILE] [--pcap-dir DIR
+          --iface IF] [--profile strict|rxe] [--wait-ms N] [--quiet-ms N] | --list
+        Scripted RoCEv2 scenarios against a remote peer running tests/conform/peer.c: crafted
+        packets from LOCAL:4791, each scenario graded pass / FAIL / documented deviation against
+        the IBTA rule it tests. Table on stdout, JSON report with --json, one tcpdump capture per
+        scenario with --pcap-dir and --iface. Exit 0 when nothing failed.
   run [--addr IP|IFACE] [--lib DIR] [--pcap FILE] [--no-view] -- PROGRAM [ARGS...]
         Run an unmodified verbs program over urxe: puts urxe's libibverbs.so.1 first on
         LD_LIBRARY_PATH (and sets URXE_ADDR when --addr is given), then executes PROGRAM.
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
         "check" => cmd_check(&args[1..]),
         "run" => cmd_run(&args[1..]),
         "setup" => cmd_setup(&args[1..]),
+        "conform" => cmd_conform(&args[1..]),
         "devinfo" => cmd_devinfo(&args[1..]),
         "stat" => cmd_stat(&args[1..]),
         "help" | "-h" | "--help" => {
@@ -133,6 +140,92 @@ fn cmd_check(args: &[String]) -> ExitCode {
     }
     let _ = out.flush();
     if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn cmd_conform(args: &[String]) -> ExitCode {
+    use std::time::Duration;
+    use urxe::conform::{self, Config, Profile};
+    let fail = |m: String| {
+        eprintln!("urxe conform: {m}");
+        ExitCode::from(2)
+    };
+    let mut peer = None;
+    let mut local = None;
+    let mut json = None;
+    let mut cfg_only = Vec::new();
+    let mut pcap_dir = None;
+    let mut iface = None;
+    let mut profile = Profile::Strict;
+    let mut wait = Duration::from_millis(1000);
+    let mut quiet = Duration::from_millis(300);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--list" {
+            for s in conform::scenarios::all() {
+                println!("{:<22} {} ({})", s.id, s.statement, s.ibta);
+            }
+            return ExitCode::SUCCESS;
+        }
+        let Some(v) = it.next() else {
+            return fail(format!("'{a}' needs a value (see urxe help)"));
+        };
+        let ms = |v: &str| v.parse::<u64>().ok().filter(|&n| n > 0).map(Duration::from_millis);
+        match a.as_str() {
+            "--peer" => match std::net::ToSocketAddrs::to_socket_addrs(v.as_str()).ok().and_then(|mut i| i.next()) {
+                Some(s) => peer = Some(s),
+                None => return fail(format!("--peer {v}: not HOST:PORT")),
+            },
+            "--local" => match v.parse() {
+                Ok(ip) => local = Some(ip),
+                Err(_) => return fail(format!("--local {v}: not an IP address")),
+            },
+            "--only" => cfg_only = v.split(',').filter(|s| !s.is_empty()).map(String::from).collect(),
+            "--json" => json = Some(PathBuf::from(v)),
+            "--pcap-dir" => pcap_dir = Some(PathBuf::from(v)),
+            "--iface" => iface = Some(v.clone()),
+            "--profile" => match Profile::parse(v) {
+                Some(p) => profile = p,
+                None => return fail(format!("--profile {v}: strict or rxe")),
+            },
+            "--wait-ms" => match ms(v) {
+                Some(d) => wait = d,
+                None => return fail(format!("--wait-ms {v}: a positive number")),
+            },
+            "--quiet-ms" => match ms(v) {
+                Some(d) => quiet = d,
+                None => return fail(format!("--quiet-ms {v}: a positive number")),
+            },
+            other => return fail(format!("unknown option '{other}'")),
+        }
+    }
+    let (Some(peer), Some(local)) = (peer, local) else {
+        return fail("--peer and --local are required".into());
+    };
+    if pcap_dir.is_some() != iface.is_some() {
+        return fail("--pcap-dir and --iface go together".into());
+    }
+    let cfg = Config { peer, local, wait, quiet, only: cfg_only, pcap_dir, iface, profile };
+    let results = match conform::run(&cfg, |r| {
+        eprintln!("urxe conform: {:<22} {} ({} ms)", r.id, r.grade.word(), r.elapsed.as_millis());
+    }) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("urxe conform: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", conform::report::table(&results));
+    if let Some(j) = json {
+        if let Err(e) = std::fs::write(&j, conform::report::json(&peer.to_string(), profile, &results)) {
+            eprintln!("urxe conform: {}: {e}", j.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if conform::report::totals(&results).1 == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

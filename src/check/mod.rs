@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+pub mod cm;
 pub mod flows;
 pub mod verify;
 
@@ -86,6 +87,7 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
     let mut cap = Capture::open(path)?;
     let mut t = Totals::default();
     let mut flows = FlowReport::default();
+    let mut cms = cm::CmReport::default();
     let io = CaptureError::Io;
     while let Some(frame) = cap.next_frame() {
         let frame = frame?;
@@ -157,6 +159,9 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
             }
             debug_assert!(r.icrc != IcrcVerdict::Bad || !r.ok());
             flows.add(&r);
+            if let Some(c) = &r.cm {
+                cms.add(r.src, r.dst, c);
+            }
             match opts.format {
                 Format::Summary => writeln!(out, "{}", verify::summary_line(&r)).map_err(io)?,
                 Format::Verbose => {
@@ -176,6 +181,9 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
     t.gaps = flows.total_gaps();
     if opts.flows {
         write!(out, "{}", flows.render()).map_err(io)?;
+        if !cms.is_empty() {
+            write!(out, "{}", cms.render(&flows)).map_err(io)?;
+        }
     }
     Ok(t)
 }

@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 
 use super::capture::{UdpChecksum, UdpDatagram};
+use super::cm::{CmInfo, GsiProblem};
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::icrc::{icrc_from_headers, ROCEV2_PORT};
 use crate::wire::opcode::{OpKind, Opcode, Transport};
@@ -25,6 +26,8 @@ pub enum Problem {
     NotUdOnQp1,
     /// The IP header does not fit the ICRC computation.
     IpHeader(String),
+    /// A GSI (QP1) packet's MAD breaks a rule (Q_Key, length, CM message, rdma_cm header).
+    Gsi(GsiProblem),
 }
 
 impl std::fmt::Display for Problem {
@@ -39,6 +42,7 @@ impl std::fmt::Display for Problem {
             Problem::ReservedBits => f.write_str("reserved bits set"),
             Problem::NotUdOnQp1 => f.write_str("QP1 packet is not a UD SEND"),
             Problem::IpHeader(s) => write!(f, "{s}"),
+            Problem::Gsi(g) => write!(f, "{g}"),
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct PacketReport<'a> {
     /// The IPv4 ID was not recorded (urxe's tap, received packet) and the ICRC verified with
     /// this one, solved from the stored ICRC.
     pub recovered_ip_id: Option<u16>,
+    /// The CM message a GSI packet carries.
+    pub cm: Option<CmInfo>,
 }
 
 impl PacketReport<'_> {
@@ -100,6 +106,7 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
     let mut problems = Vec::new();
     let payload = d.payload;
     let mut icrc = IcrcVerdict::NotChecked;
+    let mut cm = None;
     let parsed = match parse(payload) {
         Ok(p) => {
             match icrc_from_headers(d.ip_header, d.udp_header, p.icrc_covered(payload)) {
@@ -115,6 +122,10 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
             }
             if p.headers.bth.dest_qp == 1 && p.info.transport != Transport::Ud {
                 problems.push(Problem::NotUdOnQp1);
+            } else if p.headers.bth.dest_qp == 1 && p.info.kind == OpKind::Send {
+                let (info, gsi) = super::cm::decode(p.headers.deth.map(|d| d.qkey), p.payload);
+                cm = info;
+                problems.extend(gsi.into_iter().map(Problem::Gsi));
             }
             Some(p)
         }
@@ -143,6 +154,7 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
         udp_checksum: d.udp_checksum,
         problems,
         recovered_ip_id: None,
+        cm,
     }
 }
 
@@ -255,6 +267,9 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
             if let Some(d) = p.headers.deth {
                 s.push_str(&format!(" qkey={:#x} srcqp={:#x}", d.qkey, d.src_qp));
             }
+            if let Some(c) = &r.cm {
+                s.push_str(&super::cm::summary(c));
+            }
             if let Some(a) = p.headers.atomic_eth {
                 s.push_str(&format!(" va={:#x} rkey={:#x}", a.va, a.rkey));
             }
@@ -334,6 +349,9 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
         if let Some(x) = h.atomic_ack_eth {
             v.push(format!("    AtomicAckETH: orig={:#x}", x.orig));
         }
+        if let Some(c) = &r.cm {
+            v.push(format!("    {}", super::cm::summary(c).trim_start()));
+        }
         v.push(format!(
             "    payload={} pad={} icrc={:#010x} ({})",
             p.payload.len(),
@@ -348,7 +366,7 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
     v
 }
 
-fn json_str(s: &str) -> String {
+pub(crate) fn json_str(s: &str) -> String {
     let mut o = String::with_capacity(s.len() + 2);
     o.push('"');
     for c in s.chars() {
@@ -430,6 +448,9 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
         }
         if let Some(x) = h.atomic_ack_eth {
             f.push(("atomic_ack_orig".into(), x.orig.to_string()));
+        }
+        if let Some(c) = &r.cm {
+            f.push(("cm".into(), super::cm::json(c)));
         }
     } else if let Some(o) = r.opcode {
         f.push(("opcode".into(), o.to_string()));

@@ -658,6 +658,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
                 };
                 if !ok {
                     q.resp.out.pop_front();
+                    report(q, sh, RespError::RemoteAccess, job.psn);
                     continue;
                 }
                 job.left -= payload as u32;

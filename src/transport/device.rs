@@ -84,7 +84,8 @@ impl Device {
         let local = rx.local_addr().ip();
         let rx_fd = rx.raw_fd();
         cfg.local_addr = local;
-        let mut engine = Engine::new(cfg, ProcessMemory);
+        // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
+        let mut engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
         let tap = super::tap::Tap::from_env(local)?;
         let mut io = Io::new(rx, gso, tap);
         let mut qpn_reserved = 0;

@@ -41,6 +41,7 @@ unsafe fn reg_mr_common(
     if length == 0 && addr.is_null() {
         return Err(libc::EINVAL);
     }
+    urxe::transport::registration::check(addr as u64, length as u64, access)?;
     // SAFETY: its context is live.
     let dev = unsafe { dev_of(p.ibv.context) }?;
     let keys = glue::reg_mr(dev, p.id, addr as u64, length as u64, iova, access)?;

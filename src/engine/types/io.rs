@@ -15,11 +15,13 @@ pub trait HostMemory {
     fn atomic_fetch_add(&self, addr: u64, add: u64) -> Result<u64, MemError>;
 }
 
-/// A host memory access that could not be done.
+/// A host memory access that could not be done. `Fault`: registered memory no longer mapped
+/// with the access needed (unmapped or protected after registration), at `addr`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum MemError {
     OutOfBounds { addr: u64, len: u64 },
     Misaligned { addr: u64 },
+    Fault { addr: u64 },
 }
 
 impl fmt::Display for MemError {
@@ -29,6 +31,7 @@ impl fmt::Display for MemError {
                 write!(f, "access of {len} bytes at {addr:#x} is outside host memory")
             }
             MemError::Misaligned { addr } => write!(f, "atomic at {addr:#x} is not 8-byte aligned"),
+            MemError::Fault { addr } => write!(f, "registered memory at {addr:#x} is no longer mapped"),
         }
     }
 }

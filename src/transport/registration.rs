@@ -1,0 +1,243 @@
+//! Registration checks: what the kernel's `ib_umem_get` guarantees for `ibv_reg_mr` on
+//! rdma_rxe, without pinning.
+//!
+//! The kernel pins the whole range with `pin_user_pages_fast`, asking for write access when the
+//! MR is writable (`ib_access_writable`: LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC or MW_BIND).
+//! Its answers, which we give:
+//! - `addr + length` wraps, or its page-rounded end does: EINVAL;
+//! - more than `u32::MAX` pages: EINVAL;
+//! - a page of the range not mapped (NULL, past the end of a buffer, unmapped), mapped without
+//!   read permission (PROT_NONE), mapped without write permission for a writable MR, or a
+//!   `VM_IO | VM_PFNMAP` special mapping (`[vvar]`, `[vsyscall]`): EFAULT.
+//!
+//! The kernel also answers ENOMEM when a caller without CAP_IPC_LOCK would pin more than
+//! RLIMIT_MEMLOCK; urxe pins nothing, so that limit does not apply and is not emulated.
+//! Length 0 is left to the caller (the provider rejects NULL with length 0).
+//!
+//! The check is one pass over `/proc/self/maps` per registration (stopping at the range's end) (ranges and permissions), not
+//! a per-page call, so a large MR costs the same as a small one. It is a snapshot: the
+//! application may unmap or protect the range later, which [`super::fault`] turns into access
+//! errors instead of signals.
+
+use crate::engine::AccessFlags;
+
+/// Access flags for which the kernel pins the range for writing (`ib_access_writable`).
+const WRITABLE: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
+
+/// Checks that `[addr, addr+len)` is mapped with the access `access` needs; `Err(errno)` as
+/// the kernel's `ib_umem_get` would answer (see the module documentation).
+pub fn check(addr: u64, len: u64, access: AccessFlags) -> Result<(), i32> {
+    if len == 0 {
+        return Ok(());
+    }
+    let page = page_size();
+    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
+    let first = addr & !(page - 1);
+    let last = end.checked_add(page - 1).ok_or(libc::EINVAL)? & !(page - 1);
+    if (last - first) / page > u64::from(u32::MAX) {
+        return Err(libc::EINVAL);
+    }
+    let maps = match std::fs::File::open("/proc/self/maps") {
+        Ok(f) => std::io::BufReader::with_capacity(64 << 10, f),
+        // Without procfs there is nothing to check against; accesses stay guarded.
+        Err(_) => return Ok(()),
+    };
+    // Lines are read only up to the range's end (the kernel lists mappings in address order).
+    let lines = std::io::BufRead::split(maps, b'\n').map_while(Result::ok);
+    covered(lines, first, last, access.intersects(WRITABLE))
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 && (p as u64).is_power_of_two() {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+/// One line of `/proc/<pid>/maps`: `start-end perms offset dev inode [name]`.
+struct Mapping<'a> {
+    start: u64,
+    end: u64,
+    read: bool,
+    write: bool,
+    name: &'a [u8],
+}
+
+fn parse_line(line: &[u8]) -> Option<Mapping<'_>> {
+    let mut fields = line.split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let dash = range.iter().position(|&b| b == b'-')?;
+    let hex = |s: &[u8]| u64::from_str_radix(std::str::from_utf8(s).ok()?, 16).ok();
+    let start = hex(&range[..dash])?;
+    let end = hex(&range[dash + 1..])?;
+    // offset, dev, inode, then the optional name.
+    let name = fields.nth(3).unwrap_or(&[]);
+    Some(Mapping { start, end, read: perms.first() == Some(&b'r'), write: perms.get(1) == Some(&b'w'), name })
+}
+
+/// Whether the mappings on `lines` (ascending, as the kernel prints them) cover the
+/// page range `[first, last)` without a hole, each with the access needed.
+fn covered<L: AsRef<[u8]>>(
+    lines: impl IntoIterator<Item = L>,
+    first: u64,
+    last: u64,
+    writable: bool,
+) -> Result<(), i32> {
+    let mut cur = first;
+    for line in lines {
+        let Some(m) = parse_line(line.as_ref()) else { continue };
+        if m.end <= cur {
+            continue;
+        }
+        if m.start > cur {
+            break; // a hole
+        }
+        let special = m.name.starts_with(b"[vvar") || m.name == b"[vsyscall]";
+        let permitted = if writable { m.write } else { m.read };
+        if special || !permitted {
+            return Err(libc::EFAULT);
+        }
+        cur = m.end;
+        if cur >= last {
+            return Ok(());
+        }
+    }
+    Err(libc::EFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+    const RO: AccessFlags = AccessFlags::REMOTE_READ;
+
+    /// Three fresh anonymous pages, unmapped on drop.
+    struct Pages(*mut u8, usize);
+    impl Pages {
+        fn new() -> Pages {
+            let len = 3 * page_size() as usize;
+            // SAFETY: an anonymous private mapping; the result is checked.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            Pages(p as *mut u8, len)
+        }
+        fn page(&self, i: usize) -> u64 {
+            self.0 as u64 + i as u64 * page_size()
+        }
+        fn protect(&self, i: usize, prot: i32) {
+            // SAFETY: page `i` is inside our own mapping.
+            let r = unsafe { libc::mprotect(self.page(i) as *mut libc::c_void, page_size() as usize, prot) };
+            assert_eq!(r, 0);
+        }
+        fn unmap(&self, i: usize) {
+            // SAFETY: page `i` is inside our own mapping, not referenced by Rust.
+            let r = unsafe { libc::munmap(self.page(i) as *mut libc::c_void, page_size() as usize) };
+            assert_eq!(r, 0);
+        }
+    }
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: our own mapping (munmap of already-unmapped pages is fine).
+            unsafe { libc::munmap(self.0 as *mut libc::c_void, self.1) };
+        }
+    }
+
+    #[test]
+    fn mapped_ranges_pass_with_the_access_they_have() {
+        let p = Pages::new();
+        let ps = page_size();
+        assert_eq!(check(p.page(0) + 5, 3 * ps - 5, RW), Ok(()));
+        assert_eq!(check(p.page(1), 1, RO), Ok(()));
+        p.protect(1, libc::PROT_READ);
+        assert_eq!(check(p.page(0), 3 * ps, RO), Ok(()), "read-only is enough for REMOTE_READ");
+        for w in [AccessFlags::LOCAL_WRITE, AccessFlags::REMOTE_ATOMIC, AccessFlags::MW_BIND] {
+            assert_eq!(check(p.page(0), 3 * ps, w), Err(libc::EFAULT), "{w:?} pins for writing");
+        }
+        assert_eq!(check(p.page(2), ps, RW), Ok(()), "the writable page alone");
+    }
+
+    #[test]
+    fn holes_and_protected_pages_are_efault() {
+        let p = Pages::new();
+        let ps = page_size();
+        p.protect(2, libc::PROT_NONE);
+        assert_eq!(check(p.page(2), 8, RO), Err(libc::EFAULT), "PROT_NONE");
+        assert_eq!(check(p.page(0), 2 * ps, RO), Ok(()));
+        p.unmap(1);
+        assert_eq!(check(p.page(0), 2 * ps, RO), Err(libc::EFAULT), "unmapped in the middle");
+        assert_eq!(check(p.page(0), ps, RW), Ok(()));
+        assert_eq!(check(0, 1 << 20, RW), Err(libc::EFAULT), "NULL");
+        assert_eq!(check(p.page(0), 1 << 40, RW), Err(libc::EFAULT), "1 TiB over a small buffer");
+    }
+
+    #[test]
+    fn wrapping_and_oversized_ranges_are_einval() {
+        assert_eq!(check(u64::MAX - 10, 100, RW), Err(libc::EINVAL));
+        assert_eq!(check(u64::MAX - page_size() + 2, page_size() - 3, RW), Err(libc::EINVAL), "end rounds past 2^64");
+        assert_eq!(check(page_size(), (u64::from(u32::MAX) + 1) * page_size(), RW), Err(libc::EINVAL));
+        assert_eq!(check(0, 0, RW), Ok(()), "length 0 is the caller's to judge");
+    }
+
+    fn lines(maps: &[u8]) -> impl Iterator<Item = &[u8]> {
+        maps.split(|&b| b == b'\n')
+    }
+
+    #[test]
+    fn parses_the_kernel_format() {
+        let maps = b"00400000-00452000 r-xp 00000000 08:02 173521      /usr/bin/dbus-daemon\n\
+00651000-00652000 rw-p 00051000 08:02 173521      /usr/bin/dbus-daemon\n\
+00652000-00655000 rw-p 00000000 00:00 0 \n\
+7ffd1c9f0000-7ffd1c9f2000 r--p 00000000 00:00 0                          [vvar]\n";
+        assert_eq!(covered(lines(maps), 0x400000, 0x452000, false), Ok(()));
+        assert_eq!(covered(lines(maps), 0x400000, 0x452000, true), Err(libc::EFAULT));
+        assert_eq!(covered(lines(maps), 0x651000, 0x655000, true), Ok(()), "adjacent mappings join");
+        assert_eq!(covered(lines(maps), 0x451000, 0x652000, false), Err(libc::EFAULT), "hole");
+        assert_eq!(covered(lines(maps), 0x7ffd1c9f0000, 0x7ffd1c9f1000, false), Err(libc::EFAULT), "[vvar]");
+        assert_eq!(covered(lines(maps), 0x655000, 0x656000, false), Err(libc::EFAULT), "past the last");
+    }
+
+    /// Prints the cost of one check: it does not grow with the MR's size.
+    #[test]
+    #[ignore = "a measurement: cargo test --release --lib registration_cost -- --ignored --nocapture"]
+    fn registration_cost() {
+        let p = Pages::new();
+        // SAFETY: a reservation of 1 GiB, never touched (no pages are faulted in).
+        let big = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                1 << 30,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(big, libc::MAP_FAILED);
+        for (name, addr, len) in [("4 KiB", p.page(0), page_size()), ("1 GiB", big as u64, 1u64 << 30)] {
+            let t = std::time::Instant::now();
+            for _ in 0..1000 {
+                assert_eq!(check(addr, len, RW), Ok(()));
+            }
+            println!("{name:>6} MR: {:7.1} us per registration check", t.elapsed().as_secs_f64() * 1e3);
+        }
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(big, 1 << 30) };
+    }
+}
