@@ -719,7 +719,7 @@ fn apps_two_users() {
 }
 
 fn ipv6_and_strays() {
-    // Two members on ::1 in a pool of two: probes compare the whole IPv6 source address.
+    // Two members on ::1 in a pool of two: IPv6 slot sockets, probes with an IPv6 ICRC.
     let dir = tmpdir("v6", 0);
     let mut ps: Vec<Proc> = (0..2)
         .map(|_| {
