@@ -107,13 +107,14 @@ impl Hub {
 fn group_text(m: &Member, qps: u32) -> String {
     use std::fmt::Write;
     let mut s = format!(
-        "group slot {} of {} (QPNs {:#08x}..{:#08x}), {qps} QPs, takeover_drops {}, handouts {}\n",
+        "group slot {} of {} (QPNs {:#08x}..{:#08x}), {qps} QPs, takeover_drops {}, handouts {}, program_refreshes {}\n",
         m.slot(),
         m.slot_count(),
         m.qpn_base(),
         m.qpn_base() | 0xFFFF,
         m.takeover_drops(),
         m.counters().handouts.load(Ordering::Relaxed),
+        m.counters().program_refreshes.load(Ordering::Relaxed),
     );
     match m.members() {
         Ok(ms) => {

@@ -183,6 +183,8 @@ pub struct GroupCounters {
     pub handouts: AtomicU64,
     /// Handout requests refused (another UID) or failed.
     pub handouts_refused: AtomicU64,
+    /// Times the handout thread rebuilt the program after a member it named died.
+    pub program_refreshes: AtomicU64,
 }
 
 /// How a received datagram relates to this member.
@@ -280,7 +282,8 @@ impl Member {
                     let r = m.refresh_program_with(&m.registry);
                     let _ = m.registry.unlock_setup();
                     r?;
-                    let server = start_handout(m.addr, m.slot, m.pid, m.sockets.clone(), m.counters.clone())
+                    let watch = Registry::open(&cfg.dir, cfg.addr)?;
+                    let server = start_handout(m.addr, m.slot, m.pid, m.sockets.clone(), m.counters.clone(), watch)
                         .map_err(JoinError::io("start the slot-socket handout"))?;
                     m.server = Some(server);
                     return Ok(m);
@@ -569,34 +572,14 @@ impl Member {
 
     /// Rebuilds and attaches the program from the registry (the caller holds the join lock).
     fn refresh_program_with(&self, reg: &Registry) -> Result<(), JoinError> {
-        let io = JoinError::io("read the group registry");
-        let mut live = Vec::new();
-        for i in 0..self.slot_count() {
-            if i == self.slot || reg.held_by_other(i).map_err(JoinError::io("test a slot lock"))? {
-                live.push(i);
-            }
-        }
-        let mut ls = reg.listeners().map_err(io)?;
-        let before = ls.len();
-        ls.retain(|l| live.contains(&l.slot) && reg.record(l.slot).map(|r| r.owners == l.owner).unwrap_or(false));
-        if ls.len() != before {
-            reg.write_listeners(&ls).map_err(JoinError::io("write the listener table"))?;
-        }
-        let steering = Steering {
-            default_slot: live.first().copied().unwrap_or(self.slot),
-            listeners: ls.iter().map(|l| (l.service_id, l.slot)).collect(),
-        };
-        let prog = steer::program(&steering)
-            .map_err(|e| JoinError::Io { what: "build the steering program", source: io::Error::other(e) })?;
-        steer::attach(self.socket().as_raw_fd(), &prog).map_err(JoinError::io("attach the steering program"))
+        rebuild_program(reg, &self.sockets, self.slot)
     }
 
     /// Whether the program's default slot or a listener may belong to a dead member: true if
     /// any slot below ours is free (the default slot is the lowest live one) or a listener's
-    /// slot is free.
+    /// slot is free. The handout thread checks this every second and refreshes the program.
     pub fn program_may_be_stale(&self) -> bool {
-        let free = |i: u8| i != self.slot && !self.registry.held_by_other(i).unwrap_or(true);
-        (0..self.slot).any(free) || self.registry.listeners().map(|ls| ls.iter().any(|l| free(l.slot))).unwrap_or(false)
+        program_may_be_stale(&self.registry, self.slot)
     }
 
     /// The registry file (for diagnostics).
@@ -631,14 +614,47 @@ impl Drop for Member {
     }
 }
 
-/// Starts the thread that hands the slot sockets to joining members. Returns it and the
-/// write end of its stop pipe (closing it stops the thread).
+/// Rebuilds the program from the registry and attaches it through `sockets` (the caller
+/// holds the join lock): listeners of dead members are dropped, the default slot is the
+/// lowest live one.
+fn rebuild_program(reg: &Registry, sockets: &[Socket], slot: u8) -> Result<(), JoinError> {
+    let mut live = Vec::new();
+    for i in 0..sockets.len() as u8 {
+        if i == slot || reg.held_by_other(i).map_err(JoinError::io("test a slot lock"))? {
+            live.push(i);
+        }
+    }
+    let mut ls = reg.listeners().map_err(JoinError::io("read the group registry"))?;
+    let before = ls.len();
+    ls.retain(|l| live.contains(&l.slot) && reg.record(l.slot).map(|r| r.owners == l.owner).unwrap_or(false));
+    if ls.len() != before {
+        reg.write_listeners(&ls).map_err(JoinError::io("write the listener table"))?;
+    }
+    let steering = Steering {
+        default_slot: live.first().copied().unwrap_or(slot),
+        listeners: ls.iter().map(|l| (l.service_id, l.slot)).collect(),
+    };
+    let prog = steer::program(&steering)
+        .map_err(|e| JoinError::Io { what: "build the steering program", source: io::Error::other(e) })?;
+    steer::attach(sockets[slot as usize].as_raw_fd(), &prog).map_err(JoinError::io("attach the steering program"))
+}
+
+/// See [`Member::program_may_be_stale`]; `reg` may be any handle on the registry.
+fn program_may_be_stale(reg: &Registry, slot: u8) -> bool {
+    let free = |i: u8| i != slot && !reg.held_by_other(i).unwrap_or(true);
+    (0..slot).any(free) || reg.listeners().map(|ls| ls.iter().any(|l| free(l.slot))).unwrap_or(false)
+}
+
+/// Starts the thread that hands the slot sockets to joining members and, once a second,
+/// refreshes the program if a member it names died (through `watch`, its own handle on the
+/// registry). Returns it and the write end of its stop pipe (closing it stops the thread).
 fn start_handout(
     addr: IpAddr,
     slot: u8,
     pid: u32,
     sockets: Arc<Vec<Socket>>,
     counters: Arc<GroupCounters>,
+    watch: Registry,
 ) -> io::Result<(JoinHandle<()>, OwnedFd)> {
     let listener = slots::handout_listener(&slots::handout_name(addr, slot, pid))?;
     let mut p = [0 as libc::c_int; 2];
@@ -655,7 +671,7 @@ fn start_handout(
                 libc::pollfd { fd: rd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             ];
             // SAFETY: two valid pollfds that live across the call.
-            let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, -1) };
+            let r = unsafe { libc::poll(pfd.as_mut_ptr(), 2, 1000) };
             if r < 0 {
                 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                     continue;
@@ -664,6 +680,16 @@ fn start_handout(
             }
             if pfd[1].revents != 0 {
                 return;
+            }
+            if r == 0 {
+                // A second without requests: is the default slot or a listener dead?
+                if program_may_be_stale(&watch, slot) && watch.lock_setup(Duration::from_millis(100)).unwrap_or(false) {
+                    if rebuild_program(&watch, &sockets, slot).is_ok() {
+                        counters.program_refreshes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = watch.unlock_setup();
+                }
+                continue;
             }
             // Serve everyone waiting; a refused or broken peer does not stop the others.
             for _ in 0..64 {
