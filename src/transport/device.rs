@@ -88,7 +88,8 @@ impl Device {
             std::thread::Builder::new().name("urxe-progress".into()).spawn(move || progress::run(h, poll, rt))?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process,
         // served by its own normal-priority thread (best effort: a name clash leaves it out).
-        let stats = bind_stats_listener(local).ok().and_then(|l| StatsServer::start(l, hub.clone()).ok());
+        let h = hub.clone();
+        let stats = bind_stats_listener(local).ok().and_then(|l| StatsServer::start(l, move || h.stats_report()).ok());
         Ok(Device { hub, thread: Some(thread), stats, local })
     }
 
