@@ -64,8 +64,9 @@ pub struct EngineConfig {
     /// Largest path MTU the port supports (`active_mtu`).
     pub max_mtu: Mtu,
     pub limits: Limits,
-    /// Seed for PSN-independent randomness the engine needs (none today beyond key scrambling);
-    /// fixed in tests.
+    /// Seed of the engine's RNG, the source of the random bits in every lkey/rkey. The
+    /// transport draws it from the kernel (`transport::random_seed`); the simulator fixes it
+    /// so runs are reproducible.
     pub seed: u64,
 }
 
