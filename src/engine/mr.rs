@@ -134,14 +134,7 @@ impl KeyTable {
     pub fn new(max: u32, seed: u64) -> KeyTable {
         let max = max.clamp(FIRST_INDEX, MAX_INDEX);
         let index_bits = 32 - max.leading_zeros();
-        KeyTable {
-            slots: vec![(0, Slot::Free)],
-            free: VecDeque::new(),
-            max,
-            live: 0,
-            index_bits,
-            rng: KeyRng(seed),
-        }
+        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max, live: 0, index_bits, rng: KeyRng(seed) }
     }
 
     fn index_of(&self, key: u32) -> u32 {
@@ -152,11 +145,8 @@ impl KeyTable {
     fn next_key(&mut self, idx: u32, last: u32) -> u32 {
         let gen_bits = 24 - self.index_bits;
         let gen_mask = (1u32 << gen_bits) - 1;
-        let gen = if last == 0 {
-            self.rng.next() as u32 & gen_mask
-        } else {
-            ((last >> 8 >> self.index_bits) + 1) & gen_mask
-        };
+        let gen =
+            if last == 0 { self.rng.next() as u32 & gen_mask } else { ((last >> 8 >> self.index_bits) + 1) & gen_mask };
         let byte = self.rng.byte_except(last as u8);
         (((gen << self.index_bits) | idx) << 8) | byte as u32
     }
@@ -523,4 +513,3 @@ mod tests {
         assert_eq!(t.bind_mw(&MwBind { rkey: wrong, ..b }, 1, 0x11), Err(KeyError::BadKey));
     }
 }
-
