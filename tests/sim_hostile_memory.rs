@@ -185,7 +185,7 @@ fn run_op(s: &mut Setup, o: &Op) -> (WcStatus, u32, u64, u64) {
     };
     let sg = [sge(s.local.0, len, s.local.1)];
     let posted = s.net.nodes[0].eng.post_send(s.net.now, a.qpn, &send_wr(1, kind, &sg));
-    if atomic && va % 8 != 0 {
+    if atomic && !va.is_multiple_of(8) {
         // Our requester refuses a misaligned atomic itself; nothing reaches the target.
         assert_eq!(posted, Err(Error::Invalid), "misaligned atomic posted");
         return (WcStatus::LocQpOpErr, rkey, va, len as u64);
@@ -214,7 +214,7 @@ proptest! {
             let (status, rkey, va, len) = run_op(&mut s, o);
             let region = s.regions.iter().find(|r| r.live && r.rkey == rkey).copied();
             let right = need(o.verb);
-            let aligned = !matches!(o.verb, Verb::CmpSwap | Verb::FetchAdd) || va % 8 == 0;
+            let aligned = !matches!(o.verb, Verb::CmpSwap | Verb::FetchAdd) || va.is_multiple_of(8);
             let expect_ok = region.is_some_and(|r| r.access.contains(right) && inside(&r, va, len))
                 && mapped(&s.regions, va, len)
                 && aligned;
