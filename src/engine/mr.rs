@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 
-use super::types::{AccessFlags, MrId, MwBind, MwId, MwType, PdId, Qpn};
+use super::types::{AccessFlags, MrId, MwBind, MwId, MwType, PdId, Qpn, SplitMix64};
 
 /// Why a key lookup or a bounds/access check failed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -104,17 +104,13 @@ const FIRST_INDEX: u32 = 1;
 /// Keys are 32 bits: at most 24 bits of index.
 const MAX_INDEX: u32 = 0x00FF_FFFF;
 
-/// splitmix64: the engine's source of key bits, seeded by the driver (the transport from the
-/// kernel's random pool, the simulator from its seed, so runs stay reproducible).
-struct KeyRng(u64);
+/// The key RNG: the engine's splitmix64, seeded by the driver (the transport from the kernel's
+/// random pool, the simulator from its seed, so runs stay reproducible).
+struct KeyRng(SplitMix64);
 
 impl KeyRng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A random byte other than `not`.
@@ -134,7 +130,14 @@ impl KeyTable {
     pub fn new(max: u32, seed: u64) -> KeyTable {
         let max = max.clamp(FIRST_INDEX, MAX_INDEX);
         let index_bits = 32 - max.leading_zeros();
-        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max, live: 0, index_bits, rng: KeyRng(seed) }
+        KeyTable {
+            slots: vec![(0, Slot::Free)],
+            free: VecDeque::new(),
+            max,
+            live: 0,
+            index_bits,
+            rng: KeyRng(SplitMix64::new(seed)),
+        }
     }
 
     fn index_of(&self, key: u32) -> u32 {
