@@ -482,6 +482,7 @@ fn c_remote_invalidation_and_index_checks() {
         "modify_qp_pkey_index_1_einval",
         "query_gid_index_past_table_einval",
         "query_pkey_index_1_einval",
+        "mr_keys_carry_random_bits",
     ] {
         assert_check(&s, "server", check);
     }

@@ -220,7 +220,7 @@ impl<M: HostMemory> Engine<M> {
         if w.ty != MwType::Type1 {
             return Err(Error::Invalid);
         }
-        let rkey = (w.rkey & !0xFF) | (w.rkey.wrapping_add(1) & 0xFF);
+        let rkey = self.sh.keys.next_window_key(w.rkey);
         let b = MwBind { rkey, ..*bind };
         self.post_send(now, qpn, &SendWr { wr_id, kind: WrKind::BindMw(b), flags, sg_list: &[], ud: None })?;
         Ok(rkey)

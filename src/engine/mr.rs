@@ -194,6 +194,12 @@ impl KeyTable {
         Some((idx, self.key_of(idx)))
     }
 
+    /// A type 1 window's next key after `rkey`: the same slot bits, a fresh random low byte
+    /// (so a peer that knew one binding's key cannot guess the next binding's).
+    pub fn next_window_key(&mut self, rkey: u32) -> u32 {
+        (rkey & !0xFF) | self.rng.byte_except(rkey as u8) as u32
+    }
+
     /// The key slot `idx` was given when its object was created (an MR's lkey and rkey).
     pub fn key_of(&self, idx: u32) -> u32 {
         self.slots.get(idx as usize).map_or(0, |s| s.0)

@@ -116,6 +116,22 @@ static void index_checks(struct dev *d, struct side *s)
 	check(ibv_query_device(d->ctx, &da) == 0 && da.phys_port_cnt == 1, "one_port", "phys_port_cnt %d",
 	      da.phys_port_cnt);
 
+	/* Keys carry random bits: eight fresh MRs are not index << 8 with one shared low byte
+	 * (all eight low bytes equal by chance: 255^-7). */
+	struct ibv_mr *mrs[8];
+	int same_low = 1, sequence = 1;
+	for (int i = 0; i < 8; i++) {
+		mrs[i] = ibv_reg_mr(s->pd, s->mem, 64, IBV_ACCESS_LOCAL_WRITE);
+		if (!mrs[i])
+			die("ibv_reg_mr %d", i);
+		same_low &= (mrs[i]->lkey & 0xff) == (mrs[0]->lkey & 0xff);
+		sequence &= i == 0 || mrs[i]->lkey - mrs[i - 1]->lkey == 0x100;
+	}
+	check(!same_low && !sequence, "mr_keys_carry_random_bits", "keys 0x%x 0x%x 0x%x ...", mrs[0]->lkey,
+	      mrs[1]->lkey, mrs[2]->lkey);
+	for (int i = 0; i < 8; i++)
+		ibv_dereg_mr(mrs[i]);
+
 	/* create_ah: sgid_index and port_num. */
 	struct ibv_ah_attr aa;
 	memset(&aa, 0, sizeof(aa));
