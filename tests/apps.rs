@@ -458,6 +458,37 @@ fn c_mr_faults_syscall_fallback() {
 }
 
 #[test]
+fn c_remote_invalidation_and_index_checks() {
+    let (s, c) = c_pair("invalidate", 18941, &[]);
+    for check in [
+        "send_inv_of_mr_refused_rem_inv_req_err",
+        "mr_still_valid_write",
+        "mr_still_valid_read_data",
+        "send_inv_of_type2_mw",
+        "write_through_invalidated_window_rem_access_err",
+    ] {
+        assert_check(&c, "client", check);
+    }
+    for check in [
+        "send_inv_of_mr_recv_rem_inv_req_err",
+        "mr_still_valid_remote_write_landed",
+        "send_inv_of_type2_mw_with_inv_flag",
+        "send_inv_of_type2_mw_invalidated_rkey",
+        "window_write_after_invalidate_wrote_nothing",
+        "create_ah_sgid_index_200_einval",
+        "create_ah_port_2_einval",
+        "modify_qp_sgid_index_100_einval",
+        "modify_qp_port_2_einval",
+        "modify_qp_pkey_index_1_einval",
+        "query_gid_index_past_table_einval",
+        "query_pkey_index_1_einval",
+        "mr_keys_carry_random_bits",
+    ] {
+        assert_check(&s, "server", check);
+    }
+}
+
+#[test]
 fn c_programs_compile_with_werror_and_sanitizers() {
     // Compiling needs no library: this holds today and keeps the C sources honest.
     for name in C_PROGRAMS {

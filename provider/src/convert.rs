@@ -156,9 +156,12 @@ pub fn recv_wr_from_c<'a>(wr: &ibv_recv_wr, sges: &[ibv_sge], buf: &'a mut [Sge;
     Ok(RecvWr { wr_id: wr.wr_id, sg_list: copy_sges(sges, buf)? })
 }
 
-/// `ibv_ah_attr` -> engine. RoCE needs the GRH (`is_global`), as rxe.
+/// `ibv_ah_attr` -> engine. RoCE needs the GRH (`is_global`), as rxe, and its source GID
+/// index must name an entry of the port's GID table (EINVAL otherwise, as the kernel's
+/// `rdma_check_ah_attr`/GID lookup). The AV's `port_num` is checked where the verb uses it
+/// (`ibv_create_ah`; `ibv_modify_qp` takes the port from IBV_QP_PORT, as the kernel does).
 pub fn ah_attr_from_c(a: &ibv_ah_attr) -> Result<AhAttr, i32> {
-    if a.is_global == 0 {
+    if a.is_global == 0 || u32::from(a.grh.sgid_index) >= crate::context::GID_TABLE_LEN {
         return Err(EINVAL);
     }
     Ok(AhAttr {
@@ -656,6 +659,11 @@ mod tests {
         let mut b = a;
         b.ah_attr.is_global = 0;
         assert_eq!(qp_attr_from_c(&b, IBV_QP_AV as c_int).unwrap_err(), EINVAL, "RoCE needs a GRH");
+        let mut c = rtr_attr();
+        c.ah_attr.grh.sgid_index = crate::context::GID_TABLE_LEN as u8;
+        assert_eq!(qp_attr_from_c(&c, IBV_QP_AV as c_int).unwrap_err(), EINVAL, "sgid_index past the GID table");
+        c.ah_attr.grh.sgid_index = crate::context::GID_TABLE_LEN as u8 - 1;
+        assert!(qp_attr_from_c(&c, IBV_QP_AV as c_int).is_ok(), "last GID table entry");
         // fields outside the mask are not validated
         assert!(qp_attr_from_c(&b, IBV_QP_STATE as c_int).is_ok());
         let mut b = a;

@@ -47,7 +47,8 @@ pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
                 local_addr: dev.info.addr,
                 max_mtu: dev.info.active_mtu,
                 limits: dev.info.limits,
-                seed: std::process::id() as u64 ^ 0x7572_7865,
+                // The transport seeds the engine's key RNG from the kernel itself.
+                seed: 0,
             };
             let sink = Box::new(|ev: Event| match ev {
                 Event::Completion(cq) => {

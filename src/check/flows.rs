@@ -7,8 +7,10 @@
 //! reference without counting a gap.
 
 use std::collections::BTreeMap;
+use std::fmt::Write;
 use std::net::IpAddr;
 
+use super::cm::CmInfo;
 use super::verify::PacketReport;
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::opcode::{OpKind, Transport};
@@ -148,4 +150,108 @@ impl FlowReport {
         }
         s
     }
+}
+
+/// One CM connection as the capture shows it: the active side (REQ sender) and the passive.
+#[derive(Clone, Debug, Default)]
+struct Conn {
+    active: Option<IpAddr>,
+    passive: Option<IpAddr>,
+    active_qpn: Option<u32>,
+    active_psn: Option<u32>,
+    passive_qpn: Option<u32>,
+    passive_psn: Option<u32>,
+    service_id: Option<u64>,
+    messages: Vec<&'static str>,
+}
+
+/// CM exchanges of a capture, keyed by (active address, active comm ID).
+#[derive(Default)]
+pub struct CmReport {
+    conns: BTreeMap<(IpAddr, u32), Conn>,
+    /// (passive address, passive comm ID) -> key, learnt from REPs.
+    passive: BTreeMap<(IpAddr, u32), (IpAddr, u32)>,
+}
+
+impl CmReport {
+    pub fn add(&mut self, src: IpAddr, dst: IpAddr, c: &CmInfo) {
+        let key = match c.msg {
+            "REQ" | "SIDR_REQ" => (src, c.local_id),
+            "REP" => {
+                self.passive.insert((src, c.local_id), (dst, c.remote_id));
+                (dst, c.remote_id)
+            }
+            "SIDR_REP" => (dst, c.local_id),
+            // Later messages name both IDs, the sender's first: the passive side's ID maps to
+            // its connection through the REP; a REJ sent before any REP names the active ID as
+            // the remote one.
+            _ => match self.passive.get(&(src, c.local_id)) {
+                Some(&k) => k,
+                None if self.conns.contains_key(&(dst, c.remote_id)) => (dst, c.remote_id),
+                None => (src, c.local_id),
+            },
+        };
+        let conn = self.conns.entry(key).or_default();
+        conn.messages.push(c.msg);
+        match c.msg {
+            "REQ" | "SIDR_REQ" => {
+                conn.active = Some(src);
+                conn.passive = Some(dst);
+                conn.active_qpn = c.qpn.or(conn.active_qpn);
+                conn.active_psn = c.starting_psn;
+                conn.service_id = c.service_id;
+            }
+            "REP" | "SIDR_REP" => {
+                conn.passive_qpn = c.qpn;
+                conn.passive_psn = c.starting_psn;
+            }
+            _ => {}
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// A text section: one line per connection, then the RC flows it opened with whether their
+    /// first request PSN is the one the CM exchange announced.
+    pub fn render(&self, flows: &FlowReport) -> String {
+        let mut s =
+            String::from("CM connections (active > passive, comm ID, service ID, QPNs, starting PSNs, messages)\n");
+        for ((a, id), c) in &self.conns {
+            let p = c.passive.map(|p| p.to_string()).unwrap_or_else(|| "?".into());
+            let _ = writeln!(
+                s,
+                "  {a} > {p} cid={id:#010x} sid={} qpn {}/{} spsn {}/{} : {}",
+                c.service_id.map(|v| format!("{v:#x}")).unwrap_or_else(|| "-".into()),
+                hex(c.active_qpn),
+                hex(c.passive_qpn),
+                hex(c.active_psn),
+                hex(c.passive_psn),
+                c.messages.join(" ")
+            );
+            // Active -> passive requests go to the passive QPN and start at the PSN the
+            // passive side said it expects (REP), and the other way round.
+            for (from, to, qpn, psn) in
+                [(Some(*a), c.passive, c.passive_qpn, c.passive_psn), (c.passive, Some(*a), c.active_qpn, c.active_psn)]
+            {
+                let (Some(from), Some(to), Some(qpn)) = (from, to, qpn) else { continue };
+                let key = FlowKey { src: from, dst: to, dest_qp: qpn };
+                let Some((_, f)) = flows.flows().find(|(k, _)| **k == key) else { continue };
+                let verdict = match (f.first_req_psn, psn) {
+                    (Some(first), Some(want)) if first.value() == want => "first request PSN as announced".to_string(),
+                    (Some(first), Some(want)) => {
+                        format!("first request PSN {:#08x}, announced {want:#08x}", first.value())
+                    }
+                    _ => "no request seen".to_string(),
+                };
+                let _ = writeln!(s, "    opened {from} > {to} qp={qpn:#08x}: {} packets, {verdict}", f.packets);
+            }
+        }
+        s
+    }
+}
+
+fn hex(v: Option<u32>) -> String {
+    v.map(|v| format!("{v:#x}")).unwrap_or_else(|| "-".into())
 }

@@ -87,7 +87,7 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
     let mut cap = Capture::open(path)?;
     let mut t = Totals::default();
     let mut flows = FlowReport::default();
-    let mut cms = cm::CmReport::default();
+    let mut cms = flows::CmReport::default();
     let io = CaptureError::Io;
     while let Some(frame) = cap.next_frame() {
         let frame = frame?;

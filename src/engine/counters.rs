@@ -43,6 +43,9 @@ pub struct Counters {
     /// NAKs other than PSN sequence error sent by a responder (invalid request, remote
     /// access, remote operational).
     pub naks_sent: u64,
+    /// SENDs with Invalidate refused because their key names nothing a peer may invalidate
+    /// (an MR, a type 1 window, another QP's window, no object).
+    pub invalidate_errors: u64,
     /// Responses that did not match anything outstanding (ghost/duplicate ACKs, late reads).
     pub unexpected_responses: u64,
     /// Send WRs completed with IBV_WC_RETRY_EXC_ERR (`completer_retry_err`).

@@ -114,7 +114,7 @@ impl<M: HostMemory> Engine<M> {
         let max_mr = cfg.limits.max_mr.saturating_add(cfg.limits.max_mw);
         Engine {
             sh: EngineShared {
-                keys: KeyTable::new(max_mr),
+                keys: KeyTable::new(max_mr, cfg.seed),
                 cfg,
                 mem,
                 pds: Slab::new(),
@@ -230,7 +230,7 @@ impl<M: HostMemory> Engine<M> {
     /// A registered MR's attributes (`ibv_import_mr` of an MR handle).
     pub fn query_mr(&self, mr: MrId) -> Result<MrInfo, Error> {
         let m = self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
-        let key = (mr << 8) | self.sh.keys.generation(mr) as u32;
+        let key = self.sh.keys.key_of(mr);
         Ok(MrInfo { pd: m.pd, addr: m.addr, len: m.len, iova: m.iova, access: m.access, lkey: key, rkey: key })
     }
 
@@ -272,7 +272,7 @@ impl<M: HostMemory> Engine<M> {
         if w.ty != MwType::Type1 {
             return Err(Error::Invalid);
         }
-        let rkey = (w.rkey & !0xFF) | (w.rkey.wrapping_add(1) & 0xFF);
+        let rkey = self.sh.keys.next_window_key(w.rkey);
         let b = MwBind { rkey, ..*bind };
         self.post_send(now, qpn, &SendWr { wr_id, kind: WrKind::BindMw(b), flags, sg_list: &[], ud: None })?;
         Ok(rkey)

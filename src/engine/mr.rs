@@ -1,14 +1,22 @@
 //! Memory regions and memory windows (rxe_mr.c, rxe_mw.c): the key scheme and every check that
 //! stands between a key on the wire (or in an SGE) and host memory.
 //!
-//! Keys are `(index << 8) | generation`. MRs and MWs share one index space, and a freed index
-//! goes to the back of a FIFO free list with its generation bumped, so a stale key does not
-//! name a new object until its index has come round 256 times.
+//! Keys are `((generation << index_bits) | index) << 8 | random byte`: the 24 bits above the
+//! low byte name the slot (its index in the low `index_bits`, as many as the table's size
+//! needs) and a generation in the bits the index leaves free; the low byte is drawn from the
+//! engine's seeded RNG at every registration (never the byte the slot had before), as rxe puts
+//! a random byte in every key. A fresh slot starts at a random generation, so neither a
+//! process's first keys nor the next key of a slot can be predicted from the ones a peer saw.
+//! MRs and MWs share one index space; a freed index goes to the back of a FIFO free list and
+//! its generation is bumped, and a key is checked whole, so a stale key does not name a new
+//! object until its index has come round `2^(24 - index_bits)` times, and even then only if
+//! the random byte repeats. A type 2 window keeps its slot bits across binds: `ibv_inc_rkey`
+//! changes only the low byte.
 //! This module never touches memory; it only translates and checks.
 
 use std::collections::VecDeque;
 
-use super::types::{AccessFlags, MrId, MwBind, MwId, MwType, PdId, Qpn};
+use super::types::{AccessFlags, MrId, MwBind, MwId, MwType, PdId, Qpn, SplitMix64};
 
 /// Why a key lookup or a bounds/access check failed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -23,6 +31,8 @@ pub enum KeyError {
     Bounds,
     /// A type 2 MW is bound to another QP.
     WrongQp,
+    /// The key names an object that cannot be invalidated (an MR, a type 1 MW).
+    NotInvalidatable,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -34,8 +44,8 @@ pub(crate) struct Mr {
     /// Address the peer and SGEs use for the first byte (0 for ZERO_BASED).
     pub iova: u64,
     pub access: AccessFlags,
-    /// Valid until local/remote invalidation (only reachable through the verbs for MRs we
-    /// registered ourselves: invalidation of an MR rkey is allowed as for FRMRs).
+    /// Always true for the MRs `ibv_reg_mr` creates: they cannot be invalidated, locally or
+    /// remotely (only fast-register MRs can, and userspace verbs cannot make those).
     pub valid: bool,
     /// MWs currently bound to this MR.
     pub bound_mws: u32,
@@ -79,20 +89,69 @@ pub(crate) struct Resolved {
 }
 
 pub(crate) struct KeyTable {
-    slots: Vec<(u8, Slot)>,
+    /// Per slot: the key it was last given (0: never used) and what it holds.
+    slots: Vec<(u32, Slot)>,
     free: VecDeque<u32>,
     max: u32,
     live: usize,
+    /// Bits of the slot field (key bits 8..32) that hold the index; the rest hold the generation.
+    index_bits: u32,
+    rng: KeyRng,
 }
 
 /// Index 0 is never used so that key 0 (a common uninitialised value) is always invalid.
 const FIRST_INDEX: u32 = 1;
-/// Keys are 32 bits: 24 bits of index.
+/// Keys are 32 bits: at most 24 bits of index.
 const MAX_INDEX: u32 = 0x00FF_FFFF;
 
+/// The key RNG: the engine's splitmix64, seeded by the driver (the transport from the kernel's
+/// random pool, the simulator from its seed, so runs stay reproducible).
+struct KeyRng(SplitMix64);
+
+impl KeyRng {
+    fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    /// A random byte other than `not`.
+    fn byte_except(&mut self, not: u8) -> u8 {
+        // 255 values: uniform over the bytes that are not `not`.
+        let r = (self.next() % 255) as u8;
+        if r >= not {
+            r + 1
+        } else {
+            r
+        }
+    }
+}
+
 impl KeyTable {
-    pub fn new(max: u32) -> KeyTable {
-        KeyTable { slots: vec![(0, Slot::Free)], free: VecDeque::new(), max: max.min(MAX_INDEX), live: 0 }
+    /// A table of at most `max` MRs + MWs whose keys draw their random bits from `seed`.
+    pub fn new(max: u32, seed: u64) -> KeyTable {
+        let max = max.clamp(FIRST_INDEX, MAX_INDEX);
+        let index_bits = 32 - max.leading_zeros();
+        KeyTable {
+            slots: vec![(0, Slot::Free)],
+            free: VecDeque::new(),
+            max,
+            live: 0,
+            index_bits,
+            rng: KeyRng(SplitMix64::new(seed)),
+        }
+    }
+
+    fn index_of(&self, key: u32) -> u32 {
+        (key >> 8) & ((1u32 << self.index_bits) - 1)
+    }
+
+    /// The next key of slot `idx` whose last key was `last` (0 for a fresh slot).
+    fn next_key(&mut self, idx: u32, last: u32) -> u32 {
+        let gen_bits = 24 - self.index_bits;
+        let gen_mask = (1u32 << gen_bits) - 1;
+        let gen =
+            if last == 0 { self.rng.next() as u32 & gen_mask } else { ((last >> 8 >> self.index_bits) + 1) & gen_mask };
+        let byte = self.rng.byte_except(last as u8);
+        (((gen << self.index_bits) | idx) << 8) | byte as u32
     }
 
     fn alloc(&mut self, make: impl FnOnce(u32) -> Slot) -> Option<u32> {
@@ -105,16 +164,15 @@ impl KeyTable {
             i
         };
         debug_assert!(idx >= FIRST_INDEX);
-        let gen = self.slots[idx as usize].0;
-        let key = (idx << 8) | gen as u32;
-        self.slots[idx as usize].1 = make(key);
+        let key = self.next_key(idx, self.slots[idx as usize].0);
+        self.slots[idx as usize] = (key, make(key));
         self.live += 1;
         Some(idx)
     }
 
     fn release(&mut self, idx: u32) {
         if let Some(s) = self.slots.get_mut(idx as usize) {
-            s.0 = s.0.wrapping_add(1);
+            // The key stays recorded: the slot's next key is derived from it (and differs).
             s.1 = Slot::Free;
             self.free.push_back(idx);
             self.live = self.live.saturating_sub(1);
@@ -136,13 +194,15 @@ impl KeyTable {
         Some((idx, self.key_of(idx)))
     }
 
-    /// The generation byte of slot `idx` (the low byte of its keys).
-    pub fn generation(&self, idx: u32) -> u8 {
-        self.slots.get(idx as usize).map(|s| s.0).unwrap_or(0)
+    /// A type 1 window's next key after `rkey`: the same slot bits, a fresh random low byte
+    /// (so a peer that knew one binding's key cannot guess the next binding's).
+    pub fn next_window_key(&mut self, rkey: u32) -> u32 {
+        (rkey & !0xFF) | self.rng.byte_except(rkey as u8) as u32
     }
 
-    fn key_of(&self, idx: u32) -> u32 {
-        (idx << 8) | self.slots[idx as usize].0 as u32
+    /// The key slot `idx` was given when its object was created (an MR's lkey and rkey).
+    pub fn key_of(&self, idx: u32) -> u32 {
+        self.slots.get(idx as usize).map_or(0, |s| s.0)
     }
 
     pub fn mr(&self, id: MrId) -> Option<&Mr> {
@@ -185,10 +245,10 @@ impl KeyTable {
 
     /// Checks an lkey for a local access of `len` bytes at `va` by a QP of PD `pd`.
     pub fn check_lkey(&self, lkey: u32, pd: PdId, va: u64, len: u64, need: AccessFlags) -> Result<Resolved, KeyError> {
-        let idx = lkey >> 8;
-        let (gen, slot) = self.slots.get(idx as usize).ok_or(KeyError::BadKey)?;
+        let idx = self.index_of(lkey);
+        let (key, slot) = self.slots.get(idx as usize).ok_or(KeyError::BadKey)?;
         match slot {
-            Slot::Mr(mr) if *gen == lkey as u8 && mr.valid => {
+            Slot::Mr(mr) if *key == lkey && mr.valid => {
                 if mr.pd != pd {
                     return Err(KeyError::WrongPd);
                 }
@@ -211,10 +271,10 @@ impl KeyTable {
         len: u64,
         need: AccessFlags,
     ) -> Result<Resolved, KeyError> {
-        let idx = rkey >> 8;
-        let (gen, slot) = self.slots.get(idx as usize).ok_or(KeyError::BadKey)?;
+        let idx = self.index_of(rkey);
+        let (key, slot) = self.slots.get(idx as usize).ok_or(KeyError::BadKey)?;
         match slot {
-            Slot::Mr(mr) if *gen == rkey as u8 && mr.valid => {
+            Slot::Mr(mr) if *key == rkey && mr.valid => {
                 if mr.pd != pd {
                     return Err(KeyError::WrongPd);
                 }
@@ -249,39 +309,35 @@ impl KeyTable {
         }
     }
 
-    /// Invalidates the object named by `rkey` (SEND with Invalidate, LOCAL_INV). MWs of type 2
-    /// become unbound; MRs become invalid until re-registration. Type 1 MWs cannot be
-    /// invalidated (IBTA 10.6.7.2.5).
+    /// Invalidates the object named by `rkey` (SEND with Invalidate from `remote_qpn`, or
+    /// LOCAL_INV when `None`). Only a bound type 2 MW can be invalidated (IBTA 10.6.7.2.5,
+    /// 9.4.1.2.1): it becomes unbound. A type 1 MW or an MR is refused and stays valid — the
+    /// only MRs that may be invalidated are fast-register MRs, which userspace cannot create
+    /// (rxe refuses every other MR type the same way).
     pub fn invalidate(&mut self, rkey: u32, pd: PdId, remote_qpn: Option<Qpn>) -> Result<(), KeyError> {
-        let idx = rkey >> 8;
-        let gen = self.slots.get(idx as usize).map(|s| s.0).ok_or(KeyError::BadKey)?;
-        let mut unbind_mr = None;
-        match self.slots.get_mut(idx as usize).map(|s| &mut s.1) {
-            Some(Slot::Mr(mr)) if gen == rkey as u8 && mr.valid => {
-                if mr.pd != pd {
+        let idx = self.index_of(rkey);
+        let slot_key = self.slots.get(idx as usize).map(|s| s.0).ok_or(KeyError::BadKey)?;
+        let unbind_mr = match self.slots.get_mut(idx as usize).map(|s| &mut s.1) {
+            Some(Slot::Mr(mr)) if slot_key == rkey && mr.valid => return Err(KeyError::NotInvalidatable),
+            Some(Slot::Mw(mw)) if mw.rkey == rkey && mw.bound.is_some() => {
+                if mw.ty == MwType::Type1 {
+                    return Err(KeyError::NotInvalidatable);
+                }
+                if mw.pd != pd {
                     return Err(KeyError::WrongPd);
                 }
-                if mr.bound_mws != 0 {
-                    return Err(KeyError::Access);
-                }
-                mr.valid = false;
-            }
-            Some(Slot::Mw(mw)) if mw.rkey == rkey && mw.bound.is_some() => {
-                if mw.ty == MwType::Type1 || mw.pd != pd {
-                    return Err(KeyError::Access);
-                }
-                let b = mw.bound.unwrap_or_else(|| unreachable!());
+                let Some(b) = mw.bound else { return Err(KeyError::BadKey) };
                 if let (Some(owner), Some(q)) = (b.qpn, remote_qpn) {
                     if owner != q {
                         return Err(KeyError::WrongQp);
                     }
                 }
                 mw.bound = None;
-                unbind_mr = Some(b.mr);
+                b.mr
             }
             _ => return Err(KeyError::BadKey),
-        }
-        if let Some(m) = unbind_mr.and_then(|m| self.mr_mut(m)) {
+        };
+        if let Some(m) = self.mr_mut(unbind_mr) {
             m.bound_mws = m.bound_mws.saturating_sub(1);
         }
         Ok(())
@@ -291,7 +347,8 @@ impl KeyTable {
     /// window's next key: its index must be the window's, only the low byte changes.
     pub fn bind_mw(&mut self, b: &MwBind, qp_pd: PdId, qpn: Qpn) -> Result<u32, KeyError> {
         let MwBind { mw: mw_id, rkey: new_rkey, mr: mr_id, addr: va, length: len, access } = *b;
-        if new_rkey >> 8 != mw_id {
+        // Only the low byte of a window's key is the consumer's to change.
+        if self.index_of(new_rkey) != mw_id || new_rkey >> 8 != self.key_of(mw_id) >> 8 {
             return Err(KeyError::BadKey);
         }
         let mw = *self.mw(mw_id).ok_or(KeyError::BadKey)?;
@@ -365,7 +422,7 @@ mod tests {
 
     #[test]
     fn rkey_checks_pd_access_and_bounds() {
-        let mut t = KeyTable::new(100);
+        let mut t = KeyTable::new(100, 7);
         let (_, key) = t.add_mr(mr(1, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)).unwrap();
         let ok = t.check_rkey(key, 1, 0x11, 0x7000_0010, 16, AccessFlags::REMOTE_WRITE).unwrap();
         assert_eq!(ok.host, 0x10010);
@@ -379,7 +436,7 @@ mod tests {
 
     #[test]
     fn deregistered_key_is_not_reused_soon() {
-        let mut t = KeyTable::new(1000);
+        let mut t = KeyTable::new(1000, 7);
         let (id, key) = t.add_mr(mr(1, AccessFlags::LOCAL_WRITE)).unwrap();
         assert!(t.remove(id));
         let mut keys = Vec::new();
@@ -392,7 +449,7 @@ mod tests {
 
     #[test]
     fn type2_window_is_owned_by_its_qp_and_invalidated_once() {
-        let mut t = KeyTable::new(100);
+        let mut t = KeyTable::new(100, 7);
         let (mr_id, _) = t.add_mr(mr(1, AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND)).unwrap();
         let (mw, k0) = t.add_mw(1, MwType::Type2).unwrap();
         let k1 = (k0 & !0xFF) | ((k0 + 1) & 0xFF);
@@ -407,5 +464,61 @@ mod tests {
         assert_eq!(t.check_rkey(k1, 1, 0x11, 0x7000_0100, 8, AccessFlags::REMOTE_WRITE), Err(KeyError::BadKey));
         assert_eq!(t.invalidate(k1, 1, Some(0x11)), Err(KeyError::BadKey));
         assert_eq!(t.mr(mr_id).unwrap().bound_mws, 0);
+    }
+
+    #[test]
+    fn keys_carry_random_bits_from_the_seed() {
+        let keys = |seed| {
+            let mut t = KeyTable::new(0x20000, seed);
+            (0..8).map(|_| t.add_mr(mr(1, AccessFlags::LOCAL_WRITE)).unwrap()).collect::<Vec<_>>()
+        };
+        let (a, b) = (keys(1), keys(2));
+        // The same seed gives the same keys (the simulator stays reproducible) ...
+        assert_eq!(a, keys(1));
+        // ... another seed other keys for the same indices.
+        assert_ne!(a.iter().map(|k| k.1).collect::<Vec<_>>(), b.iter().map(|k| k.1).collect::<Vec<_>>());
+        for (i, &(id, key)) in a.iter().enumerate() {
+            assert_eq!(id, i as u32 + 1);
+            assert_eq!((key >> 8) & 0x3FFFF, id, "index in the slot field");
+        }
+        // Not index << 8 with a counter byte: the low bytes are not all equal.
+        assert!(a.iter().any(|k| k.1 as u8 != a[0].1 as u8));
+    }
+
+    #[test]
+    fn reused_slot_gets_a_new_key_and_the_stale_one_fails() {
+        // A tiny table reuses one index at once: 2 bits of index, 22 of generation.
+        let mut t = KeyTable::new(2, 9);
+        let mut seen = std::collections::HashSet::new();
+        let mut last = None;
+        for _ in 0..1000 {
+            let (id, key) = t.add_mr(mr(1, AccessFlags::LOCAL_WRITE)).unwrap();
+            assert!(seen.insert(key), "key {key:#x} handed out twice");
+            if let Some(stale) = last {
+                assert_eq!(t.check_lkey(stale, 1, 0x7000_0000, 1, AccessFlags::EMPTY), Err(KeyError::BadKey));
+            }
+            assert!(t.check_lkey(key, 1, 0x7000_0000, 1, AccessFlags::EMPTY).is_ok());
+            assert!(t.remove(id));
+            last = Some(key);
+        }
+    }
+
+    #[test]
+    fn mr_and_type1_window_cannot_be_invalidated() {
+        let mut t = KeyTable::new(100, 3);
+        let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND;
+        let (mr_id, key) = t.add_mr(mr(1, access)).unwrap();
+        assert_eq!(t.invalidate(key, 1, Some(0x11)), Err(KeyError::NotInvalidatable));
+        assert_eq!(t.invalidate(key, 1, None), Err(KeyError::NotInvalidatable));
+        assert!(t.check_rkey(key, 1, 0x11, 0x7000_0000, 8, AccessFlags::REMOTE_WRITE).is_ok());
+        let (mw, k0) = t.add_mw(1, MwType::Type1).unwrap();
+        let k1 = (k0 & !0xFF) | (k0.wrapping_add(1) & 0xFF);
+        let b = MwBind { mw, rkey: k1, mr: mr_id, addr: 0x7000_0000, length: 64, access: AccessFlags::REMOTE_WRITE };
+        t.bind_mw(&b, 1, 0x11).unwrap();
+        assert_eq!(t.invalidate(k1, 1, Some(0x11)), Err(KeyError::NotInvalidatable));
+        assert!(t.check_rkey(k1, 1, 0x11, 0x7000_0000, 8, AccessFlags::REMOTE_WRITE).is_ok());
+        // A window key whose slot bits are not the window's is refused at bind.
+        let wrong = k1 ^ (1 << 31);
+        assert_eq!(t.bind_mw(&MwBind { rkey: wrong, ..b }, 1, 0x11), Err(KeyError::BadKey));
     }
 }

@@ -283,7 +283,13 @@ fn execute_send<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<
             wc.imm_data = wire_to_imm(imm.value);
         }
         if let Some(ieth) = p.headers.ieth {
-            sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| RespError::RemoteOp)?;
+            // IBTA 9.9.3.1 class J, as rxe: a key that may not be invalidated (an MR, a type 1
+            // window, a window of another QP, no object) fails the receive with REM_INV_REQ_ERR
+            // and the QP; the object named stays as it was.
+            sh.keys.invalidate(ieth.rkey, q.pd, Some(q.qpn)).map_err(|_| {
+                sh.counters.invalidate_errors += 1;
+                RespError::InvalidRequest
+            })?;
             flags |= WcFlags::WITH_INV;
             wc.invalidated_rkey = ieth.rkey;
         }

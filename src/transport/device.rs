@@ -84,6 +84,9 @@ impl Device {
         let local = rx.local_addr().ip();
         let rx_fd = rx.raw_fd();
         cfg.local_addr = local;
+        // Keys must not be predictable from outside: whatever the caller passed, the engine's
+        // RNG is seeded from the kernel's random pool.
+        cfg.seed = random_seed();
         // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
         let mut engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
         let tap = super::tap::Tap::from_env(local)?;
@@ -115,7 +118,8 @@ impl Device {
             std::thread::Builder::new().name("urxe-progress".into()).spawn(move || progress::run(h, poll, rt))?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process,
         // served by its own normal-priority thread (best effort: a name clash leaves it out).
-        let stats = bind_stats_listener(local).ok().and_then(|l| StatsServer::start(l, hub.clone()).ok());
+        let h = hub.clone();
+        let stats = bind_stats_listener(local).ok().and_then(|l| StatsServer::start(l, move || h.stats_report()).ok());
         Ok(Device { hub, thread: Some(thread), stats, local })
     }
 
@@ -345,4 +349,19 @@ impl Drop for Device {
             let _ = t.join();
         }
     }
+}
+
+/// 64 bits from the kernel's random pool (`/dev/urandom`); if that cannot be read (a chroot
+/// without /dev), the standard library's per-process random hash keys, which come from the
+/// same pool through `getrandom(2)`.
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+        return u64::from_ne_bytes(b);
+    }
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
 }

@@ -33,5 +33,5 @@ pub mod socket;
 mod stats;
 pub mod tap;
 
-pub use device::{Device, EventSink};
+pub use device::{random_seed, Device, EventSink};
 pub use stats::TransportCounters;

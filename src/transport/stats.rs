@@ -19,10 +19,8 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::hub::Hub;
 use crate::engine::Counters;
 
 /// Most answers the stats socket gives per second (a token bucket with this burst).
@@ -70,10 +68,6 @@ pub(super) struct WakeCounters {
     /// took it back once idle again.
     pub(super) rt_demotions: AtomicU64,
     pub(super) rt_promotions: AtomicU64,
-    /// Stats connections answered, refused (another user), and closed over the rate limit.
-    pub(super) stats_answered: AtomicU64,
-    pub(super) stats_refused: AtomicU64,
-    pub(super) stats_throttled: AtomicU64,
 }
 
 impl WakeCounters {
@@ -85,17 +79,14 @@ impl WakeCounters {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "WakeCounters\n    doorbells: {}\n    rx_arms: {}\n    rx_disarms: {}\n    thread_wakeups: {}\n    lock_busy: {}\n    \
-             rt_demotions: {}\n    rt_promotions: {}\n    stats_answered: {}\n    stats_refused: {}\n    stats_throttled: {}\n",
+             rt_demotions: {}\n    rt_promotions: {}\n",
             l(&self.doorbells),
             l(&self.rx_arms),
             l(&self.rx_disarms),
             l(&self.thread_wakeups),
             l(&self.lock_busy),
             l(&self.rt_demotions),
-            l(&self.rt_promotions),
-            l(&self.stats_answered),
-            l(&self.stats_refused),
-            l(&self.stats_throttled)
+            l(&self.rt_promotions)
         )
     }
 }
@@ -124,15 +115,39 @@ pub(super) fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
     Ok(l)
 }
 
+/// What the stats thread counts: connections answered, refused (another user), and closed over
+/// the rate limit.
+#[derive(Default)]
+struct SocketCounters {
+    answered: AtomicU64,
+    refused: AtomicU64,
+    throttled: AtomicU64,
+}
+
+impl SocketCounters {
+    fn text(&self) -> String {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        format!(
+            "StatsSocket\n    stats_answered: {}\n    stats_refused: {}\n    stats_throttled: {}\n",
+            l(&self.answered),
+            l(&self.refused),
+            l(&self.throttled)
+        )
+    }
+}
+
 /// The stats thread: blocks until a client connects or `stop` is signalled, answers permitted
-/// clients with [`Hub::stats_report`], and ends when the device stops.
+/// clients with `report()` and its own counters, and ends when the device stops.
 pub(super) struct StatsServer {
     stop: OwnedFd,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StatsServer {
-    pub(super) fn start(listener: UnixListener, hub: Arc<Hub>) -> io::Result<StatsServer> {
+    pub(super) fn start(
+        listener: UnixListener,
+        report: impl Fn() -> String + Send + 'static,
+    ) -> io::Result<StatsServer> {
         // SAFETY: eventfd takes no pointers; a non-negative result is a new fd we own.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if fd < 0 {
@@ -142,7 +157,7 @@ impl StatsServer {
         let stop = unsafe { OwnedFd::from_raw_fd(fd) };
         let stop_fd = stop.as_raw_fd();
         let thread =
-            std::thread::Builder::new().name("urxe-stat".into()).spawn(move || serve(listener, stop_fd, &hub))?;
+            std::thread::Builder::new().name("urxe-stat".into()).spawn(move || serve(listener, stop_fd, &report))?;
         Ok(StatsServer { stop, thread: Some(thread) })
     }
 }
@@ -182,10 +197,10 @@ pub(super) fn may_read(peer: u32, me: u32) -> bool {
     peer == me || peer == 0
 }
 
-fn serve(listener: UnixListener, stop: i32, hub: &Hub) {
+fn serve(listener: UnixListener, stop: i32, report: &dyn Fn() -> String) {
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    let counters = &hub.signals.wake_counters;
+    let counters = SocketCounters::default();
     let (mut tokens, mut refill) = (ANSWERS_PER_SEC, Instant::now());
     loop {
         let mut fds = [
@@ -207,19 +222,19 @@ fn serve(listener: UnixListener, stop: i32, hub: &Hub) {
         for _ in 0..64 {
             let Ok((s, _)) = listener.accept() else { break };
             if !peer_uid(&s).is_some_and(|u| may_read(u, me)) {
-                WakeCounters::bump(&counters.stats_refused);
+                WakeCounters::bump(&counters.refused);
                 continue;
             }
             if refill.elapsed() >= Duration::from_secs(1) {
                 (tokens, refill) = (ANSWERS_PER_SEC, Instant::now());
             }
             if tokens == 0 {
-                WakeCounters::bump(&counters.stats_throttled);
+                WakeCounters::bump(&counters.throttled);
                 continue;
             }
             tokens -= 1;
-            WakeCounters::bump(&counters.stats_answered);
-            let text = hub.stats_report();
+            WakeCounters::bump(&counters.answered);
+            let text = report() + &counters.text();
             let mut s = s;
             let _ = s.set_nonblocking(false);
             let _ = s.set_write_timeout(Some(Duration::from_millis(200)));

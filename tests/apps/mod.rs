@@ -69,7 +69,7 @@ pub fn c_program(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-pub const C_PROGRAMS: [&str; 4] = ["rc_client_server", "ud_client_server", "events", "mr_faults"];
+pub const C_PROGRAMS: [&str; 5] = ["rc_client_server", "ud_client_server", "events", "mr_faults", "invalidate"];
 
 fn compile_c_programs() -> Result<PathBuf, String> {
     let src = repo_root().join("tests/verbs_c");

@@ -19,11 +19,62 @@ pub struct SimHost {
     pub base: u64,
     mem: RefCell<Vec<u8>>,
     next: std::cell::Cell<u64>,
+    /// Unmapped ranges `(addr, len)`: an engine access touching one fails with
+    /// `MemError::Fault`, as the process accessor reports a page that is gone.
+    holes: RefCell<Vec<(u64, u64)>>,
+    /// Once enabled, every engine access that succeeded.
+    log: RefCell<Option<Vec<Access>>>,
+}
+
+/// What an engine access did, for [`SimHost::take_log`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AccessKind {
+    Read,
+    Write,
+    Atomic,
+}
+
+/// One engine access that succeeded: `len` bytes at `addr`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Access {
+    pub kind: AccessKind,
+    pub addr: u64,
+    pub len: u64,
 }
 
 impl SimHost {
     pub fn new(base: u64, size: usize) -> SimHost {
-        SimHost { base, mem: RefCell::new(vec![0; size]), next: std::cell::Cell::new(base) }
+        SimHost {
+            base,
+            mem: RefCell::new(vec![0; size]),
+            next: std::cell::Cell::new(base),
+            holes: RefCell::new(Vec::new()),
+            log: RefCell::new(None),
+        }
+    }
+    /// Unmaps `[addr, addr + len)` (registered or not): engine accesses there now fail.
+    pub fn punch_hole(&self, addr: u64, len: u64) {
+        self.holes.borrow_mut().push((addr, len));
+    }
+    /// Starts recording the engine's successful accesses.
+    pub fn start_log(&self) {
+        *self.log.borrow_mut() = Some(Vec::new());
+    }
+    /// The accesses recorded since `start_log` (recording goes on).
+    pub fn take_log(&self) -> Vec<Access> {
+        self.log.borrow_mut().as_mut().map(std::mem::take).unwrap_or_default()
+    }
+    /// The range of an engine access: in host memory and clear of every hole.
+    fn engine_range(&self, kind: AccessKind, addr: u64, len: usize) -> Result<std::ops::Range<usize>, MemError> {
+        let r = self.range(addr, len)?;
+        let end = addr + len as u64;
+        if let Some(&(h, _)) = self.holes.borrow().iter().find(|&&(h, hl)| addr < h + hl && h < end) {
+            return Err(MemError::Fault { addr: addr.max(h) });
+        }
+        if let Some(log) = self.log.borrow_mut().as_mut() {
+            log.push(Access { kind, addr, len: len as u64 });
+        }
+        Ok(r)
     }
     /// Allocates `len` bytes aligned to 64.
     pub fn alloc(&self, len: u64) -> u64 {
@@ -62,12 +113,12 @@ impl SimHost {
 
 impl HostMemory for SimHost {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        let r = self.range(addr, buf.len())?;
+        let r = self.engine_range(AccessKind::Read, addr, buf.len())?;
         buf.copy_from_slice(&self.mem.borrow()[r]);
         Ok(())
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), MemError> {
-        let r = self.range(addr, data.len())?;
+        let r = self.engine_range(AccessKind::Write, addr, data.len())?;
         self.mem.borrow_mut()[r].copy_from_slice(data);
         Ok(())
     }
@@ -75,7 +126,7 @@ impl HostMemory for SimHost {
         if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned { addr });
         }
-        let r = self.range(addr, 8)?;
+        let r = self.engine_range(AccessKind::Atomic, addr, 8)?;
         let mut m = self.mem.borrow_mut();
         let old = u64::from_ne_bytes(m[r.clone()].try_into().unwrap());
         if old == compare {
@@ -87,7 +138,7 @@ impl HostMemory for SimHost {
         if !addr.is_multiple_of(8) {
             return Err(MemError::Misaligned { addr });
         }
-        let r = self.range(addr, 8)?;
+        let r = self.engine_range(AccessKind::Atomic, addr, 8)?;
         let mut m = self.mem.borrow_mut();
         let old = u64::from_ne_bytes(m[r.clone()].try_into().unwrap());
         m[r].copy_from_slice(&old.wrapping_add(add).to_ne_bytes());
@@ -97,20 +148,16 @@ impl HostMemory for SimHost {
 
 // ---- RNG -----------------------------------------------------------------------------------
 
-/// splitmix64: tiny, seeded, good enough for fault injection.
+/// The engine's splitmix64: tiny, seeded, good enough for fault injection.
 #[derive(Clone)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+        Rng(SplitMix64::new(seed ^ 0x5DEE_CE66_D1CE_4E5B))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     /// Uniform in 0..n (n > 0).
     pub fn below(&mut self, n: u64) -> u64 {
@@ -553,8 +600,13 @@ pub fn gid_of(ip: IpAddr) -> [u8; 16] {
 
 /// Creates PD, CQ and QP on `node` (RESET).
 pub fn make_qp(net: &mut Net, node: usize, o: &QpOpts) -> End {
+    let pd = net.nodes[node].eng.alloc_pd().unwrap();
+    make_qp_in(net, node, pd, o)
+}
+
+/// Creates CQ and QP on `node` in PD `pd` (RESET).
+pub fn make_qp_in(net: &mut Net, node: usize, pd: PdId, o: &QpOpts) -> End {
     let e = &mut net.nodes[node].eng;
-    let pd = e.alloc_pd().unwrap();
     let (cq, _) = e.create_cq(4096).unwrap();
     let (qpn, _) = e
         .create_qp(&QpInitAttr {

@@ -3,7 +3,7 @@
 
 use super::{destroy_plain, dev_of};
 use crate::abi::*;
-use crate::context::ctx_from;
+use crate::context::{ctx_from, PORT_NUM};
 use crate::convert;
 use crate::export::{non_null, non_null_const};
 use crate::glue;
@@ -18,6 +18,9 @@ export! {
         let a = non_null(attr)?;
         // SAFETY: readable caller struct.
         let ea = convert::ah_attr_from_c(unsafe { &*a })?;
+        if ea.port_num != PORT_NUM {
+            return Err(libc::EINVAL);
+        }
         // SAFETY: its context is live.
         let id = glue::create_ah(unsafe { dev_of(p.ibv.context) }?, p.id, &ea)?;
         let ah = Box::new(UrxeAh { ibv: ibv_ah { context: p.ibv.context, pd, handle: id }, id });
@@ -73,6 +76,9 @@ export! {
     fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut c_void, ah_attr: *mut ibv_ah_attr) -> c_int as neg1 {
         // SAFETY: caller passes a context of ours.
         unsafe { ctx_from(context) }?;
+        if port_num != PORT_NUM {
+            return Err(libc::EINVAL);
+        }
         let wc = non_null(wc)?;
         let out = non_null(ah_attr)?;
         // SAFETY: readable caller struct.

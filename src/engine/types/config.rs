@@ -64,9 +64,30 @@ pub struct EngineConfig {
     /// Largest path MTU the port supports (`active_mtu`).
     pub max_mtu: Mtu,
     pub limits: Limits,
-    /// Seed for PSN-independent randomness the engine needs (none today beyond key scrambling);
-    /// fixed in tests.
+    /// Seed of the engine's RNG, the source of the random bits in every lkey/rkey. The
+    /// transport draws it from the kernel (`transport::random_seed`); the simulator fixes it
+    /// so runs are reproducible.
     pub seed: u64,
+}
+
+/// splitmix64 (Steele, Lea and Flood, 2014): the engine's seeded generator — the random bits of
+/// every key come from one seeded with [`EngineConfig::seed`]. Public so that drivers and
+/// simulators that want the same small generator need not carry their own.
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }
 
 /// An engine command error. Each maps to the errno the verbs API documents.
