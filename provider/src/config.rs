@@ -2,10 +2,11 @@
 //!
 //! Pure decisions, unit-tested here; the system calls (interface list, `bind`) are passed in.
 //!
-//! - No `URXE_ADDR`: the process takes its own loopback address `127.77.c.d` derived from its
-//!   pid (`c.d` = the low 16 bits, last octet never 0 or 255) and binds UDP 4791 there; on
-//!   EADDRINUSE it probes the next candidate. Two processes on one host then reach each other
-//!   with no setting.
+//! - No `URXE_ADDR`: every process of a user shares one loopback address `127.77.c.d` derived
+//!   from the uid (`c.d` = its low 16 bits, last octet never 0 or 255) and joins that address's
+//!   group (transport::group); if another user holds the candidate (EADDRINUSE) it probes the
+//!   next one, and so do all of that user's processes. Two processes on one host then reach
+//!   each other with no setting, and see one GID as on a NIC.
 //! - `URXE_ADDR=<IPv4|IPv6|ifname>`: that address, or the interface's first IPv4 address (else its
 //!   first global IPv6 address). A bad value, an address that is not local, or port 4791 already
 //!   bound there (kernel rxe, another process) is an error whose message names `URXE_ADDR`, the
@@ -148,7 +149,13 @@ pub fn parse_urxe_addr(value: &str) -> Result<AddrSpec, ConfigError> {
     Ok(AddrSpec::Interface(v.to_string()))
 }
 
-/// The `attempt`-th zero-configuration loopback candidate for `pid`.
+/// The seed of the zero-configuration address walk: the uid, so that all processes of one
+/// user land on the same address (their group) and different users on different ones.
+pub fn zero_config_seed(uid: u32) -> u32 {
+    uid
+}
+
+/// The `attempt`-th zero-configuration loopback candidate for `seed` (see [`zero_config_seed`]).
 pub fn loopback_candidate(pid: u32, attempt: u32) -> Ipv4Addr {
     // Walk the 16-bit space starting at the pid's low 16 bits, skipping last octets 0 and 255
     // (network/broadcast look-alikes some tools reject).

@@ -22,11 +22,12 @@ use crate::export::non_null;
 use libc::{c_char, c_int, c_void};
 use std::ffi::CStr;
 use std::mem::offset_of;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ptr;
 use std::sync::atomic::AtomicI32;
 use std::sync::OnceLock;
 use urxe::engine::{Limits, Mtu};
+use urxe::transport::group::{GroupConfig, Member};
 pub const DEVICE_NAME: &str = "urxe0";
 /// rxe's vendor id (IEEE "unassigned"), never Mellanox 0x02c9 or Amazon 0x1d0f: perftest and
 /// the rdma-core tests would switch to mlx5dv/efadv paths.
@@ -63,9 +64,9 @@ pub struct DeviceInfo {
     pub netdev_mtu: u32,
     pub active_mtu: Mtu,
     pub limits: Limits,
-    /// UDP `addr:4791`, bound so the choice is real and conflicts show now; the transport
-    /// started by `glue` sends and receives on (a clone of) it.
-    pub socket: UdpSocket,
+    /// This process's slot of the group sharing `addr:4791` (joined now, so the choice is
+    /// real and conflicts show at device discovery); the transport started by `glue` takes it.
+    pub group: std::sync::Mutex<Option<Member>>,
 }
 
 /// The device as handed to C. `vdev` first: an `ibv_device *` is a pointer to this.
@@ -178,9 +179,25 @@ fn netdev_mtu(ifname: &str) -> Option<u32> {
 fn build_device() -> Result<DevPtr, (String, i32)> {
     let env = std::env::var("URXE_ADDR").ok();
     let ifaces = system_interfaces();
-    let chosen =
-        config::choose(env.as_deref(), std::process::id(), &ifaces, |a| UdpSocket::bind((a, config::ROCE_PORT)))
-            .map_err(|e: ConfigError| (format!("urxe: {e}"), e.errno()))?;
+    // Every process of this user on the address joins its group. Zero configuration: all of
+    // the user's processes share one loopback address derived from the uid (docs/DESIGN.md).
+    let mut why: Option<String> = None;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let chosen = config::choose(env.as_deref(), config::zero_config_seed(uid), &ifaces, |a| {
+        Member::join(&GroupConfig::from_env(a)).map_err(|e| {
+            let errno = e.errno();
+            why = Some(e.to_string());
+            std::io::Error::from_raw_os_error(errno)
+        })
+    })
+    .map_err(|e: ConfigError| {
+        let msg = match (&e, &why) {
+            (ConfigError::LoopbackExhausted, _) | (_, None) => format!("urxe: {e}"),
+            (_, Some(w)) => format!("urxe: {w}"),
+        };
+        (msg, e.errno())
+    })?;
     let active_mtu = Mtu::for_netdev(chosen.netdev_mtu).ok_or_else(|| {
         (
             format!(
@@ -201,7 +218,7 @@ fn build_device() -> Result<DevPtr, (String, i32)> {
         netdev_mtu: chosen.netdev_mtu,
         active_mtu,
         limits: Limits::default(),
-        socket: chosen.bound,
+        group: std::sync::Mutex::new(Some(chosen.bound)),
     };
     let mut vdev = verbs_device::zeroed();
     vdev.device.node_type = IBV_NODE_CA as c_int;

@@ -42,7 +42,7 @@ pub struct MrKeys {
 pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
     dev.transport
         .get_or_init(|| {
-            let sock = dev.info.socket.try_clone().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+            let member = dev.info.group.lock().unwrap_or_else(|p| p.into_inner()).take().ok_or(libc::EIO)?;
             let cfg = EngineConfig {
                 local_addr: dev.info.addr,
                 max_mtu: dev.info.active_mtu,
@@ -56,7 +56,7 @@ pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
                 }
                 Event::Async(a) => crate::events::post_engine_async(a),
             });
-            Device::open_with_socket(sock, cfg, sink).map_err(|err| {
+            Device::open_group(member, cfg, sink).map_err(|err| {
                 eprintln!("urxe: cannot start the device on {}: {err}", dev.info.addr);
                 err.raw_os_error().unwrap_or(libc::EIO)
             })

@@ -45,9 +45,9 @@ commands:
   help  this text
 
 environment:
-  URXE_ADDR     IPv4/IPv6 address or interface name the device uses (default: a private
-                127.x.y.z loopback address per process, so processes on one host reach
-                each other with no setting)
+  URXE_ADDR     IPv4/IPv6 address or interface name the device uses, shared by all of
+                the user's processes on it (default: one 127.77.x.y loopback address per
+                user, so processes on one host reach each other with no setting)
   URXE_LIB_DIR  directory holding urxe's libibverbs.so.1 (default: found beside this binary)
   URXE_PCAP     pcapng file the device writes every RoCEv2 packet it sends and receives to,
                 one record per packet with its IP/UDP headers; `%p` becomes the process id

@@ -70,13 +70,40 @@ pub const FIRST_QPN: Qpn = 0x11;
 /// completions, events and [`Counters`].
 pub struct Engine<M: HostMemory> {
     sh: EngineShared<M>,
+    /// QPs indexed by [`QpnSpace::idx`].
     qps: Vec<Option<Box<Qp>>>,
+    qspace: QpnSpace,
     free_qpns: VecDeque<Qpn>,
     nqps: u32,
     txq: VecDeque<Qpn>,
     /// Packets the QP at the head of `txq` has sent in its current turn.
     burst: u32,
     timers: TimerHeap,
+}
+
+/// Which QPNs this engine hands out. A process alone on its address uses the whole 24-bit
+/// space; a member of a shared address (transport::group) owns `base | n` for one 16-bit
+/// slot and starts `n` where the slot's previous owner stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct QpnSpace {
+    base: u32,
+    /// Bits of a QPN that index `qps`.
+    mask: u32,
+    first: u32,
+    last: u32,
+}
+
+impl QpnSpace {
+    const WHOLE: QpnSpace = QpnSpace { base: 0, mask: 0xFF_FFFF, first: FIRST_QPN, last: 0xFF_FFFF };
+
+    /// Index of `qpn` in `qps`; out of range (so never found) for another space's QPN.
+    fn idx(self, qpn: Qpn) -> usize {
+        if qpn & !self.mask == self.base {
+            (qpn & self.mask) as usize
+        } else {
+            usize::MAX
+        }
+    }
 }
 
 /// Packets one QP sends in a row before the next QP's turn (a GSO train's worth).
@@ -98,6 +125,7 @@ impl<M: HostMemory> Engine<M> {
                 counters: Counters::default(),
             },
             qps: Vec::new(),
+            qspace: QpnSpace::WHOLE,
             free_qpns: VecDeque::new(),
             nqps: 0,
             txq: VecDeque::new(),
@@ -119,8 +147,32 @@ impl<M: HostMemory> Engine<M> {
         &self.sh.mem
     }
 
+    /// Restricts QPNs to `base | n` with `first <= n < 0xFFFF` (`base`'s low 16 bits zero):
+    /// the slot of a shared address. Only before the first QP (EBUSY after).
+    pub fn set_qpn_slot(&mut self, base: u32, first: u32) -> Result<(), Error> {
+        if !self.qps.is_empty() {
+            return Err(Error::Busy);
+        }
+        if base & 0xFFFF != 0 || base > 0xFF_0000 || !(FIRST_QPN..0xFFFF).contains(&first) {
+            return Err(Error::Invalid);
+        }
+        self.qspace = QpnSpace { base, mask: 0xFFFF, first, last: 0xFFFE };
+        Ok(())
+    }
+
+    /// The counter value (low bits of a QPN) the next new QPN will at least have: a new owner
+    /// of a shared-address slot starts here.
+    pub fn next_qpn_counter(&self) -> u32 {
+        (self.qps.len() as u32).max(self.qspace.first)
+    }
+
+    /// QPs that exist.
+    pub fn qp_count(&self) -> u32 {
+        self.nqps
+    }
+
     fn qp(&self, qpn: Qpn) -> Result<&Qp, Error> {
-        self.qps.get(qpn as usize).and_then(|q| q.as_deref()).ok_or(Error::NotFound)
+        self.qps.get(self.qspace.idx(qpn)).and_then(|q| q.as_deref()).ok_or(Error::NotFound)
     }
 
     // ---- commands: PD, MR, MW, AH ----------------------------------------------------
@@ -393,18 +445,19 @@ impl<M: HostMemory> Engine<M> {
                 if let Some(q) = other {
                     self.free_qpns.push_front(q);
                 }
-                let q = (self.qps.len() as u32).max(FIRST_QPN);
-                if q > 0xFF_FFFF {
+                let n = (self.qps.len() as u32).max(self.qspace.first);
+                if n > self.qspace.last {
                     return Err(Error::NoMemory);
                 }
-                q
+                self.qspace.base | n
             }
         };
-        if self.qps.len() <= qpn as usize {
-            self.qps.resize_with(qpn as usize + 1, || None);
+        let i = self.qspace.idx(qpn);
+        if self.qps.len() <= i {
+            self.qps.resize_with(i + 1, || None);
         }
         let max_sge = l.max_sge.max(l.max_srq_sge);
-        self.qps[qpn as usize] = Some(Box::new(Qp::new(qpn, init, cap, max_sge)));
+        self.qps[self.qspace.idx(qpn)] = Some(Box::new(Qp::new(qpn, init, cap, max_sge)));
         self.nqps += 1;
         self.pd_ref(init.pd, 1);
         for cq in [init.send_cq, init.recv_cq] {
@@ -420,7 +473,7 @@ impl<M: HostMemory> Engine<M> {
 
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
         self.qp(qpn)?;
-        let q = self.qps[qpn as usize].take().ok_or(Error::NotFound)?;
+        let q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
         self.nqps -= 1;
         self.free_qpns.push_back(qpn);
         self.pd_ref(q.pd, -1);
@@ -448,7 +501,7 @@ impl<M: HostMemory> Engine<M> {
                 return Err(Error::Invalid);
             }
         }
-        let mut q = self.qps[qpn as usize].take().ok_or(Error::NotFound)?;
+        let mut q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
         let from = q.state;
         apply_attrs(&mut q, attr, mask);
         if mask.contains(QpAttrMask::PATH_MIG_STATE) && attr.path_mig_state != MigState::Migrated {
@@ -499,7 +552,7 @@ impl<M: HostMemory> Engine<M> {
         if mask.contains(QpAttrMask::MAX_DEST_RD_ATOMIC) && from == QpState::Sqd {
             q.size_responder();
         }
-        self.qps[qpn as usize] = Some(q);
+        self.qps[self.qspace.idx(qpn)] = Some(q);
         self.touch(qpn);
         Ok(())
     }
@@ -531,14 +584,14 @@ impl<M: HostMemory> Engine<M> {
     pub fn post_send(&mut self, now: Nanos, qpn: Qpn, wr: &SendWr<'_>) -> Result<(), Error> {
         let _ = now;
         let limits = self.sh.cfg.limits;
-        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return Err(Error::NotFound) };
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         req::post(q, &mut self.sh, wr, &limits)?;
         self.touch(qpn);
         Ok(())
     }
 
     pub fn post_recv(&mut self, qpn: Qpn, wr: &RecvWr<'_>) -> Result<(), Error> {
-        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return Err(Error::NotFound) };
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         if q.state == QpState::Reset {
             return Err(Error::BadState);
         }
@@ -564,7 +617,7 @@ impl<M: HostMemory> Engine<M> {
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
-        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else {
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else {
             c.unknown_qp += 1;
             return;
         };
@@ -588,7 +641,7 @@ impl<M: HostMemory> Engine<M> {
                 break;
             }
             self.timers.pop();
-            let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { continue };
+            let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
             if q.heap_at != Some(at) {
                 continue;
             }
@@ -609,7 +662,7 @@ impl<M: HostMemory> Engine<M> {
             return None;
         }
         while let Some(qpn) = self.txq.pop_front() {
-            let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { continue };
+            let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
             match xmit::poll_qp(q, &mut self.sh, now, buf) {
                 Some(t) => {
                     self.sh.counters.sent_pkts += 1;
@@ -646,7 +699,7 @@ impl<M: HostMemory> Engine<M> {
     /// same send call as the application's next request (see the transport's progress thread).
     pub fn only_acks_pending(&self) -> bool {
         !self.txq.is_empty()
-            && self.txq.iter().all(|&qpn| match self.qps.get(qpn as usize) {
+            && self.txq.iter().all(|&qpn| match self.qps.get(self.qspace.idx(qpn)) {
                 Some(Some(q)) => req::only_acks_pending(q),
                 _ => true,
             })
@@ -656,7 +709,7 @@ impl<M: HostMemory> Engine<M> {
     #[must_use]
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         while let Some((at, qpn)) = self.timers.peek() {
-            match self.qps.get(qpn as usize).and_then(|q| q.as_deref()) {
+            match self.qps.get(self.qspace.idx(qpn)).and_then(|q| q.as_deref()) {
                 Some(q) if q.heap_at == Some(at) => return Some(at),
                 _ => {
                     self.timers.pop();
@@ -675,7 +728,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// After anything happened to a QP: queue it for transmission and (re)arm its timer.
     fn touch(&mut self, qpn: Qpn) {
-        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return };
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return };
         if !q.in_txq && req::may_transmit(q) {
             q.in_txq = true;
             self.txq.push_back(qpn);
@@ -684,7 +737,7 @@ impl<M: HostMemory> Engine<M> {
     }
 
     fn arm_timer(&mut self, qpn: Qpn) {
-        let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { return };
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return };
         if let Some(due) = q.timer_due() {
             if q.heap_at.is_none_or(|h| due < h) {
                 q.heap_at = Some(due);

@@ -27,6 +27,7 @@ use std::time::Instant;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Waker};
 
+use super::group::Member;
 use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
 use super::memory::ProcessMemory;
@@ -42,6 +43,11 @@ pub use super::hub::EventSink;
 pub use super::pacing::IDLE_POLLS_PER_YIELD;
 pub use super::stats::{stats_socket_name, STATS_SOCKET_PREFIX};
 
+/// QPN counter values reserved in the slot record at a time (shared address). Each owner
+/// of a slot moves its counter at least this far, so the counter comes round to reuse a QPN
+/// only after about 65 000 / 256 = 255 owners.
+const QPN_CHUNK: u32 = 256;
+
 /// A running device. Dropping it stops the progress thread.
 pub struct Device {
     hub: Arc<Hub>,
@@ -55,36 +61,57 @@ impl Device {
     /// port belong to someone else (another urxe process or kernel rxe).
     pub fn open(local: IpAddr, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
         let rx = RoceSocket::bind(SocketAddr::new(local, ROCE_PORT))?;
-        Self::start(rx, cfg, sink)
+        Self::start(rx, cfg, sink, None)
     }
 
     /// Like [`Device::open`] over a UDP socket already bound to `addr:4791`.
     pub fn open_with_socket(sock: std::net::UdpSocket, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
-        Self::start(RoceSocket::adopt(sock)?, cfg, sink)
+        Self::start(RoceSocket::adopt(sock)?, cfg, sink, None)
     }
 
-    fn start(rx: RoceSocket, mut cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+    /// Runs the device on the slot of a shared address (see [`super::group`]): it receives on
+    /// the slot's socket, hands out QPNs `slot << 16 | n` continuing the slot's counter, and
+    /// drops (counting) datagrams for other slots. The member leaves the group when the device
+    /// is dropped.
+    pub fn open_group(member: Member, cfg: EngineConfig, sink: EventSink) -> io::Result<Device> {
+        let rx = RoceSocket::adopt(member.socket_dup()?)?;
+        Self::start(rx, cfg, sink, Some(member))
+    }
+
+    fn start(rx: RoceSocket, mut cfg: EngineConfig, sink: EventSink, group: Option<Member>) -> io::Result<Device> {
         let gso = gso_setting()?;
         let rt = rt_setting()?;
         let local = rx.local_addr().ip();
+        let rx_fd = rx.raw_fd();
         cfg.local_addr = local;
         // Keys must not be predictable from outside: whatever the caller passed, the engine's
         // RNG is seeded from the kernel's random pool.
         cfg.seed = random_seed();
         // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
-        let engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
+        let mut engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
+        let tap = super::tap::Tap::from_env(local)?;
+        let mut io = Io::new(rx, gso, tap);
+        let mut qpn_reserved = 0;
+        if let Some(m) = &group {
+            let first = m.reserve_qpns(QPN_CHUNK)?;
+            qpn_reserved = first + QPN_CHUNK;
+            engine
+                .set_qpn_slot(m.qpn_base(), first)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "QPN slot"))?;
+            io.set_slot(m.slot());
+        }
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
-        let rx_fd = rx.raw_fd();
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         let epoch = Instant::now();
-        let tap = super::tap::Tap::from_env(local)?;
-        let core = Core::new(engine, Io::new(rx, gso, tap), sink, epoch);
+        let mut core = Core::new(engine, io, sink, epoch);
+        core.qpn_reserved = qpn_reserved;
         let hub = Arc::new(Hub {
             core: Mutex::new(core),
             signals: Signals::new(waker, poll.registry().try_clone()?, rx_fd, epoch),
             stop: AtomicBool::new(false),
             rt: AtomicBool::new(false),
+            group,
         });
         let h = hub.clone();
         let thread =
@@ -98,6 +125,24 @@ impl Device {
 
     pub fn local_addr(&self) -> IpAddr {
         self.local
+    }
+
+    /// This device's membership of its address's group, if it shares the address.
+    pub fn group(&self) -> Option<&Member> {
+        self.hub.group.as_ref()
+    }
+
+    /// On a shared address, moves the slot's persistent QPN mark ahead of the engine before
+    /// the engine can hand out a QPN past it, so a later owner of the slot never reuses one.
+    fn persist_qpn_counter(&self, c: &mut Core) {
+        let Some(m) = &self.hub.group else { return };
+        if c.engine.next_qpn_counter() + 1 >= c.qpn_reserved {
+            if let Ok(first) = m.reserve_qpns(QPN_CHUNK) {
+                // Our slot lock makes us the only writer: the chunk follows the previous one
+                // unless the counter wrapped, which the engine's QPN space cannot reach.
+                c.qpn_reserved = first + QPN_CHUNK;
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Core> {
@@ -118,6 +163,7 @@ impl Device {
             c.transmit(now);
         }
         let r = f(&mut c.engine, now);
+        self.persist_qpn_counter(&mut c);
         let sent_all = c.transmit(now);
         c.deliver_events();
         self.kick_if_needed(&mut c, now, sent_all);

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::group::Member;
 use super::io::Io;
 use super::memory::ProcessMemory;
 use super::pacing::{Pacing, Signals};
@@ -26,11 +27,13 @@ pub(super) struct Core {
     sink: EventSink,
     epoch: Instant,
     pub(super) counters: TransportCounters,
+    /// Shared address: QPN counter values below this are reserved in the slot's record.
+    pub(super) qpn_reserved: u32,
 }
 
 impl Core {
     pub(super) fn new(engine: Engine<ProcessMemory>, io: Io, sink: EventSink, epoch: Instant) -> Core {
-        Core { engine, io, pacing: Pacing::new(), sink, epoch, counters: TransportCounters::default() }
+        Core { engine, io, pacing: Pacing::new(), sink, epoch, counters: TransportCounters::default(), qpn_reserved: 0 }
     }
 
     pub(super) fn now(&self) -> Nanos {
@@ -71,6 +74,9 @@ pub(super) struct Hub {
     pub(super) stop: AtomicBool,
     /// The progress thread runs at real-time priority.
     pub(super) rt: AtomicBool,
+    /// The slot of a shared address this device receives on (dropped last: the sockets
+    /// stay open while any thread may still use them).
+    pub(super) group: Option<Member>,
 }
 
 impl Hub {
@@ -85,12 +91,42 @@ impl Hub {
     pub(super) fn stats_report(&self) -> String {
         let c = self.lock();
         let prio = if self.rt.load(Ordering::Relaxed) { "real-time" } else { "normal" };
+        let (local, counters, qps) = (c.io.local(), c.stats_text(), c.engine.qp_count());
+        drop(c);
+        // The member list reads the registry (a lock test per slot): outside the device lock.
+        let group = self.group.as_ref().map(|m| group_text(m, qps)).unwrap_or_default();
         format!(
-            "pid {}\naddress {}\nprogress thread {prio}\n{}{}",
+            "pid {}\naddress {local}\n{group}progress thread {prio}\n{counters}{}",
             std::process::id(),
-            c.io.local(),
-            c.stats_text(),
             self.signals.wake_counters.text()
         )
     }
+}
+
+/// The group lines of `urxe stat`: this process's slot and QPs, then every live member.
+fn group_text(m: &Member, qps: u32) -> String {
+    use std::fmt::Write;
+    let mut s = format!(
+        "group slot {} of {} (QPNs {:#08x}..{:#08x}), {qps} QPs, takeover_drops {}, handouts {}, program_refreshes {}\n",
+        m.slot(),
+        m.slot_count(),
+        m.qpn_base(),
+        m.qpn_base() | 0xFFFF,
+        m.takeover_drops(),
+        m.counters().handouts.load(Ordering::Relaxed),
+        m.counters().program_refreshes.load(Ordering::Relaxed),
+    );
+    match m.members() {
+        Ok(ms) => {
+            s.push_str("group members (slot pid):");
+            for i in ms {
+                let _ = write!(s, " {} {}", i.slot, i.pid);
+            }
+            s.push('\n');
+        }
+        Err(e) => {
+            let _ = writeln!(s, "group members: {e}");
+        }
+    }
+    s
 }

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
+use super::group;
 use super::memory::ProcessMemory;
 use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
 use super::stats::TransportCounters;
@@ -45,6 +46,8 @@ pub(super) struct Io {
     gso: bool,
     /// `URXE_PCAP` capture tap (None: off).
     tap: Option<super::tap::Tap>,
+    /// On a shared address, our slot: datagrams for other slots' QPNs are strays.
+    slot: Option<u8>,
 }
 
 impl Io {
@@ -59,7 +62,13 @@ impl Io {
             send_key: None,
             gso,
             tap,
+            slot: None,
         }
+    }
+
+    /// Receive only what belongs to `slot` of a shared address (see [`super::group`]).
+    pub(super) fn set_slot(&mut self, slot: u8) {
+        self.slot = Some(slot);
     }
 
     pub(super) fn local(&self) -> IpAddr {
@@ -88,6 +97,19 @@ impl Io {
                 if let Some(t) = &self.tap {
                     t.received(src, self.rx.local_addr(), pkt);
                 }
+                if let Some(slot) = self.slot {
+                    match group::classify(slot, pkt) {
+                        group::Delivery::Mine => {}
+                        group::Delivery::Probe => {
+                            counters.rx_group_probes += 1;
+                            continue;
+                        }
+                        group::Delivery::Stray => {
+                            counters.rx_group_strays += 1;
+                            continue;
+                        }
+                    }
+                }
                 let icrc = match (src.ip(), local) {
                     (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
                     (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),
@@ -105,11 +127,16 @@ impl Io {
         }
     }
 
-    /// One socket per flow source port, as rxe varies the port per QP pair. If the port is
-    /// taken on this address, packets go from 4791 instead (any source port is valid).
+    /// One socket per flow source port, as rxe varies the port per QP pair. If the port
+    /// cannot be bound, packets go from 4791 instead; their ICRC then does not match the port
+    /// (urxe peers accept and count `icrc_unverified`, kernel rxe drops them). On a shared
+    /// address the port is bound with SO_REUSEPORT: flows of several members may map to one
+    /// port.
     fn open_tx_socket(&mut self, sport: u16) {
         if !self.tx_socks.contains_key(&sport) {
-            if let Ok(s) = RoceSocket::bind(SocketAddr::new(self.local, sport)) {
+            let local = SocketAddr::new(self.local, sport);
+            let s = if self.slot.is_some() { RoceSocket::bind_shared(local) } else { RoceSocket::bind(local) };
+            if let Ok(s) = s {
                 self.tx_socks.insert(sport, s);
             }
         }

@@ -16,10 +16,13 @@
 //! - [`tap`]: the `URXE_PCAP` capture of every packet sent and received;
 //! - [`memory`]: the host memory the engine reads and writes, through [`fault`]'s routines
 //!   that report a fault instead of taking the process down; [`registration`]: the range check
-//!   of `ibv_reg_mr`.
+//!   of `ibv_reg_mr`;
+//! - [`group`]: one address shared by every process of a user (slot sockets, registry,
+//!   steering program).
 
 pub mod device;
 pub mod fault;
+pub mod group;
 mod hub;
 mod io;
 pub mod memory;

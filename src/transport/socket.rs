@@ -88,10 +88,24 @@ impl RoceSocket {
     /// `EADDRINUSE` means another process (or kernel rxe, which holds 4791 on its addresses)
     /// owns that address and port.
     pub fn bind(local: SocketAddr) -> io::Result<RoceSocket> {
+        Self::bind_with(local, false)
+    }
+
+    /// Like [`RoceSocket::bind`] with SO_REUSEPORT: a send socket for a flow port that other
+    /// processes of this user on a shared address may bind too (the engine computes the ICRC
+    /// for its flow port, so a packet must leave from exactly that port).
+    pub fn bind_shared(local: SocketAddr) -> io::Result<RoceSocket> {
+        Self::bind_with(local, true)
+    }
+
+    fn bind_with(local: SocketAddr, reuse_port: bool) -> io::Result<RoceSocket> {
         let domain = if local.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
         if local.is_ipv6() {
             sock.set_only_v6(true)?;
+        }
+        if reuse_port {
+            sock.set_reuse_port(true)?;
         }
         sock.bind(&SockAddr::from(local))?;
         Self::configure(sock)

@@ -39,6 +39,10 @@ pub struct TransportCounters {
     pub rx_errors: u64,
     /// Datagrams from a non-RoCE source port arrangement we could not attribute (no source).
     pub rx_unaddressed: u64,
+    /// Shared address: datagrams for another slot's QPN (the kernel's hash fallback), dropped.
+    pub rx_group_strays: u64,
+    /// Shared address: join probes of other members, dropped.
+    pub rx_group_probes: u64,
     pub progress_wakeups: u64,
     /// Send posts whose transmission waited for the next one of a burst (doorbell batching).
     pub tx_deferred_posts: u64,
