@@ -26,6 +26,8 @@ mkdir -p target/urxe/reports
   --out target/urxe/reports/rdma-core-suite.md --log target/urxe/reports/rdma-core-suite.log
 step "interoperability with the kernel's rdma_rxe (qemu VMs, both directions, 5% loss rows)"
 IX_SKIP_BUILD=1 bash tests/interop/ci.sh -o target/interop/ci
+step "one address, many processes: 4 urxe processes on 10.77.0.1 with kernel rxe at once, both directions"
+bash tests/interop/group.sh -o target/interop/group
 step "urxe conform: scripted RoCEv2 scenarios against urxe (second process) and kernel rxe (VM)"
 bash tests/conform/run.sh self
 bash tests/conform/run.sh rxe
