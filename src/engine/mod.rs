@@ -3,7 +3,8 @@
 //!
 //! Module map (named after rxe): `mr` (MR + MW, keys), `cq`, `srq` (receive rings), `qp`
 //! (state machine, transition table), `req` (requester), `resp` (responder), `comp`
-//! (completer), `timer`, `counters`. Memory is reached only through [`HostMemory`], after
+//! (completer), `timer`, `window` (the requester's send window and retransmission timer),
+//! `counters`. Memory is reached only through [`HostMemory`], after
 //! the checks in `mr`.
 #![forbid(unsafe_code)]
 
@@ -20,6 +21,7 @@ mod req;
 mod resp;
 mod srq;
 mod timer;
+mod window;
 
 pub use counters::Counters;
 pub use timer::{ack_timeout_nanos, rnr_nanos};
@@ -581,6 +583,7 @@ impl<M: HostMemory> Engine<M> {
                     unacked: psn,
                     retry_left: q.attr.retry_cnt,
                     rnr_left: q.attr.rnr_retry,
+                    win: window::SendWindow::starting_at(psn),
                     ..qp::ReqState::default()
                 };
                 q.state = QpState::Rts;

@@ -4,7 +4,7 @@
 //! buffer with the payload copied once, from host memory straight into the buffer.
 
 use super::comp;
-use super::qp::{Qp, RespOut, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
+use super::qp::{Qp, RespOut, SendWqe, WqeState};
 use super::resp;
 use super::types::*;
 use super::Shared;
@@ -201,7 +201,7 @@ fn poll_request<M: HostMemory>(q: &mut Qp, sh: &mut Shared<M>, now: Nanos, buf: 
                 return None;
             }
         }
-        if q.ty == QpType::Rc && q.req.psn.distance(q.req.unacked) >= MAX_UNACKED_PSNS {
+        if q.ty == QpType::Rc && q.req.psn.distance(q.req.unacked) >= q.req.win.limit() {
             return None;
         }
         return emit_request(q, sh, now, idx, buf);
@@ -360,7 +360,7 @@ fn emit_request<M: HostMemory>(
         }
     }
     q.req.noack_pkts += 1;
-    h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= ACK_EVERY);
+    h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= q.req.win.ack_every());
     if h.bth.ack_req {
         q.req.noack_pkts = 0;
     }
@@ -393,8 +393,12 @@ fn emit_request<M: HostMemory>(
         sh.counters.tx_errors += 1;
         return None;
     };
-    if q.req.psn.before(q.req.high_psn) {
+    let resend = q.req.psn.before(q.req.high_psn);
+    if resend {
         sh.counters.retransmitted_pkts += 1;
+    }
+    if q.ty == QpType::Rc {
+        q.req.win.on_send(now, q.req.psn, resend, &mut sh.counters);
     }
     q.req.psn = q.req.psn.add(consumes);
     if q.req.psn.after(q.req.high_psn) {
@@ -420,7 +424,7 @@ fn emit_request<M: HostMemory>(
         }
     }
     if q.ty == QpType::Rc && q.req.retx_at.is_none() {
-        q.req.retx_at = super::timer::ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
+        q.req.retx_at = q.req.win.arm(now, super::timer::ack_timeout_nanos(q.attr.timeout));
     }
     Some(Transmit { dst, src_port: sport, len })
 }
