@@ -256,9 +256,11 @@ impl Core {
         self.epoch.elapsed().as_nanos() as Nanos
     }
 
-    /// Receives everything queued on the socket (bounded per call) and feeds the engine.
-    fn receive(&mut self, now: Nanos) {
+    /// Receives everything queued on the socket (bounded per call) and feeds the engine. The
+    /// clock is read per batch: timers armed by a packet (RNR) start from when it was handled.
+    fn receive(&mut self) {
         for _ in 0..16 {
+            let now = self.now();
             let n = match self.rx.recv_batch(&mut self.recv) {
                 Ok(0) => return,
                 Ok(n) => n,
@@ -410,7 +412,8 @@ impl Core {
 
     /// Takes in what arrived and what is due: queued datagrams, then expired timers.
     fn take_in(&mut self, now: Nanos) {
-        self.receive(now);
+        self.receive();
+        let now = self.now().max(now);
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }
