@@ -18,7 +18,9 @@ use crate::wire::Psn;
 /// The window's ceiling: what the requester kept outstanding before it adapted.
 pub(crate) const MAX_WINDOW: u32 = MAX_UNACKED_PSNS as u32;
 /// A loss (NAK, RNR) shrinks the window down to this; only a timeout goes below it.
-pub(crate) const MIN_WINDOW: u32 = 2;
+pub(crate) const MIN_WINDOW: u32 = 8;
+/// After a timer expiry the requester resends this many packets first (the probe).
+pub(crate) const PROBE_WINDOW: u32 = 2;
 /// A loss the responder reports shrinks the window to this many quarters. Gentler than
 /// halving: a NAK-sequence also follows plain reordering, and go-back-N already bounds what
 /// one loss costs to what is in flight.
@@ -203,7 +205,7 @@ impl SendWindow {
             self.ssthresh = (self.cwnd / 2).max(MIN_WINDOW);
         }
         self.probing = true;
-        self.cwnd = 1;
+        self.cwnd = PROBE_WINDOW;
         self.acked = 0;
         self.sample = None;
         self.recover = Some(high);
@@ -319,27 +321,33 @@ mod tests {
             w.on_response(0, p(2 * i + 2), &mut c);
         }
         assert!(w.limit() >= MIN_WINDOW as i32 && w.limit() <= MIN_WINDOW as i32 + 1, "{}", w.limit());
-        assert_eq!(w.ack_every(), 1);
+        assert_eq!(w.ack_every(), MIN_WINDOW / 2);
     }
 
     #[test]
-    fn timeout_probes_with_one_packet_then_slow_starts_to_half() {
+    fn timeout_probes_with_a_small_window_then_slow_starts_to_half() {
         let mut c = Counters::default();
         let mut w = SendWindow::starting_at(p(0));
         let t0 = 1_000_000;
         assert_eq!(w.arm(t0, Some(CFG)), Some(t0 + CFG));
         assert_eq!(w.on_timeout(t0 + CFG, p(128), &mut c), Expiry::AckTimeout);
-        assert_eq!(w.limit(), 1);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32);
+        assert_eq!(w.ack_every(), 1, "every probe packet asks for its ACK");
         assert!(w.probing());
         w.on_send(t0 + CFG, p(0), true, &mut c);
         assert_eq!(c.probe_resends, 1);
         w.on_response(t0 + CFG + 10, p(1), &mut c);
         assert!(!w.probing());
-        assert_eq!(w.limit(), 2);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32 + 1);
         w.on_response(t0 + CFG + 20, p(3), &mut c);
-        assert_eq!(w.limit(), 4);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32 + 3);
         w.on_response(t0 + CFG + 30, p(200), &mut c);
         assert_eq!(w.limit(), 64, "slow start stops at half the window before the timeout");
+        // A second expiry while probing keeps that target.
+        w.on_timeout(t0 + 2 * CFG, p(300), &mut c);
+        w.on_timeout(t0 + 3 * CFG, p(300), &mut c);
+        w.on_response(t0 + 3 * CFG + 10, p(290), &mut c);
+        assert_eq!(w.limit(), 32);
     }
 
     #[test]
