@@ -2,7 +2,8 @@
 # Installs the Debian packages urxe's build, demo and tests use. Idempotent; apt-get update first.
 set -euo pipefail
 PKGS=(gcc libc6-dev libibverbs-dev ibverbs-utils ibverbs-providers perftest rdmacm-utils rdma-core
-      python3-pyverbs tshark tcpdump nftables iperf3 sockperf iproute2 valgrind)
+      python3-pyverbs tshark tcpdump nftables iperf3 sockperf iproute2 valgrind
+      iptables libnetfilter-queue-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
