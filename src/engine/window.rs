@@ -49,7 +49,7 @@ pub(crate) struct SendWindow {
     /// PSNs that may be outstanding (`1..=MAX_WINDOW`).
     cwnd: u32,
     /// Below this the window grows by one per acknowledged PSN (slow start), above it by
-    /// one per acknowledged window.
+    /// one per acknowledged half window (one AckReq interval).
     ssthresh: u32,
     /// PSNs acknowledged towards the next additive increase.
     acked: u32,
@@ -165,8 +165,8 @@ impl SendWindow {
             self.cwnd = (self.cwnd + newly).min(self.ssthresh);
         } else {
             self.acked += newly;
-            while self.acked >= self.cwnd && self.cwnd < MAX_WINDOW {
-                self.acked -= self.cwnd;
+            while self.acked >= self.cwnd / 2 && self.cwnd < MAX_WINDOW {
+                self.acked -= self.cwnd / 2;
                 self.cwnd += 1;
             }
             if self.cwnd == MAX_WINDOW {
@@ -300,16 +300,16 @@ mod tests {
         w.on_loss(p(50), p(120), &mut c);
         assert_eq!(w.limit(), 96);
         assert_eq!(c.window_reductions, 1);
-        // Acknowledging past the episode ends it; each full window acknowledged adds one.
+        // Acknowledging past the episode ends it; each half window acknowledged adds one.
         w.on_response(1_000, p(100), &mut c);
-        assert_eq!(w.limit(), 97, "100 acked at 96: +1, 4 carried");
+        assert_eq!(w.limit(), 98, "100 acked at 96: +1 per 48, +1 per 48.5, 4 carried");
         w.on_response(2_000, p(197), &mut c);
-        assert_eq!(w.limit(), 98);
+        assert_eq!(w.limit(), 100);
         w.on_loss(p(198), p(300), &mut c);
-        assert_eq!(w.limit(), 73);
+        assert_eq!(w.limit(), 75);
         assert_eq!(c.window_reductions, 2);
-        assert_eq!(c.send_window_min, 73);
-        assert_eq!(w.ack_every(), 36);
+        assert_eq!(c.send_window_min, 75);
+        assert_eq!(w.ack_every(), 37);
     }
 
     #[test]
