@@ -81,8 +81,8 @@ fn third_read_response_dropped_requester_times_out_and_rereads() {
     assert_eq!(wc.len(), 1);
     assert_eq!((wc[0].wr_id, wc[0].status, wc[0].opcode), (5, WcStatus::Success, WcOpcode::RdmaRead));
     assert_eq!(net.nodes[0].mem().get(local, len), data);
-    // The retransmission timer noticed (from the measured round trip, before the configured
-    // local ACK timeout; both count here).
+    // The retransmission timer noticed (here the configured local ACK timeout, which is
+    // below the RTO floor; an earlier expiry from the measured round trip would count too).
     let c = net.nodes[0].eng.counters();
     assert_eq!(c.ack_timeouts + c.early_rtos, 1);
     assert_eq!(*seen.borrow(), 1);
@@ -95,10 +95,8 @@ fn third_read_response_dropped_requester_times_out_and_rereads() {
     let p = urxe::wire::parse(&reqs[1].1.data).unwrap();
     let reth = p.headers.reth.unwrap();
     assert_eq!((reth.va, reth.dma_len), (remote + 2048, 1024));
-    // And it waited the retransmission timeout before doing so: at least the 20 µs floor,
-    // at most one local ACK timeout (4.096 µs << 4).
-    let waited = reqs[1].0 - reqs[0].0;
-    assert!((20_000..=ack_timeout_nanos(o.timeout).unwrap()).contains(&waited), "{waited} ns");
+    // And it waited one local ACK timeout (4.096 µs << 4) before doing so.
+    assert!(reqs[1].0 - reqs[0].0 >= ack_timeout_nanos(o.timeout).unwrap());
 }
 
 #[test]

@@ -26,8 +26,10 @@ pub(crate) const PROBE_WINDOW: u32 = 2;
 /// one loss costs to what is in flight.
 const LOSS_QUARTERS: u32 = 3;
 /// The retransmission timer never fires sooner than this after it was armed (above it, the
-/// measured round trip and its variation decide).
-pub(crate) const MIN_RTO: Nanos = 20_000;
+/// measured round trip and its variation decide). A responder may hold an ACK for a while
+/// (urxe's progress thread holds one up to 1 ms for the application's next post), so, like
+/// TCP's minimum RTO above delayed ACKs, the floor stays above that hold.
+pub(crate) const MIN_RTO: Nanos = 2_000_000;
 /// Consecutive timeouts double the timer at most this many times (the configured local ACK
 /// timeout caps it long before on any practical path).
 const MAX_BACKOFF: u32 = 10;
