@@ -1,10 +1,12 @@
 //! Randomised sweep: for each seed, a mixed workload (SEND / SEND+IMM / WRITE / WRITE+IMM /
 //! READ / CMP_SWP / FETCH_ADD on several RC QPs in both directions, sizes 0 B .. 1 MiB, path
-//! MTUs 256..4096) over a link with 10% loss, 5% duplication and reordering. Every WR must
-//! complete exactly once with SUCCESS and memory must be byte-identical to the expected
-//! result. A failure prints its seed.
+//! MTUs 256..4096) over a link with 1 %, 5 % or 10 % loss, half as much duplication, and
+//! reordering. Every WR must complete exactly once with SUCCESS and memory must be
+//! byte-identical to the expected result. A failure prints its seed. Each seed also runs
+//! loss-free, and the sweep prints goodput (bytes over virtual time to the last completion)
+//! relative to the loss-free runs.
 //!
-//! `cargo test` runs a short sweep; the long one is
+//! `cargo test` runs a short sweep; the long one (1000 seeds per loss rate) is
 //! `URXE_SEEDS=1000 cargo test --release --test sim_sweep -- --ignored --nocapture`.
 
 mod sim;
@@ -14,6 +16,7 @@ use std::collections::BTreeMap;
 use sim::*;
 use urxe::engine::*;
 
+/// The harshest link of the sweep; [`link`] derives the others from it.
 const LINK: LinkCfg = LinkCfg {
     loss: 0.10,
     dup: 0.05,
@@ -27,20 +30,27 @@ const LINK: LinkCfg = LinkCfg {
     queue_ns: 100_000,
 };
 
+/// `loss` with half as much duplication and [`LINK`]'s reordering (0: a loss-free link with
+/// the same delay, jitter and bandwidth).
+fn link(loss: f64) -> LinkCfg {
+    let reorder = if loss > 0.0 { LINK.reorder } else { 0.0 };
+    LinkCfg { loss, dup: loss / 2.0, reorder, ..LINK }
+}
+
 /// Bytes moved per seed at most (a 1 MiB op still fits).
 const BUDGET: u64 = 1_200_000;
 
-fn describe() -> String {
+fn describe(l: &LinkCfg) -> String {
     format!(
-        "loss {:.0}%, dup {:.0}%, reorder {:.0}% within {} µs, delay {} µs + jitter {} µs, {} Gbit/s with {} µs of queue, path MTU 256..4096, sizes 0 B..1 MiB in 1..4 SGEs, ≤ {} KiB per seed",
-        LINK.loss * 100.0,
-        LINK.dup * 100.0,
-        LINK.reorder * 100.0,
-        LINK.reorder_window / 1000,
-        LINK.delay / 1000,
-        LINK.jitter / 1000,
-        LINK.gbps,
-        LINK.queue_ns / 1000,
+        "loss {:.0}%, dup {:.1}%, reorder {:.0}% within {} µs, delay {} µs + jitter {} µs, {} Gbit/s with {} µs of queue, path MTU 256..4096, sizes 0 B..1 MiB in 1..4 SGEs, ≤ {} KiB per seed",
+        l.loss * 100.0,
+        l.dup * 100.0,
+        l.reorder * 100.0,
+        l.reorder_window / 1000,
+        l.delay / 1000,
+        l.jitter / 1000,
+        l.gbps,
+        l.queue_ns / 1000,
         BUDGET / 1024
     )
 }
@@ -100,13 +110,45 @@ struct Seen {
     duplicates: u64,
     seq_naks: u64,
     timeouts: u64,
+    early_rtos: u64,
+    window_reductions: u64,
+    /// Virtual time from the first post to the last completion.
+    elapsed_ns: u64,
+    /// The same workload's time on a loss-free link.
+    clean_ns: u64,
 }
 
-fn run_seed(seed: u64) -> Result<Seen, String> {
+impl Seen {
+    fn add(&mut self, x: &Seen) {
+        self.ops += x.ops;
+        self.bytes += x.bytes;
+        self.max_size = self.max_size.max(x.max_size);
+        self.zero_len += x.zero_len;
+        self.packets += x.packets;
+        self.retransmitted += x.retransmitted;
+        self.duplicates += x.duplicates;
+        self.seq_naks += x.seq_naks;
+        self.timeouts += x.timeouts;
+        self.early_rtos += x.early_rtos;
+        self.window_reductions += x.window_reductions;
+        self.elapsed_ns += x.elapsed_ns;
+        self.clean_ns += x.clean_ns;
+    }
+}
+
+/// One seed over `link`, and the same workload loss-free (for the goodput ratio).
+fn run_seed(seed: u64, link: LinkCfg) -> Result<Seen, String> {
+    let clean = run_seed_on(seed, self::link(0.0)).map_err(|e| format!("loss-free: {e}"))?;
+    let mut seen = run_seed_on(seed, link)?;
+    seen.clean_ns = clean.elapsed_ns;
+    Ok(seen)
+}
+
+fn run_seed_on(seed: u64, link: LinkCfg) -> Result<Seen, String> {
     let mut seen = Seen::default();
     let mut rng = Rng::new(seed);
     let nnodes = 2 + rng.below(2) as usize;
-    let mut net = Net::with_memory(nnodes, seed, LINK, 4 << 20);
+    let mut net = Net::with_memory(nnodes, seed, link, 4 << 20);
     let mut exp = Expect { mem: Vec::new(), send_ids: BTreeMap::new(), recv: BTreeMap::new() };
     let mut left = BUDGET;
     let nconn = 1 + rng.below(4) as usize;
@@ -196,6 +238,7 @@ fn run_seed(seed: u64) -> Result<Seen, String> {
     let mut got: BTreeMap<(usize, CqId), Vec<WorkCompletion>> = BTreeMap::new();
     let keys: Vec<(usize, CqId)> = exp.send_ids.keys().chain(exp.recv.keys()).copied().collect();
     let mut n = 0;
+    let start = net.now;
     let done = net.run_until(30_000_000_000, |net| {
         for &(node, cq) in &keys {
             let wcs = net.poll_all(node, cq);
@@ -204,6 +247,7 @@ fn run_seed(seed: u64) -> Result<Seen, String> {
         }
         n >= total
     });
+    seen.elapsed_ns = net.now - start;
     // Let stray duplicates drain: nothing may complete twice.
     net.run_idle(5_000_000);
     for &(node, cq) in &keys {
@@ -245,11 +289,13 @@ fn run_seed(seed: u64) -> Result<Seen, String> {
         seen.duplicates += c.duplicate_requests;
         seen.seq_naks += c.seq_naks_rcvd;
         seen.timeouts += c.ack_timeouts;
+        seen.early_rtos += c.early_rtos;
+        seen.window_reductions += c.window_reductions;
     }
     Ok(seen)
 }
 
-fn sweep(first: u64, count: u64) -> u64 {
+fn sweep(first: u64, count: u64, link: LinkCfg) -> u64 {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as u64;
     let ok = std::sync::atomic::AtomicU64::new(0);
     let total = std::sync::Mutex::new(Seen::default());
@@ -260,19 +306,10 @@ fn sweep(first: u64, count: u64) -> u64 {
             s.spawn(move || {
                 let mut seed = first + t;
                 while seed < first + count {
-                    match run_seed(seed) {
+                    match run_seed(seed, link) {
                         Ok(x) => {
                             ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let mut t = total.lock().unwrap();
-                            t.ops += x.ops;
-                            t.bytes += x.bytes;
-                            t.max_size = t.max_size.max(x.max_size);
-                            t.zero_len += x.zero_len;
-                            t.packets += x.packets;
-                            t.retransmitted += x.retransmitted;
-                            t.duplicates += x.duplicates;
-                            t.seq_naks += x.seq_naks;
-                            t.timeouts += x.timeouts;
+                            total.lock().unwrap().add(&x);
                         }
                         Err(e) => eprintln!("seed {seed} FAILED: {e}"),
                     }
@@ -284,7 +321,7 @@ fn sweep(first: u64, count: u64) -> u64 {
     let ok = ok.into_inner();
     let t = total.into_inner().unwrap();
     println!(
-        "exercised: {} data WRs ({} zero-length, largest {} B, {} MiB) + atomics; {} packets, {} retransmitted, {} duplicate requests, {} sequence NAKs, {} ACK timeouts",
+        "exercised: {} data WRs ({} zero-length, largest {} B, {} MiB) + atomics; {} packets, {} retransmitted, {} duplicate requests, {} sequence NAKs, {} ACK timeouts, {} early RTOs, {} window reductions",
         t.ops,
         t.zero_len,
         t.max_size,
@@ -293,11 +330,24 @@ fn sweep(first: u64, count: u64) -> u64 {
         t.retransmitted,
         t.duplicates,
         t.seq_naks,
-        t.timeouts
+        t.timeouts,
+        t.early_rtos,
+        t.window_reductions
     );
-    println!("{ok}/{count} seeds ok ({})", describe());
+    let mib_s = |ns: u64| t.bytes as f64 / 1_048_576.0 / (ns.max(1) as f64 / 1e9);
+    println!(
+        "goodput at {:.0}% loss: {:.3}x loss-free ({:.1} MiB/s vs {:.1} MiB/s of virtual time, {} seeds)",
+        link.loss * 100.0,
+        t.clean_ns as f64 / t.elapsed_ns.max(1) as f64,
+        mib_s(t.elapsed_ns),
+        mib_s(t.clean_ns),
+        ok
+    );
+    println!("{ok}/{count} seeds ok ({})", describe(&link));
     ok
 }
+
+const LOSS_RATES: [f64; 3] = [0.01, 0.05, 0.10];
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -306,14 +356,18 @@ fn env(name: &str, default: u64) -> u64 {
 #[test]
 fn short_seed_sweep() {
     let n = env("URXE_SHORT_SEEDS", 12);
-    assert_eq!(sweep(env("URXE_SEED_START", 0), n), n);
+    for loss in LOSS_RATES {
+        assert_eq!(sweep(env("URXE_SEED_START", 0), n, link(loss)), n, "at {loss} loss");
+    }
 }
 
 #[test]
 #[ignore = "long: URXE_SEEDS=1000 cargo test --release --test sim_sweep -- --ignored --nocapture"]
 fn long_seed_sweep() {
     let n = env("URXE_SEEDS", 1000);
-    assert_eq!(sweep(env("URXE_SEED_START", 1_000_000), n), n);
+    for loss in LOSS_RATES {
+        assert_eq!(sweep(env("URXE_SEED_START", 1_000_000), n, link(loss)), n, "at {loss} loss");
+    }
 }
 
 /// UC and UD under the same faults: no delivery guarantee (and duplicated or late packets can

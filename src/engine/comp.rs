@@ -7,6 +7,8 @@ use super::qp::{Qp, WqeState};
 use super::shared::EngineShared;
 use super::timer::{ack_timeout_nanos, rnr_nanos};
 use super::types::*;
+use super::window::Expiry;
+use super::Counters;
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::opcode::{OpKind, Position};
 use crate::wire::{Parsed, Psn};
@@ -139,19 +141,22 @@ pub(crate) fn position_at(q: &mut Qp, psn: Psn) {
     q.req.next = q.sq.wqes.len();
 }
 
-/// Go-back-N from `psn`, at most once per loss however many NAKs report it.
-fn rewind(q: &mut Qp, psn: Psn) {
+/// Go-back-N from `psn`, at most once per loss however many NAKs report it (false: already
+/// done, nothing changed). A loss also shrinks the send window, once per episode.
+fn rewind(q: &mut Qp, c: &mut Counters, psn: Psn) -> bool {
     if q.req.rewound_at == Some(psn) {
-        return;
+        return false;
     }
     q.req.rewound_at = Some(psn);
+    q.req.win.on_loss(psn, q.req.high_psn, c);
     position_at(q, psn);
+    true
 }
 
 /// Applies an acknowledgement of every PSN up to and including `p`. Returns false (after
 /// starting a retry) if a READ/atomic before `p` is still missing its response: the
 /// responder went past it, so the response was lost (implicit NAK).
-fn ack_through(q: &mut Qp, p: Psn, except: Option<usize>) -> bool {
+fn ack_through(q: &mut Qp, counters: &mut Counters, p: Psn, except: Option<usize>) -> bool {
     let before = q.req.unacked;
     let mut ok = true;
     for (i, w) in q.sq.wqes.iter_mut().enumerate() {
@@ -181,7 +186,7 @@ fn ack_through(q: &mut Qp, p: Psn, except: Option<usize>) -> bool {
     }
     if !ok {
         let u = q.req.unacked;
-        rewind(q, u);
+        rewind(q, counters, u);
     }
     // If a retry had gone back before what is now acknowledged, skip ahead.
     if q.req.psn.before(q.req.unacked) {
@@ -220,11 +225,11 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M
             let Some(aeth) = p.headers.aeth else { return };
             match aeth.syndrome {
                 Syndrome::Ack { .. } => {
-                    ack_through(q, psn, None);
+                    ack_through(q, &mut sh.counters, psn, None);
                 }
                 Syndrome::RnrNak { timer } => {
                     sh.counters.rnr_naks_rcvd += 1;
-                    if !ack_through(q, psn.sub(1), None) {
+                    if !ack_through(q, &mut sh.counters, psn.sub(1), None) {
                         return;
                     }
                     if q.attr.rnr_retry != 7 {
@@ -239,17 +244,18 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M
                     }
                     q.req.rnr_until = Some(now + rnr_nanos(timer.code()));
                     q.req.retx_at = None;
+                    q.req.win.on_loss(psn, q.req.high_psn, &mut sh.counters);
                     q.req.rewound_at = None;
                     position_at(q, psn);
                 }
                 Syndrome::Nak(NakCode::PsnSequenceError) => {
                     sh.counters.seq_naks_rcvd += 1;
-                    if ack_through(q, psn.sub(1), None) {
-                        rewind(q, psn);
+                    if ack_through(q, &mut sh.counters, psn.sub(1), None) && !rewind(q, &mut sh.counters, psn) {
+                        sh.counters.dup_naks_ignored += 1;
                     }
                 }
                 Syndrome::Nak(code) => {
-                    ack_through(q, psn.sub(1), None);
+                    ack_through(q, &mut sh.counters, psn.sub(1), None);
                     let status = match code {
                         NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                         NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -279,9 +285,11 @@ fn after_progress<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {
     if q.state == QpState::Err {
         return;
     }
+    q.req.win.on_response(now, q.req.unacked, &mut sh.counters);
     q.req.retx_at = if q.req.unacked.before(q.req.high_psn) && q.req.rnr_until.is_none() {
-        ack_timeout_nanos(q.attr.timeout).map(|d| now + d)
+        q.req.win.arm(now, ack_timeout_nanos(q.attr.timeout))
     } else {
+        q.req.win.disarm();
         None
     };
 }
@@ -305,13 +313,13 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, 
         return;
     }
     // Responses arrive in order: everything before this WQE is acknowledged by it.
-    if !ack_through(q, w.first_psn.sub(1), Some(j)) {
+    if !ack_through(q, &mut sh.counters, w.first_psn.sub(1), Some(j)) {
         return;
     }
     if psn != q.req.unacked {
         // A response went missing (or this one is early): retry from the first gap.
         let u = q.req.unacked;
-        rewind(q, u);
+        rewind(q, &mut sh.counters, u);
         return;
     }
     let i = psn.distance(w.first_psn) as u32;
@@ -371,20 +379,25 @@ pub(crate) fn on_timeout<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {
     if !matches!(q.state, QpState::Rts | QpState::Sqd) || !q.req.unacked.before(q.req.high_psn) {
         return;
     }
-    sh.counters.ack_timeouts += 1;
-    if q.req.retry_left == 0 {
-        sh.counters.retry_exceeded += 1;
-        if let Some(i) = first_pending(q) {
-            fail_wqe(q, sh, i, WcStatus::RetryExcErr);
+    // Only an expiry of the configured timeout is a local ACK timeout (it counts against
+    // retry_cnt); an earlier one from the measured round trip just resends a probe.
+    let kind = q.req.win.on_timeout(now, q.req.high_psn, &mut sh.counters);
+    if kind == Expiry::AckTimeout {
+        sh.counters.ack_timeouts += 1;
+        if q.req.retry_left == 0 {
+            sh.counters.retry_exceeded += 1;
+            if let Some(i) = first_pending(q) {
+                fail_wqe(q, sh, i, WcStatus::RetryExcErr);
+            }
+            return;
         }
-        return;
+        q.req.retry_left -= 1;
     }
-    q.req.retry_left -= 1;
     q.req.rewound_at = None;
     let u = q.req.unacked;
     position_at(q, u);
     // READ/atomic WQEs being re-requested stay counted in rd_atomic_out.
-    q.req.retx_at = ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
+    q.req.retx_at = q.req.win.rearm(now, ack_timeout_nanos(q.attr.timeout), kind);
 }
 
 /// Marks a WQE failed (it completes in order with `status`, then the QP goes to ERR).

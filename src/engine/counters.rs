@@ -1,5 +1,6 @@
 //! Engine counters, in the spirit of rxe's hw counters (`rxe_hw_counters.c`). Plain `u64`s the
-//! driver reads with `Engine::counters()`; the engine only ever increments them.
+//! driver reads with `Engine::counters()`; the engine only ever increments them, except the
+//! send-window gauges (`send_window`, `send_window_min`, `srtt_ns`), which hold a last value.
 
 /// Device-wide packet and error counters.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -56,4 +57,25 @@ pub struct Counters {
     pub cq_overflows: u64,
     /// Outgoing packets that did not fit the caller's buffer or could not be addressed.
     pub tx_errors: u64,
+    /// Send-window reductions (a NAK-sequence, lost READ response, RNR NAK or timer expiry
+    /// halved the window or dropped it to the one-packet probe).
+    pub window_reductions: u64,
+    /// Retransmission-timer expiries before the configured local ACK timeout (measured
+    /// round trip): a probe was resent, `retry_cnt` untouched.
+    pub early_rtos: u64,
+    /// Timer expiries that doubled the retransmission timeout (consecutive, no progress).
+    pub rto_backoffs: u64,
+    /// Packets resent as probes (one at a time) after a timer expiry.
+    pub probe_resends: u64,
+    /// PSN sequence error NAKs ignored because go-back-N had already restarted from that
+    /// PSN with no progress since.
+    pub dup_naks_ignored: u64,
+    /// Round-trip samples taken (ACKs of packets sent once).
+    pub rtt_samples: u64,
+    /// Gauge: the smoothed round trip of the QP that took the last sample (ns).
+    pub srtt_ns: u64,
+    /// Gauge: the send window (PSNs) of the QP whose window changed last.
+    pub send_window: u64,
+    /// Gauge: the smallest send window any QP reached (0: never reduced).
+    pub send_window_min: u64,
 }

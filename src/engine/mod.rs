@@ -27,6 +27,7 @@ mod resp;
 mod shared;
 mod srq;
 mod timer;
+mod window;
 mod xmit;
 
 pub use counters::Counters;
@@ -537,6 +538,7 @@ impl<M: HostMemory> Engine<M> {
                     unacked: psn,
                     retry_left: q.attr.retry_cnt,
                     rnr_left: q.attr.rnr_retry,
+                    win: window::SendWindow::starting_at(psn),
                     ..qp::ReqState::default()
                 };
                 q.state = QpState::Rts;

@@ -124,6 +124,8 @@ pub(crate) struct ReqState {
     pub noack_pkts: u32,
     /// SQD: async notification pending until drained.
     pub sqd_notify: bool,
+    /// Send window and retransmission timer (see `window`).
+    pub win: super::window::SendWindow,
 }
 
 /// A READ or atomic the responder remembers for duplicates (responder resources).

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use super::comp::{self, fail_wqe};
 use super::dma::gather;
-use super::qp::{Qp, RespOut, SendWqe, WqeState, ACK_EVERY, MAX_UNACKED_PSNS};
+use super::qp::{Qp, RespOut, SendWqe, WqeState};
 use super::shared::EngineShared;
 use super::types::*;
 use crate::wire::atomic_eth::AtomicEthRepr;
@@ -187,7 +187,7 @@ pub(crate) fn poll_request<M: HostMemory>(
                 return None;
             }
         }
-        if q.ty == QpType::Rc && q.req.psn.distance(q.req.unacked) >= MAX_UNACKED_PSNS {
+        if q.ty == QpType::Rc && q.req.psn.distance(q.req.unacked) >= q.req.win.limit() {
             return None;
         }
         return emit_request(q, sh, now, idx, buf);
@@ -394,7 +394,7 @@ fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> 
 /// `ACK_EVERY`th packet.
 fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
     q.req.noack_pkts += 1;
-    h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= ACK_EVERY);
+    h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= q.req.win.ack_every());
     if h.bth.ack_req {
         q.req.noack_pkts = 0;
     }
@@ -415,8 +415,12 @@ fn copy_payload<M: HostMemory>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe, offset
 /// After a packet went out: the next PSN, the retransmission count, the WQE's state when its
 /// last packet left (RC: sent, waiting for its ACK; UC/UD: done) and the ACK timer.
 fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, consumes: u32, ends: bool) {
-    if q.req.psn.before(q.req.high_psn) {
+    let resend = q.req.psn.before(q.req.high_psn);
+    if resend {
         sh.counters.retransmitted_pkts += 1;
+    }
+    if q.ty == QpType::Rc {
+        q.req.win.on_send(now, q.req.psn, resend, &mut sh.counters);
     }
     q.req.psn = q.req.psn.add(consumes);
     if q.req.psn.after(q.req.high_psn) {
@@ -442,6 +446,6 @@ fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, cons
         }
     }
     if q.ty == QpType::Rc && q.req.retx_at.is_none() {
-        q.req.retx_at = super::timer::ack_timeout_nanos(q.attr.timeout).map(|d| now + d);
+        q.req.retx_at = q.req.win.arm(now, super::timer::ack_timeout_nanos(q.attr.timeout));
     }
 }

@@ -75,9 +75,16 @@ impl Io {
         self.local
     }
 
-    /// Receives everything queued on the socket (bounded per call) and feeds the engine.
-    pub(super) fn receive(&mut self, engine: &mut Engine<ProcessMemory>, now: Nanos, counters: &mut TransportCounters) {
+    /// Receives everything queued on the socket (bounded per call) and feeds the engine. The
+    /// clock is read per batch: timers a packet arms (RNR) start from when it was handled.
+    pub(super) fn receive(
+        &mut self,
+        engine: &mut Engine<ProcessMemory>,
+        clock: impl Fn() -> Nanos,
+        counters: &mut TransportCounters,
+    ) {
         for _ in 0..16 {
+            let now = clock();
             let n = match self.rx.recv_batch(&mut self.recv) {
                 Ok(0) => return,
                 Ok(n) => n,

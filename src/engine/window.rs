@@ -1,0 +1,414 @@
+//! The requester's adaptation to loss and delay (engine layer, sans-IO: time is an argument,
+//! no I/O). One [`SendWindow`] per RC QP decides how many PSNs may be outstanding (AIMD with
+//! slow start after a timeout), when the retransmission timer fires (from the measured round
+//! trip, backing off, never later than the QP's configured local ACK timeout), and which
+//! timer expiries are local ACK timeouts in the IBTA sense (those count against `retry_cnt`).
+//!
+//! What the IBTA leaves to the requester is used and nothing more: how much it keeps
+//! outstanding, when it asks for an ACK, and when it sends unacknowledged packets again (the
+//! responder handles duplicates, §9.7.5.1). The local ACK timeout keeps its meaning: a
+//! `RETRY_EXC_ERR` still takes `retry_cnt + 1` periods of the configured timeout without
+//! progress. See docs/DESIGN.md, "The requester's window and retransmission timer".
+
+use super::counters::Counters;
+use super::qp::{ACK_EVERY, MAX_UNACKED_PSNS};
+use super::types::Nanos;
+use crate::wire::Psn;
+
+/// The window's ceiling: what the requester kept outstanding before it adapted.
+pub(crate) const MAX_WINDOW: u32 = MAX_UNACKED_PSNS as u32;
+/// A loss (NAK, RNR) shrinks the window down to this; only a timeout goes below it.
+pub(crate) const MIN_WINDOW: u32 = 8;
+/// After a timer expiry the requester resends this many packets first (the probe).
+pub(crate) const PROBE_WINDOW: u32 = 2;
+/// A loss the responder reports shrinks the window to this many quarters. Gentler than
+/// halving: a NAK-sequence also follows plain reordering, and go-back-N already bounds what
+/// one loss costs to what is in flight.
+const LOSS_QUARTERS: u32 = 3;
+/// The retransmission timer never fires sooner than this after it was armed (above it, the
+/// measured round trip and its variation decide). A responder may hold an ACK for a while
+/// (urxe's progress thread holds one up to 1 ms for the application's next post), so, like
+/// TCP's minimum RTO above delayed ACKs, the floor stays above that hold.
+pub(crate) const MIN_RTO: Nanos = 2_000_000;
+/// Consecutive timeouts double the timer at most this many times (the configured local ACK
+/// timeout caps it long before on any practical path).
+const MAX_BACKOFF: u32 = 10;
+
+/// What a timer expiry was.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Expiry {
+    /// The retransmission timer fired before the configured local ACK timeout: resend a
+    /// probe; `retry_cnt` is not touched.
+    Early,
+    /// The configured local ACK timeout passed without progress (IBTA §9.7.6.1.3): counts
+    /// against `retry_cnt`.
+    AckTimeout,
+}
+
+/// Per-QP send window and retransmission timer state.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendWindow {
+    /// PSNs that may be outstanding (`1..=MAX_WINDOW`).
+    cwnd: u32,
+    /// Below this the window grows by one per acknowledged PSN (slow start), above it by
+    /// one per acknowledged half window (one AckReq interval).
+    ssthresh: u32,
+    /// PSNs acknowledged towards the next additive increase.
+    acked: u32,
+    /// The window was reduced for the loss of something sent before this PSN: further
+    /// losses below it belong to the same episode and do not reduce it again.
+    recover: Option<Psn>,
+    /// Oldest unacknowledged PSN as last seen (to count newly acknowledged PSNs).
+    unacked: Psn,
+    /// Smoothed round trip and its variation (RFC 6298's estimator).
+    srtt: Option<Nanos>,
+    rttvar: Nanos,
+    /// Consecutive timer expiries without progress (the timer is doubled this many times).
+    backoff: u32,
+    /// The one packet being timed: (PSN, sent at). Only packets sent once are timed.
+    sample: Option<(Psn, Nanos)>,
+    /// When the configured local ACK timeout expires, if armed.
+    ack_deadline: Option<Nanos>,
+    /// After a timeout until the first progress: the requester is probing.
+    probing: bool,
+}
+
+impl Default for SendWindow {
+    fn default() -> Self {
+        SendWindow {
+            cwnd: MAX_WINDOW,
+            ssthresh: MAX_WINDOW,
+            acked: 0,
+            recover: None,
+            unacked: Psn::new(0),
+            srtt: None,
+            rttvar: 0,
+            backoff: 0,
+            sample: None,
+            ack_deadline: None,
+            probing: false,
+        }
+    }
+}
+
+impl SendWindow {
+    /// Starts at `psn` (the QP's first send PSN).
+    pub fn starting_at(psn: Psn) -> SendWindow {
+        SendWindow { unacked: psn, ..SendWindow::default() }
+    }
+
+    // ---- getters ----------------------------------------------------------------------
+
+    /// PSNs that may be outstanding now.
+    pub fn limit(&self) -> i32 {
+        self.cwnd as i32
+    }
+
+    /// A long message asks for an ACK at least every this many packets: half a window, so
+    /// the ACK comes back while the rest of the window is still being sent.
+    pub fn ack_every(&self) -> u32 {
+        (self.cwnd / 2).clamp(1, ACK_EVERY)
+    }
+
+    /// Whether the requester is probing after a timeout (sending one packet at a time).
+    #[cfg(test)]
+    pub fn probing(&self) -> bool {
+        self.probing
+    }
+
+    /// The retransmission timeout for the next arming, capped by the configured one.
+    pub fn rto(&self, configured: Nanos) -> Nanos {
+        let base = match self.srtt {
+            Some(s) => (s + (4 * self.rttvar).max(1)).max(MIN_RTO),
+            None => configured,
+        };
+        base.saturating_mul(1 << self.backoff.min(MAX_BACKOFF)).min(configured)
+    }
+
+    // ---- inputs -----------------------------------------------------------------------
+
+    /// A request packet with PSN `psn` left at `now`; `resend` if it was sent before.
+    pub fn on_send(&mut self, now: Nanos, psn: Psn, resend: bool, c: &mut Counters) {
+        if resend {
+            // Karn: an ACK of a packet sent twice does not say which copy it answers.
+            if self.sample.is_some_and(|(p, _)| !psn.after(p)) {
+                self.sample = None;
+            }
+            if self.probing {
+                c.probe_resends += 1;
+            }
+        } else if self.sample.is_none() {
+            self.sample = Some((psn, now));
+        }
+    }
+
+    /// A valid response arrived; `unacked` is the oldest PSN still unacknowledged after it.
+    /// Takes a round-trip sample, ends a backoff and grows the window by what was newly
+    /// acknowledged.
+    pub fn on_response(&mut self, now: Nanos, unacked: Psn, c: &mut Counters) {
+        let newly = unacked.distance(self.unacked);
+        if newly <= 0 {
+            return;
+        }
+        self.unacked = unacked;
+        if let Some((p, sent)) = self.sample {
+            if unacked.after(p) {
+                self.sample = None;
+                self.rtt_sample(now.saturating_sub(sent), c);
+            }
+        }
+        self.backoff = 0;
+        self.probing = false;
+        if self.recover.is_some_and(|r| !unacked.before(r)) {
+            self.recover = None;
+        }
+        let newly = newly as u32;
+        if self.cwnd < self.ssthresh {
+            self.cwnd = (self.cwnd + newly).min(self.ssthresh);
+        } else {
+            self.acked += newly;
+            while self.acked >= self.cwnd / 2 && self.cwnd < MAX_WINDOW {
+                self.acked -= self.cwnd / 2;
+                self.cwnd += 1;
+            }
+            if self.cwnd == MAX_WINDOW {
+                self.acked = 0;
+            }
+        }
+        c.send_window = self.cwnd as u64;
+    }
+
+    /// A loss reported by the responder (NAK-sequence, a missing READ response, RNR) at
+    /// `psn`, with `high` one past the highest PSN sent: shrinks the window once per episode.
+    pub fn on_loss(&mut self, psn: Psn, high: Psn, c: &mut Counters) {
+        self.sample = None;
+        if self.recover.is_some_and(|r| psn.before(r)) {
+            return;
+        }
+        self.recover = Some(high);
+        self.ssthresh = (self.cwnd * LOSS_QUARTERS / 4).max(MIN_WINDOW);
+        self.cwnd = self.ssthresh;
+        self.acked = 0;
+        self.reduced(c);
+    }
+
+    /// The retransmission timer fired at `now` with PSNs up to `high` outstanding. Says
+    /// whether it is a local ACK timeout; either way the window drops to one packet (the
+    /// probe) and the next timer is doubled.
+    pub fn on_timeout(&mut self, now: Nanos, high: Psn, c: &mut Counters) -> Expiry {
+        let kind = match self.ack_deadline {
+            Some(d) if d > now => Expiry::Early,
+            _ => Expiry::AckTimeout,
+        };
+        if kind == Expiry::Early {
+            c.early_rtos += 1;
+        }
+        if !self.probing {
+            self.ssthresh = (self.cwnd / 2).max(MIN_WINDOW);
+        }
+        self.probing = true;
+        self.cwnd = PROBE_WINDOW;
+        self.acked = 0;
+        self.sample = None;
+        self.recover = Some(high);
+        if self.backoff < MAX_BACKOFF {
+            self.backoff += 1;
+            c.rto_backoffs += 1;
+        }
+        self.reduced(c);
+        kind
+    }
+
+    // ---- timer --------------------------------------------------------------------------
+
+    /// Arms both timers from `now` (first packet sent, or a response arrived): the local ACK
+    /// timeout at `now + configured`, and returns when the retransmission timer fires
+    /// (`None`: the configured timeout is infinite, so no timer at all).
+    pub fn arm(&mut self, now: Nanos, configured: Option<Nanos>) -> Option<Nanos> {
+        let cfg = configured?;
+        self.ack_deadline = Some(now + cfg);
+        Some(now + self.rto(cfg))
+    }
+
+    /// Re-arms after an expiry of `kind` at `now`: a local ACK timeout starts a new period
+    /// of the configured timeout; an early expiry keeps the running one. The retransmission
+    /// timer (backed off) never fires after the local ACK timeout.
+    pub fn rearm(&mut self, now: Nanos, configured: Option<Nanos>, kind: Expiry) -> Option<Nanos> {
+        let cfg = configured?;
+        let deadline = match (kind, self.ack_deadline) {
+            (Expiry::Early, Some(d)) => d,
+            _ => now + cfg,
+        };
+        self.ack_deadline = Some(deadline);
+        Some((now + self.rto(cfg)).min(deadline))
+    }
+
+    /// Nothing is outstanding or the requester waits (RNR): no timer.
+    pub fn disarm(&mut self) {
+        self.ack_deadline = None;
+    }
+
+    // ---- internals ----------------------------------------------------------------------
+
+    fn rtt_sample(&mut self, r: Nanos, c: &mut Counters) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(r);
+                self.rttvar = r / 2;
+            }
+            Some(s) => {
+                self.rttvar = (3 * self.rttvar + s.abs_diff(r)) / 4;
+                self.srtt = Some((7 * s + r) / 8);
+            }
+        }
+        c.rtt_samples += 1;
+        c.srtt_ns = self.srtt.unwrap_or(r);
+    }
+
+    fn reduced(&mut self, c: &mut Counters) {
+        c.window_reductions += 1;
+        c.send_window = self.cwnd as u64;
+        if c.send_window_min == 0 || (self.cwnd as u64) < c.send_window_min {
+            c.send_window_min = self.cwnd as u64;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CFG: Nanos = 67_108_864; // timeout 14
+
+    fn p(v: u32) -> Psn {
+        Psn::new(v)
+    }
+
+    #[test]
+    fn starts_at_the_ceiling_and_asks_for_acks_every_half_window() {
+        let w = SendWindow::starting_at(p(10));
+        assert_eq!(w.limit(), 128);
+        assert_eq!(w.ack_every(), 64);
+        assert_eq!(w.rto(CFG), CFG, "no sample yet: the configured timeout");
+    }
+
+    #[test]
+    fn nak_shrinks_once_per_episode_then_grows_additively() {
+        let mut c = Counters::default();
+        let mut w = SendWindow::starting_at(p(0));
+        w.on_loss(p(5), p(100), &mut c);
+        assert_eq!(w.limit(), 96);
+        // A second loss in the same flight does not reduce again.
+        w.on_loss(p(50), p(120), &mut c);
+        assert_eq!(w.limit(), 96);
+        assert_eq!(c.window_reductions, 1);
+        // Acknowledging past the episode ends it; each half window acknowledged adds one.
+        w.on_response(1_000, p(100), &mut c);
+        assert_eq!(w.limit(), 98, "100 acked at 96: +1 per 48, +1 per 48.5, 4 carried");
+        w.on_response(2_000, p(197), &mut c);
+        assert_eq!(w.limit(), 100);
+        w.on_loss(p(198), p(300), &mut c);
+        assert_eq!(w.limit(), 75);
+        assert_eq!(c.window_reductions, 2);
+        assert_eq!(c.send_window_min, 75);
+        assert_eq!(w.ack_every(), 37);
+    }
+
+    #[test]
+    fn losses_never_take_the_window_below_the_floor() {
+        let mut c = Counters::default();
+        let mut w = SendWindow::starting_at(p(0));
+        for i in 0..40 {
+            w.on_loss(p(2 * i + 1), p(2 * i + 2), &mut c);
+            w.on_response(0, p(2 * i + 2), &mut c);
+        }
+        assert!(w.limit() >= MIN_WINDOW as i32 && w.limit() <= MIN_WINDOW as i32 + 1, "{}", w.limit());
+        assert_eq!(w.ack_every(), MIN_WINDOW / 2);
+    }
+
+    #[test]
+    fn timeout_probes_with_a_small_window_then_slow_starts_to_half() {
+        let mut c = Counters::default();
+        let mut w = SendWindow::starting_at(p(0));
+        let t0 = 1_000_000;
+        assert_eq!(w.arm(t0, Some(CFG)), Some(t0 + CFG));
+        assert_eq!(w.on_timeout(t0 + CFG, p(128), &mut c), Expiry::AckTimeout);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32);
+        assert_eq!(w.ack_every(), 1, "every probe packet asks for its ACK");
+        assert!(w.probing());
+        w.on_send(t0 + CFG, p(0), true, &mut c);
+        assert_eq!(c.probe_resends, 1);
+        w.on_response(t0 + CFG + 10, p(1), &mut c);
+        assert!(!w.probing());
+        assert_eq!(w.limit(), PROBE_WINDOW as i32 + 1);
+        w.on_response(t0 + CFG + 20, p(3), &mut c);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32 + 3);
+        w.on_response(t0 + CFG + 30, p(200), &mut c);
+        assert_eq!(w.limit(), 64, "slow start stops at half the window before the timeout");
+        // A second expiry while probing keeps that target.
+        w.on_timeout(t0 + 2 * CFG, p(300), &mut c);
+        w.on_timeout(t0 + 3 * CFG, p(300), &mut c);
+        w.on_response(t0 + 3 * CFG + 10, p(290), &mut c);
+        assert_eq!(w.limit(), 32);
+    }
+
+    #[test]
+    fn rto_follows_measured_rtt_with_floor_and_karn() {
+        let mut c = Counters::default();
+        let mut w = SendWindow::starting_at(p(0));
+        w.on_send(0, p(0), false, &mut c);
+        w.on_send(10, p(1), false, &mut c); // not timed: one sample at a time
+        w.on_response(5_000_000, p(1), &mut c);
+        assert_eq!(c.rtt_samples, 1);
+        assert_eq!(c.srtt_ns, 5_000_000);
+        assert_eq!(w.rto(CFG), 5_000_000 + 4 * 2_500_000);
+        // A resent packet is not timed.
+        w.on_send(6_000_000, p(2), false, &mut c);
+        w.on_send(7_000_000, p(2), true, &mut c);
+        w.on_response(8_000_000, p(3), &mut c);
+        assert_eq!(c.rtt_samples, 1);
+        // Tiny round trips: the floor holds.
+        let mut w = SendWindow::starting_at(p(0));
+        for i in 0..50u32 {
+            w.on_send(i as u64 * 100, p(i), false, &mut c);
+            w.on_response(i as u64 * 100 + 20, p(i + 1), &mut c);
+        }
+        assert_eq!(w.rto(CFG), MIN_RTO);
+        // Never above the configured timeout.
+        assert_eq!(w.rto(MIN_RTO / 2), MIN_RTO / 2);
+    }
+
+    #[test]
+    fn early_expiries_back_off_but_never_past_the_ack_timeout() {
+        let mut c = Counters::default();
+        let mut w = SendWindow::starting_at(p(0));
+        w.on_send(0, p(0), false, &mut c);
+        w.on_response(2_000_000, p(1), &mut c); // srtt 2 ms, rttvar 1 ms: rto 6 ms
+        let t = 10_000_000;
+        let mut at = w.arm(t, Some(CFG)).unwrap();
+        assert_eq!(at, t + 6_000_000);
+        let mut periods = Vec::new();
+        let mut kinds = Vec::new();
+        for _ in 0..8 {
+            let k = w.on_timeout(at, p(1), &mut c);
+            kinds.push(k);
+            let next = w.rearm(at, Some(CFG), k).unwrap();
+            periods.push(next - at);
+            at = next;
+        }
+        // 12 and 24 ms, then 48 ms cut to the local ACK timeout at t + 67.1 ms; from there
+        // every expiry is a local ACK timeout one configured period after the last.
+        assert_eq!(&kinds[..3], &[Expiry::Early; 3]);
+        assert_eq!(&periods[..3], &[12_000_000, 24_000_000, CFG - 42_000_000]);
+        assert!(kinds[3..].iter().all(|k| *k == Expiry::AckTimeout), "{kinds:?}");
+        assert!(periods[3..].iter().all(|&d| d == CFG), "{periods:?}");
+        assert_eq!((c.early_rtos, c.rto_backoffs), (3, 8));
+    }
+
+    #[test]
+    fn infinite_timeout_arms_nothing() {
+        let mut w = SendWindow::starting_at(p(0));
+        assert_eq!(w.arm(5, None), None);
+        assert_eq!(w.rearm(5, None, Expiry::AckTimeout), None);
+    }
+}

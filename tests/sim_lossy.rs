@@ -1,0 +1,160 @@
+//! The requester's adaptation (src/engine/window.rs) seen from outside: a stalled peer gets
+//! backed-off probes, not whole windows; retry_cnt still counts configured local ACK timeouts
+//! only; a duplicate NAK does not restart go-back-N twice.
+
+mod sim;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use sim::*;
+use urxe::engine::*;
+use urxe::wire::opcode::op;
+
+const MS: u64 = 1_000_000;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}
+
+/// Drops every packet from node 1 while `stall` is set.
+fn stall_responses(net: &mut Net) -> Rc<Cell<bool>> {
+    let stall = Rc::new(Cell::new(false));
+    let s = stall.clone();
+    net.interceptor =
+        Some(Box::new(move |p: &mut Packet| if s.get() && p.from == 1 { Verdict::Drop } else { Verdict::Pass }));
+    stall
+}
+
+#[test]
+fn stalled_peer_gets_backed_off_probes_and_retry_cnt_counts_only_configured_timeouts() {
+    let mut net = Net::new(2, 21, LinkCfg::default());
+    // 16.8 ms local ACK timeout and no retry at all: the first configured timeout without
+    // progress fails the WR, so only early probes can save it.
+    let o = QpOpts { timeout: 12, retry_cnt: 0, mtu: Mtu::Mtu1024, ..QpOpts::default() };
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let len = 64 * 1024;
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    let data = pattern(len, 21);
+    net.nodes[0].mem().set(src, &data);
+    let stall = stall_responses(&mut net);
+    // Warm up: round-trip samples from a clean transfer.
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
+    let before = *net.nodes[0].eng.counters();
+    assert!(before.rtt_samples > 0);
+    // The peer stops answering for 8 ms (half the configured timeout), then recovers. The
+    // timer (2 ms floor) fires at 2, 6 and 14 ms.
+    stall.set(true);
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(2, w, &[sge(src, len as u32, smr)])).unwrap();
+    net.run_until(8 * MS, |_| false);
+    stall.set(false);
+    net.run_idle(30 * MS);
+    let wc = net.poll_all(0, a.cq);
+    assert_eq!((wc.len(), wc[0].wr_id, wc[0].status), (1, 2, WcStatus::Success));
+    assert_eq!(net.nodes[1].mem().get(dst, len), data);
+    let c = *net.nodes[0].eng.counters();
+    let early = c.early_rtos - before.early_rtos;
+    let timeouts = c.ack_timeouts - before.ack_timeouts;
+    // Early expiries from the measured round trip, doubling each time; none of them is a
+    // local ACK timeout, so retry_cnt 0 was never exhausted.
+    assert_eq!(early, 3, "early expiries");
+    assert_eq!(timeouts, 0);
+    assert_eq!(c.retry_exceeded, 0);
+    assert!(c.rto_backoffs - before.rto_backoffs >= early);
+    // Each expiry resent a two-packet probe, not the 64-packet message.
+    let resent = c.retransmitted_pkts - before.retransmitted_pkts;
+    let probes = c.probe_resends - before.probe_resends;
+    assert!(probes >= early && probes <= 2 * (early + timeouts), "{probes} probe packets");
+    assert!(resent < 64 + 2 * (early + timeouts), "{resent} packets resent");
+    assert!(c.send_window_min <= 2);
+}
+
+#[test]
+fn stalled_peer_still_fails_after_retry_cnt_plus_one_configured_timeouts() {
+    let mut net = Net::new(2, 22, LinkCfg::default());
+    let o = QpOpts { timeout: 10, retry_cnt: 2, ..QpOpts::default() };
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 4096);
+    let (dst, dmr) = buffer(&mut net, b, 4096);
+    let stall = stall_responses(&mut net);
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, 4096, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
+    stall.set(true);
+    let t0 = net.now;
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(2, w, &[sge(src, 4096, smr)])).unwrap();
+    let period = ack_timeout_nanos(o.timeout).unwrap();
+    let failed = net.run_until(10 * period, |net| !net.poll_all(0, a.cq).is_empty());
+    assert!(failed);
+    let c = net.nodes[0].eng.counters();
+    assert_eq!((c.ack_timeouts, c.retry_exceeded), (3, 1), "retry_cnt + 1 configured timeouts");
+    assert!(c.early_rtos > 0);
+    // Not sooner than the application asked: three full periods.
+    assert!(net.now - t0 >= 3 * period && net.now - t0 < 4 * period, "{} ns", net.now - t0);
+}
+
+#[test]
+fn duplicate_nak_for_the_same_psn_restarts_go_back_n_once() {
+    let mut net = Net::new(2, 23, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts { mtu: Mtu::Mtu1024, ..QpOpts::default() });
+    let len = 16 * 1024;
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    let data = pattern(len, 23);
+    net.nodes[0].mem().set(src, &data);
+    // Drop the 3rd WRITE packet once; duplicate every NAK the responder sends.
+    let dropped = Rc::new(Cell::new(false));
+    let d = dropped.clone();
+    let naks = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let n = naks.clone();
+    net.interceptor = Some(Box::new(move |p: &mut Packet| {
+        if p.from == 0 && p.opcode() == op::RC_RDMA_WRITE_MIDDLE && !d.get() {
+            d.set(true);
+            return Verdict::Drop;
+        }
+        if p.from == 1 && p.syndrome().is_some_and(|s| s >> 5 == 3) {
+            n.borrow_mut().push(p.clone());
+        }
+        Verdict::Pass
+    }));
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    // Deliver each NAK a second time a little later.
+    let mut replayed = 0;
+    net.run_until(10 * MS, |net| {
+        let pending: Vec<Packet> = naks.borrow_mut().drain(..).collect();
+        for p in pending {
+            net.inject(p, 500);
+            replayed += 1;
+        }
+        !net.poll_all(0, a.cq).is_empty()
+    });
+    net.run_idle(MS);
+    assert!(dropped.get());
+    assert!(replayed >= 1);
+    assert_eq!(net.nodes[1].mem().get(dst, len), data);
+    let c = net.nodes[0].eng.counters();
+    assert!(c.seq_naks_rcvd >= 2);
+    // The copy was either ignored as a duplicate NAK or came after progress; never a second
+    // rewind for the same loss: the lost packet went out again exactly once.
+    let resends_of_lost = net
+        .trace
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| p.from == 0 && p.opcode() == op::RC_RDMA_WRITE_MIDDLE)
+        .count();
+    assert!(c.dup_naks_ignored + c.unexpected_responses >= replayed as u64 - 1);
+    // 14 MIDDLE packets, one dropped: 13 went through, then one go-back-N resent all 14.
+    assert_eq!(resends_of_lost, 13 + 14);
+    assert_eq!(c.window_reductions, 1);
+}
