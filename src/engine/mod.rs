@@ -19,6 +19,7 @@ mod cq;
 mod dma;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod gsi;
 mod mr;
 mod qp;
 mod recv;
@@ -77,6 +78,8 @@ pub struct Engine<M: HostMemory> {
     /// Packets the QP at the head of `txq` has sent in its current turn.
     burst: u32,
     timers: TimerHeap,
+    /// QP1 (the connection manager's MADs).
+    gsi: gsi::Gsi,
 }
 
 /// Packets one QP sends in a row before the next QP's turn (a GSO train's worth).
@@ -101,6 +104,7 @@ impl<M: HostMemory> Engine<M> {
             free_qpns: VecDeque::new(),
             nqps: 0,
             txq: VecDeque::new(),
+            gsi: gsi::Gsi::default(),
             burst: 0,
             timers: TimerHeap::default(),
         }
@@ -564,6 +568,12 @@ impl<M: HostMemory> Engine<M> {
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
+        if qpn == crate::wire::mad::GSI_QPN {
+            if self.gsi.receive(d.src, &p) {
+                self.sh.events.push_back(Event::Gsi);
+            }
+            return;
+        }
         let Some(Some(q)) = self.qps.get_mut(qpn as usize) else {
             c.unknown_qp += 1;
             return;
@@ -608,6 +618,13 @@ impl<M: HostMemory> Engine<M> {
         if buf.len() < MAX_PACKET {
             return None;
         }
+        if self.gsi.has_pending() {
+            let sh = &self.sh;
+            if let Some(t) = self.gsi.poll_transmit(buf, |dst| sh.tx_ip(dst)) {
+                self.sh.counters.sent_pkts += 1;
+                return Some(t);
+            }
+        }
         while let Some(qpn) = self.txq.pop_front() {
             let Some(Some(q)) = self.qps.get_mut(qpn as usize) else { continue };
             match xmit::poll_qp(q, &mut self.sh, now, buf) {
@@ -638,7 +655,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Whether any QP may have a packet to send (cheap; `poll_transmit` decides exactly).
     pub fn may_transmit(&self) -> bool {
-        !self.txq.is_empty()
+        !self.txq.is_empty() || self.gsi.has_pending()
     }
 
     /// Whether packets wait to be sent and all of them are plain positive ACKs. Such ACKs only
@@ -669,6 +686,26 @@ impl<M: HostMemory> Engine<M> {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.sh.events.pop_front()
+    }
+
+    /// The next MAD received on QP1: (the IP source of its packet, the 256-byte MAD).
+    /// [`Event::Gsi`] tells when the queue became non-empty.
+    pub fn poll_gsi(&mut self) -> Option<(std::net::IpAddr, [u8; crate::wire::mad::MAD_LEN])> {
+        self.gsi.poll_recv()
+    }
+
+    /// Queues a MAD for QP1 of `peer` (sent by `poll_transmit`); `Error::NoMemory` if the
+    /// GSI send queue is full.
+    pub fn send_gsi(&mut self, peer: std::net::IpAddr, mad: &[u8; crate::wire::mad::MAD_LEN]) -> Result<(), Error> {
+        if self.gsi.send(peer, mad) {
+            Ok(())
+        } else {
+            Err(Error::NoMemory)
+        }
+    }
+
+    pub fn gsi_counters(&self) -> gsi::GsiCounters {
+        self.gsi.counters
     }
 
     // ---- scheduling --------------------------------------------------------------------
