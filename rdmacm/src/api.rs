@@ -216,7 +216,8 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     if let Some(src) = st.src.filter(|_| st.bound) {
         lib.ports.remove(&(st.ps, src.port()));
     }
-    if let Some(c) = lib.channels.get_mut(&st.channel) {
+    // Its queued events go too (a CONNECT_REQUEST waits on the listener's channel).
+    for c in lib.channels.values_mut() {
         c.queue.retain(|b| b.ev.id != id);
     }
     // SAFETY: `id` was a live ID box until now; its event (if any) is outstanding.
@@ -1066,6 +1067,7 @@ rdmacm_export! {
             if r.ai_qp_type != 0 {
                 lock().id(cid)?.qp_type = r.ai_qp_type;
             }
+            let qpt = lock().id(cid)?.qp_type;
             // SAFETY: sockaddrs of the address info (or NULL).
             let (src, dst) = unsafe { (load_sockaddr(r.ai_src_addr)?, load_sockaddr(r.ai_dst_addr)?) };
             if r.ai_flags & RAI_PASSIVE != 0 {
@@ -1073,7 +1075,8 @@ rdmacm_export! {
                 bind(&mut lock(), cid, src)?;
                 if !qp_init_attr.is_null() {
                     // SAFETY: the caller's attributes, copied for every request.
-                    let a = unsafe { *qp_init_attr };
+                    let mut a = unsafe { *qp_init_attr };
+                    a.qp_type = qpt;
                     lock().id(cid)?.ep_qp = Some((a, pd));
                 }
                 return Ok(());
@@ -1083,6 +1086,9 @@ rdmacm_export! {
             resolve_route(cid)?;
             sync_wait(cid, event::ROUTE_RESOLVED)?;
             if !qp_init_attr.is_null() {
+                // As librdmacm: the endpoint's QP type is the address info's.
+                // SAFETY: the caller's attributes.
+                unsafe { (*qp_init_attr).qp_type = qpt };
                 create_qp(cid, pd, qp_init_attr)?;
             }
             Ok(())

@@ -399,7 +399,10 @@ impl Lib {
 
     /// Queues an event for `id` on its channel.
     pub fn post(&mut self, id: usize, listen_id: usize, event: c_int, status: c_int, fill: impl FnOnce(&mut EventBox)) {
-        let Some(ch) = self.ids.get(&id).map(|i| i.channel) else { return };
+        // A CONNECT_REQUEST goes where the listener's events go (a synchronous listener's
+        // child has a private channel of its own for what follows).
+        let owner = if listen_id != 0 { listen_id } else { id };
+        let Some(ch) = self.ids.get(&owner).map(|i| i.channel) else { return };
         let Some(c) = self.channels.get_mut(&ch) else { return };
         let mut b = Box::new(EventBox {
             ev: rdma_cm_event {
