@@ -387,7 +387,10 @@ impl<M: HostMemory> Engine<M> {
             max_recv_wr: if init.srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: if init.srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
-            max_inline_data: c.max_inline_data,
+            // As rxe: a send WQE holds either its SGEs (16 bytes each) or inline data, so
+            // the inline room is at least the SGEs' (rdma_xclient sends 16 bytes inline on a
+            // QP that asked for none).
+            max_inline_data: c.max_inline_data.max(c.max_send_sge.max(1) * 16).min(l.max_inline_data),
         };
         let qpn = match self.free_qpns.pop_front() {
             // Reuse a QPN only once many are free, so stray packets for a destroyed QP do not
