@@ -764,14 +764,16 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     unsafe { libc::free(list as *mut c_void) };
 }
 
-fn make_cq(ctx: *mut ibv_context, cqe: u32) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
+/// A CQ with its own completion channel; its `cq_context` is the ID, which
+/// `rdma_get_send_comp` / `rdma_get_recv_comp` assert.
+fn make_cq(ctx: *mut ibv_context, cqe: u32, id: *mut rdma_cm_id) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
     // SAFETY: an open context; on failure the channel is destroyed again.
     unsafe {
         let ch = ibv_create_comp_channel(ctx);
         if ch.is_null() {
             return Err(crate::export_errno());
         }
-        let cq = ibv_create_cq(ctx, cqe.max(1) as c_int, ptr::null_mut(), ch, 0);
+        let cq = ibv_create_cq(ctx, cqe.max(1) as c_int, id as *mut c_void, ch, 0);
         if cq.is_null() {
             let e = crate::export_errno();
             ibv_destroy_comp_channel(ch);
@@ -821,10 +823,10 @@ fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) 
     let mut a = unsafe { *attr };
     let own = a.send_cq.is_null() || a.recv_cq.is_null();
     if own {
-        let (sch, scq) = make_cq(ctx, a.cap.max_send_wr)?;
+        let (sch, scq) = make_cq(ctx, a.cap.max_send_wr, id)?;
         c.send_cq_channel = sch;
         c.send_cq = scq;
-        match make_cq(ctx, a.cap.max_recv_wr) {
+        match make_cq(ctx, a.cap.max_recv_wr, id) {
             Ok((rch, rcq)) => {
                 c.recv_cq_channel = rch;
                 c.recv_cq = rcq;
