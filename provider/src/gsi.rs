@@ -5,8 +5,8 @@
 //!
 //! | call | returns |
 //! |---|---|
-//! | `int urxe_gsi_fd(void)` | an eventfd (non-blocking) that becomes readable when MADs arrive for QP1; the reader clears it, then calls `urxe_gsi_recv` until EAGAIN. Starts the device. -1 + errno on failure |
-//! | `int urxe_gsi_recv(uint8_t peer[16], uint8_t mad[256])` | 0 with the sender's IP (IPv4-mapped) and the MAD, or -1 + EAGAIN |
+//! | `int urxe_gsi_fd(void)` | an eventfd (non-blocking) that becomes readable when MADs arrive for QP1; the reader clears it, then calls `urxe_gsi_recv` until it returns 1. Starts the device. -1 + errno on failure |
+//! | `int urxe_gsi_recv(uint8_t peer[16], uint8_t mad[256])` | 0 with the sender's IP (IPv4-mapped) and the MAD; 1 when none is queued (the normal end of a drain, so not an error `URXE_TRACE` would print); -1 + errno |
 //! | `int urxe_gsi_send(const uint8_t peer[16], const uint8_t mad[256])` | 0, or -1 + errno (ENOMEM: send queue full) |
 //! | `uint32_t urxe_gsi_comm_id_base(void)` | the high byte of this process's CM comm IDs (0: the address is not shared) |
 
@@ -68,12 +68,14 @@ export! {
 }
 
 export! {
-    /// `urxe_gsi_recv`: the next MAD for QP1, or EAGAIN.
+    /// `urxe_gsi_recv`: the next MAD for QP1 (0), or 1 if none is queued.
     fn urxe_gsi_recv(peer: *mut u8, mad: *mut u8) -> c_int as neg1 {
         if peer.is_null() || mad.is_null() {
             return Err(libc::EINVAL);
         }
-        let (src, m) = transport(device()?)?.control(|en, _| en.poll_gsi()).ok_or(libc::EAGAIN)?;
+        let Some((src, m)) = transport(device()?)?.control(|en, _| en.poll_gsi()) else {
+            return Ok(1);
+        };
         // SAFETY: the caller's 16- and 256-byte buffers (the documented contract).
         unsafe {
             std::ptr::copy_nonoverlapping(gid_of(src).as_ptr(), peer, 16);

@@ -217,7 +217,8 @@ extern "C" {
 pub struct GsiApi {
     /// `int urxe_gsi_fd(void)`: readable (eventfd) while MADs may be queued.
     pub fd: unsafe extern "C" fn() -> c_int,
-    /// `int urxe_gsi_recv(uint8_t peer[16], uint8_t mad[256])`: 0, or -1 + EAGAIN.
+    /// `int urxe_gsi_recv(uint8_t peer[16], uint8_t mad[256])`: 0 (a MAD), 1 (none queued),
+    /// or -1 + errno.
     pub recv: unsafe extern "C" fn(*mut u8, *mut u8) -> c_int,
     /// `int urxe_gsi_send(const uint8_t peer[16], const uint8_t mad[256])`: 0 or -1 + errno.
     pub send: unsafe extern "C" fn(*const u8, *const u8) -> c_int,
