@@ -27,3 +27,5 @@ pub use layout::layout_report;
 pub fn export_errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
 }
+#[cfg(test)]
+mod tests;
