@@ -1015,7 +1015,7 @@ rdmacm_export! {
             return Err(libc::EINVAL);
         }
         let (ch, ep) = {
-            let mut lib = lock();
+            let lib = lock();
             let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
             if !st.sync || st.state != IdState::Listening {
                 return Err(libc::EINVAL);

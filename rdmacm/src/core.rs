@@ -419,11 +419,9 @@ impl Lib {
         // The private data lives in the box, so the pointer stays valid until the ack.
         if !b.private_data.is_empty() {
             let (p, len) = (b.private_data.as_ptr() as *const c_void, b.private_data.len().min(255) as u8);
-            // SAFETY: `conn` and `ud` both start with (private_data, private_data_len).
-            unsafe {
-                b.ev.param.conn.private_data = p;
-                b.ev.param.conn.private_data_len = len;
-            }
+            // `conn` and `ud` both start with (private_data, private_data_len).
+            b.ev.param.conn.private_data = p;
+            b.ev.param.conn.private_data_len = len;
         }
         c.queue.push_back(b);
         let one: u64 = 1;

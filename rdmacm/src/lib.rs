@@ -11,6 +11,10 @@
 //! thread, CM events → rdma_cm events), [`api`] (the rdma_cm calls), [`addrinfo`]
 //! (`rdma_getaddrinfo`), [`rsockets`] (the r* calls: not implemented yet, clean errors).
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(clippy::missing_safety_doc)]
+
 pub mod abi;
 pub mod addrinfo;
 pub mod api;
