@@ -160,16 +160,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         if res.is_null() || (node.is_null() && service.is_null()) {
             return Err(libc::EINVAL);
         }
-        // SAFETY: NULL or the caller's hints.
-        let h =
-            unsafe { hints.as_ref() }.map_or_else(|| build_head(&zero_hints(), false, 0), |h| build_head(h, false, 0));
-        let h = rdma_addrinfo {
-            ai_flags: hints_flags(hints),
-            ai_family: hints_family(hints),
-            ai_src_addr: hints_src(hints).0,
-            ai_src_len: hints_src(hints).1,
-            ..h
-        };
+        let h = hints_of(hints);
         match build(node, service, &h) {
             Ok(ai) => {
                 // SAFETY: the caller's out-parameter.
@@ -183,41 +174,28 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     crate::export::finish("rdma_getaddrinfo", r, -1)
 }
 
-fn zero_hints() -> rdma_addrinfo {
-    build_head(
-        &rdma_addrinfo {
-            ai_flags: 0,
-            ai_family: 0,
-            ai_qp_type: 0,
-            ai_port_space: 0,
-            ai_src_len: 0,
-            ai_dst_len: 0,
-            ai_src_addr: ptr::null_mut(),
-            ai_dst_addr: ptr::null_mut(),
-            ai_src_canonname: ptr::null_mut(),
-            ai_dst_canonname: ptr::null_mut(),
-            ai_route_len: 0,
-            ai_route: ptr::null_mut(),
-            ai_connect_len: 0,
-            ai_connect: ptr::null_mut(),
-            ai_next: ptr::null_mut(),
-        },
-        false,
-        0,
-    )
-}
-
-fn hints_flags(h: *const rdma_addrinfo) -> c_int {
+/// The caller's hints, copied field by field (all zero for NULL); `build` applies rdma_cm's
+/// defaults (RC, TCP port space) to what they leave open.
+fn hints_of(h: *const rdma_addrinfo) -> rdma_addrinfo {
     // SAFETY: NULL or the caller's hints.
-    unsafe { h.as_ref() }.map_or(0, |h| h.ai_flags)
-}
-fn hints_family(h: *const rdma_addrinfo) -> c_int {
-    // SAFETY: as above.
-    unsafe { h.as_ref() }.map_or(0, |h| h.ai_family)
-}
-fn hints_src(h: *const rdma_addrinfo) -> (*mut sockaddr, libc::socklen_t) {
-    // SAFETY: as above.
-    unsafe { h.as_ref() }.map_or((ptr::null_mut(), 0), |h| (h.ai_src_addr, h.ai_src_len))
+    let h = unsafe { h.as_ref() };
+    rdma_addrinfo {
+        ai_flags: h.map_or(0, |h| h.ai_flags),
+        ai_family: h.map_or(0, |h| h.ai_family),
+        ai_qp_type: h.map_or(0, |h| h.ai_qp_type),
+        ai_port_space: h.map_or(0, |h| h.ai_port_space),
+        ai_src_len: h.map_or(0, |h| h.ai_src_len),
+        ai_dst_len: 0,
+        ai_src_addr: h.map_or(ptr::null_mut(), |h| h.ai_src_addr),
+        ai_dst_addr: ptr::null_mut(),
+        ai_src_canonname: ptr::null_mut(),
+        ai_dst_canonname: ptr::null_mut(),
+        ai_route_len: 0,
+        ai_route: ptr::null_mut(),
+        ai_connect_len: 0,
+        ai_connect: ptr::null_mut(),
+        ai_next: ptr::null_mut(),
+    }
 }
 
 /// `rdma_freeaddrinfo`.
