@@ -209,7 +209,8 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
         }
         lib.by_comm.remove(&c);
     }
-    if let Some(s) = st.listen_service {
+    // Only the ID that holds the service gives it up (a REUSEADDR successor may hold it now).
+    if let Some(s) = st.listen_service.filter(|s| lib.listeners.get(s) == Some(&k)) {
         let _ = lib.cm.as_mut().map(|cm| cm.unlisten(s));
         lib.listeners.remove(&s);
     }
