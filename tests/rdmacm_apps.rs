@@ -308,3 +308,39 @@ fn no_listener_is_rejected_with_reason_8() {
     assert!(!c.success() && c.signal().is_none() && !c.timed_out, "rping must fail cleanly at once\n{c}");
     assert_contains(&c, "RDMA_CM_EVENT_REJECTED, error 8");
 }
+
+#[test]
+fn rping_cm_exchange_and_flows_pass_urxe_check() {
+    // Both processes capture what their device sends and receives (URXE_PCAP); `urxe check`
+    // decodes every CM MAD of the connection and its teardown and finds every packet valid.
+    let _serial = heavy_lock();
+    let dir = std::env::temp_dir().join(format!("urxe-rdmacm-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sp, cp) = (dir.join("server.pcap"), dir.join("client.pcap"));
+    let mut s = cmd(tool("rping"), SERVER_ADDR, &["-s", "-C", "5", "-p", "7341"]);
+    s.env("URXE_PCAP", &sp);
+    let srv = Server::start(s);
+    thread::sleep(SETTLE);
+    let mut c = cmd(tool("rping"), CLIENT_ADDR, &["-c", "-a", SERVER_ADDR, "-C", "5", "-V", "-p", "7341"]);
+    c.env("URXE_PCAP", &cp);
+    let c = run_bounded(&mut c, TIMEOUT).unwrap();
+    let s = srv.wait(TIMEOUT);
+    assert!(c.success() && s.success(), "{s}\n{c}");
+    for pcap in [&sp, &cp] {
+        let mut check = Command::new(env!("CARGO_BIN_EXE_urxe"));
+        check.arg("check").arg(pcap);
+        let out = run_bounded(&mut check, Duration::from_secs(60)).unwrap();
+        assert!(out.success(), "urxe check failed on {}\n{out}", pcap.display());
+        assert_contains(&out, ": PASS: ");
+        assert_contains(&out, "0 bad");
+        for msg in ["CM REQ", "CM MRA", "CM REP", "CM RTU", "CM DREQ", "55410 > "] {
+            assert_contains(&out, msg);
+        }
+        // The client exits right after its DREQ; the server's DREP is in the server's capture.
+        if pcap == &sp {
+            assert_contains(&out, "CM DREP");
+        }
+        assert_contains(&out, "RC RDMA_READ_REQUEST");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -621,12 +621,14 @@ impl Lib {
             return;
         };
         let mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu).min(req.path_mtu.max(1));
+        // The PSN we expect to receive first: random, as the kernel's CMA picks it.
+        let local_psn = (self.random() as u32) & 0xFF_FFFF;
         if let Some(st) = self.ids.get_mut(&id) {
             st.comm = Some(comm_id);
             st.agreed = Agreed {
                 remote_qpn: req.remote_qpn,
                 remote_psn: req.starting_psn,
-                local_psn: 0,
+                local_psn,
                 responder_resources: req.initiator_depth,
                 initiator_depth: req.responder_resources,
                 retry_count: req.retry_count,
