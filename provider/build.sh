@@ -10,7 +10,7 @@
 #    soname libibverbs.so.1, which gives every export its exact name@@IBVERBS_x version
 #    (a Rust cdylib would leave the symbols unversioned; see docs/DESIGN.md).
 #
-# Output: $TARGET/urxe/lib/libibverbs.so.1 (+ libibverbs.map next to it), where TARGET is
+# Output: $TARGET/urxe/lib/libibverbs.so.1 (+ libibverbs.map next to it) and librdmacm.so.1, where TARGET is
 # $CARGO_TARGET_DIR or <workspace>/target; URXE_OUT=<dir> puts it elsewhere (the tests use
 # $TARGET/urxe/test-lib). Use it with LD_LIBRARY_PATH=$TARGET/urxe/lib.
 set -euo pipefail
@@ -37,3 +37,5 @@ gcc -shared -o "$OUT/libibverbs.so.1.tmp" \
   -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 mv "$OUT/libibverbs.so.1.tmp" "$OUT/libibverbs.so.1"
 echo "$OUT/libibverbs.so.1"
+# librdmacm.so.1 (rdmacm/build.sh) goes next to it, linked against this libibverbs.so.1.
+bash rdmacm/build.sh "--$PROFILE"

@@ -1,6 +1,7 @@
 //! The built libibverbs.so.1 exports exactly Debian rdma-core 44's default-version symbol set
 //! (tests/data/symbols-libibverbs.txt, from `readelf --dyn-syms` of the real library), each as
-//! `name@@VERSION`, with soname libibverbs.so.1, and nothing else.
+//! `name@@VERSION`, with soname libibverbs.so.1, and nothing else but urxe's private
+//! `urxe_gsi_*@@URXE_PRIVATE_1` (the GSI calls of librdmacm.so.1).
 //!
 //! Deliberate omissions (listed, not silently skipped): the 34 NON-default entries
 //! `name@IBVERBS_1.0` (compat wrappers for binaries linked against libibverbs 1.0-era structs,
@@ -55,7 +56,15 @@ fn exports_equal_rdma_core_default_versions() {
     let syms = exported(&lib_path());
     let unversioned: Vec<_> = syms.iter().filter(|(n, _, _)| !n.contains('@')).collect();
     assert!(unversioned.is_empty(), "unversioned global exports (Rust std leaking?): {unversioned:?}");
-    let have: BTreeSet<String> = syms.iter().map(|(n, _, _)| n.clone()).collect();
+    // Beyond Debian's set: urxe's own private node, the GSI calls librdmacm.so.1 uses.
+    let private: BTreeSet<String> = entries::ENTRY_POINTS
+        .iter()
+        .filter(|(_, v)| *v == "URXE_PRIVATE_1")
+        .map(|(n, v)| format!("{n}@@{v}"))
+        .collect();
+    assert_eq!(private.len(), 4, "urxe_gsi_fd/recv/send/comm_id_base");
+    let have: BTreeSet<String> = syms.iter().map(|(n, _, _)| n.clone()).filter(|n| !private.contains(n)).collect();
+    assert_eq!(syms.len() - have.len(), private.len(), "every URXE_PRIVATE_1 call is exported");
     let missing: Vec<_> = want.difference(&have).collect();
     let extra: Vec<_> = have.difference(&want).collect();
     assert!(missing.is_empty(), "missing exports: {missing:?}");
@@ -73,7 +82,7 @@ fn verbs_allow_disassociate_destroy_is_a_one_byte_object() {
         syms.iter().find(|(n, _, _)| n == "verbs_allow_disassociate_destroy@@IBVERBS_PRIVATE_34").expect("exported");
     assert_eq!((s.1.as_str(), s.2), ("OBJECT", 1));
     let funcs = syms.iter().filter(|(_, t, _)| t == "FUNC").count();
-    assert_eq!(funcs, 145, "every other export is a function");
+    assert_eq!(funcs, 149, "every other export is a function (145 of Debian's + 4 URXE_PRIVATE_1)");
 }
 
 #[test]

@@ -154,10 +154,15 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("verbs_register_driver_34", "IBVERBS_PRIVATE_34"),
     ("verbs_set_ops", "IBVERBS_PRIVATE_34"),
     ("verbs_uninit_context", "IBVERBS_PRIVATE_34"),
+    // urxe's own: the GSI calls librdmacm.so.1 uses (provider/src/gsi.rs).
+    ("urxe_gsi_comm_id_base", "URXE_PRIVATE_1"),
+    ("urxe_gsi_fd", "URXE_PRIVATE_1"),
+    ("urxe_gsi_recv", "URXE_PRIVATE_1"),
+    ("urxe_gsi_send", "URXE_PRIVATE_1"),
 ];
 
 /// Version nodes in the order rdma-core defines them; each 1.x node inherits the previous one.
-/// IBVERBS_PRIVATE_34 stands alone.
+/// IBVERBS_PRIVATE_34 and urxe's URXE_PRIVATE_1 stand alone.
 pub const VERSION_NODES: &[&str] = &[
     "IBVERBS_1.0",
     "IBVERBS_1.1",
@@ -172,6 +177,7 @@ pub const VERSION_NODES: &[&str] = &[
     "IBVERBS_1.13",
     "IBVERBS_1.14",
     "IBVERBS_PRIVATE_34",
+    "URXE_PRIVATE_1",
 ];
 
 /// The GNU ld version script for [`ENTRY_POINTS`]: every listed symbol global in its node,
@@ -218,7 +224,7 @@ mod tests {
             assert!(VERSION_NODES.contains(node), "{name}: unknown node {node}");
             assert!(seen.insert(*name), "{name} listed twice");
         }
-        assert_eq!(ENTRY_POINTS.len(), 146);
+        assert_eq!(ENTRY_POINTS.len(), 150);
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! - [`device`]: the device verbs (list, open/close, queries) and the context ops table,
 //!   filled with the entry points of [`verbs`].
 //! - [`stateless`]: the libibverbs functions that touch no device or object (enum strings,
-//!   rates, fork, sysfs and kernel-struct copy helpers); [`private`]: IBVERBS_PRIVATE_34 stubs.
+//!   rates, fork, sysfs and kernel-struct copy helpers); [`private`]: IBVERBS_PRIVATE_34 stubs;
+//!   [`gsi`]: urxe's private GSI API for librdmacm.so.1 (URXE_PRIVATE_1).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(clippy::missing_safety_doc)]
@@ -35,6 +36,7 @@ pub mod entries;
 mod event_tests;
 pub mod events;
 pub mod glue;
+pub mod gsi;
 pub mod layout;
 pub mod objects;
 pub mod private;

@@ -3,9 +3,33 @@
 //!
 //! Layer rules: this crate converts C structs and calls; protocol logic lives in `urxe::cm`
 //! and `urxe::wire`. Verbs objects (QPs, CQs, PDs) are made through the libibverbs.so.1 the
-//! application loaded, never through a second copy of the provider.
+//! application loaded, never through a second copy of the provider; CM MADs travel through
+//! that library's private GSI calls.
+//!
+//! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
+//! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
+//! thread, CM events → rdma_cm events), [`api`] (the rdma_cm calls), [`addrinfo`]
+//! (`rdma_getaddrinfo`), [`rsockets`] (the r* calls: not implemented yet, clean errors).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(clippy::missing_safety_doc)]
 
 pub mod abi;
+pub mod addrinfo;
+pub mod api;
+pub mod core;
+pub mod entries;
+pub mod export;
 pub mod layout;
+pub mod rsockets;
+pub mod verbs;
 
 pub use layout::layout_report;
+
+/// The calling thread's errno (after a failed libc or verbs call).
+pub fn export_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+#[cfg(test)]
+mod tests;

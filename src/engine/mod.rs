@@ -19,6 +19,7 @@ mod cq;
 mod dma;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod gsi;
 mod mr;
 mod qp;
 mod recv;
@@ -80,6 +81,8 @@ pub struct Engine<M: HostMemory> {
     /// Packets the QP at the head of `txq` has sent in its current turn.
     burst: u32,
     timers: TimerHeap,
+    /// QP1 (the connection manager's MADs).
+    gsi: gsi::Gsi,
 }
 
 /// Which QPNs this engine hands out. A process alone on its address uses the whole 24-bit
@@ -130,6 +133,7 @@ impl<M: HostMemory> Engine<M> {
             free_qpns: VecDeque::new(),
             nqps: 0,
             txq: VecDeque::new(),
+            gsi: gsi::Gsi::default(),
             burst: 0,
             timers: TimerHeap::default(),
         }
@@ -436,7 +440,10 @@ impl<M: HostMemory> Engine<M> {
             max_recv_wr: if init.srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
             max_send_sge: c.max_send_sge.max(1),
             max_recv_sge: if init.srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
-            max_inline_data: c.max_inline_data,
+            // As rxe: a send WQE holds either its SGEs (16 bytes each) or inline data, so
+            // the inline room is at least the SGEs' (rdma_xclient sends 16 bytes inline on a
+            // QP that asked for none).
+            max_inline_data: c.max_inline_data.max(c.max_send_sge.max(1) * 16).min(l.max_inline_data),
         };
         let qpn = match self.free_qpns.pop_front() {
             // Reuse a QPN only once many are free, so stray packets for a destroyed QP do not
@@ -619,6 +626,12 @@ impl<M: HostMemory> Engine<M> {
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
+        if qpn == crate::wire::mad::GSI_QPN {
+            if self.gsi.receive(d.src, &p) {
+                self.sh.events.push_back(Event::Gsi);
+            }
+            return;
+        }
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else {
             c.unknown_qp += 1;
             return;
@@ -663,6 +676,13 @@ impl<M: HostMemory> Engine<M> {
         if buf.len() < MAX_PACKET {
             return None;
         }
+        if self.gsi.has_pending() {
+            let sh = &self.sh;
+            if let Some(t) = self.gsi.poll_transmit(buf, |dst| sh.tx_ip(dst)) {
+                self.sh.counters.sent_pkts += 1;
+                return Some(t);
+            }
+        }
         while let Some(qpn) = self.txq.pop_front() {
             let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
             match xmit::poll_qp(q, &mut self.sh, now, buf) {
@@ -693,7 +713,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Whether any QP may have a packet to send (cheap; `poll_transmit` decides exactly).
     pub fn may_transmit(&self) -> bool {
-        !self.txq.is_empty()
+        !self.txq.is_empty() || self.gsi.has_pending()
     }
 
     /// Whether packets wait to be sent and all of them are plain positive ACKs. Such ACKs only
@@ -724,6 +744,26 @@ impl<M: HostMemory> Engine<M> {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.sh.events.pop_front()
+    }
+
+    /// The next MAD received on QP1: (the IP source of its packet, the 256-byte MAD).
+    /// [`Event::Gsi`] tells when the queue became non-empty.
+    pub fn poll_gsi(&mut self) -> Option<(std::net::IpAddr, [u8; crate::wire::mad::MAD_LEN])> {
+        self.gsi.poll_recv()
+    }
+
+    /// Queues a MAD for QP1 of `peer` (sent by `poll_transmit`); `Error::NoMemory` if the
+    /// GSI send queue is full.
+    pub fn send_gsi(&mut self, peer: std::net::IpAddr, mad: &[u8; crate::wire::mad::MAD_LEN]) -> Result<(), Error> {
+        if self.gsi.send(peer, mad) {
+            Ok(())
+        } else {
+            Err(Error::NoMemory)
+        }
+    }
+
+    pub fn gsi_counters(&self) -> gsi::GsiCounters {
+        self.gsi.counters
     }
 
     // ---- scheduling --------------------------------------------------------------------

@@ -50,4 +50,6 @@ pub enum Event {
     /// An armed CQ received a completion (one-shot: the CQ is disarmed).
     Completion(CqId),
     Async(AsyncEvent),
+    /// MADs for QP1 are queued (the queue was empty): read them with `Engine::poll_gsi`.
+    Gsi,
 }

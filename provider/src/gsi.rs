@@ -1,0 +1,112 @@
+//! Provider layer: urxe's private GSI API (`urxe_gsi_*@URXE_PRIVATE_1`), the one way
+//! librdmacm.so.1 reaches QP1 of the device this library runs: it exchanges connection
+//! manager MADs through the engine's GSI queues (`Engine::poll_gsi` / `send_gsi`) instead of
+//! a kernel's `/dev/infiniband/umad`. No application is meant to call these.
+//!
+//! | call | returns |
+//! |---|---|
+//! | `int urxe_gsi_fd(void)` | an eventfd (non-blocking) that becomes readable when MADs arrive for QP1; the reader clears it, then calls `urxe_gsi_recv` until it returns 1. Starts the device. -1 + errno on failure |
+//! | `int urxe_gsi_recv(uint8_t peer[16], uint8_t mad[256])` | 0 with the sender's IP (IPv4-mapped) and the MAD; 1 when none is queued (the normal end of a drain, so not an error `URXE_TRACE` would print); -1 + errno |
+//! | `int urxe_gsi_send(const uint8_t peer[16], const uint8_t mad[256])` | 0, or -1 + errno (ENOMEM: send queue full) |
+//! | `uint32_t urxe_gsi_comm_id_base(void)` | the high byte of this process's CM comm IDs (0: the address is not shared) |
+
+use crate::context::device;
+use crate::glue::transport;
+use libc::c_int;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
+use urxe::wire::mad::MAD_LEN;
+
+/// The eventfd, -1 until `urxe_gsi_fd` made it (read by the engine's event sink).
+static GSI_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// Called by the device's event sink (under the device lock): MADs are queued.
+pub fn wake() {
+    let fd = GSI_FD.load(Ordering::Acquire);
+    if fd >= 0 {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a local u64 to our own eventfd.
+        unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+    }
+}
+
+fn gsi_fd() -> Result<c_int, i32> {
+    static FD: OnceLock<Result<c_int, i32>> = OnceLock::new();
+    *FD.get_or_init(|| {
+        // SAFETY: eventfd has no memory arguments.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(crate::export::errno());
+        }
+        GSI_FD.store(fd, Ordering::Release);
+        // Start the device so that QP1 receives; MADs that came before are read on the first
+        // wakeup the reader gives itself (it drains before it waits).
+        transport(device()?)?;
+        wake();
+        Ok(fd)
+    })
+}
+
+fn peer_of(g: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(g);
+    v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+}
+
+fn gid_of(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+export! {
+    /// `urxe_gsi_fd`: the GSI wakeup eventfd (see the module table).
+    fn urxe_gsi_fd() -> c_int as neg1 {
+        gsi_fd()
+    }
+}
+
+export! {
+    /// `urxe_gsi_recv`: the next MAD for QP1 (0), or 1 if none is queued.
+    fn urxe_gsi_recv(peer: *mut u8, mad: *mut u8) -> c_int as neg1 {
+        if peer.is_null() || mad.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let Some((src, m)) = transport(device()?)?.control(|en, _| en.poll_gsi()) else {
+            return Ok(1);
+        };
+        // SAFETY: the caller's 16- and 256-byte buffers (the documented contract).
+        unsafe {
+            std::ptr::copy_nonoverlapping(gid_of(src).as_ptr(), peer, 16);
+            std::ptr::copy_nonoverlapping(m.as_ptr(), mad, MAD_LEN);
+        }
+        Ok(0)
+    }
+}
+
+export! {
+    /// `urxe_gsi_send`: queue a MAD for QP1 of `peer` and send it.
+    fn urxe_gsi_send(peer: *const u8, mad: *const u8) -> c_int as neg1 {
+        if peer.is_null() || mad.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let mut g = [0u8; 16];
+        let mut m = [0u8; MAD_LEN];
+        // SAFETY: the caller's 16- and 256-byte buffers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(peer, g.as_mut_ptr(), 16);
+            std::ptr::copy_nonoverlapping(mad, m.as_mut_ptr(), MAD_LEN);
+        }
+        let dst = peer_of(g);
+        transport(device()?)?.control(|en, _| en.send_gsi(dst, &m)).map_err(|e| e.errno())?;
+        Ok(0)
+    }
+}
+
+export! {
+    /// `urxe_gsi_comm_id_base`: this process's comm ID base (0 while it owns its address).
+    fn urxe_gsi_comm_id_base() -> u32 as value(0) {
+        0
+    }
+}

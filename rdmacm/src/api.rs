@@ -1,0 +1,1178 @@
+//! The rdma_cm calls of `<rdma/rdma_cma.h>` (RDMACM_1.0 … 1.3, rsockets aside): thin C shims
+//! over [`crate::core`]. Each checks its arguments (EINVAL for NULL or unknown handles,
+//! never a crash), runs under the one lock, and for a synchronous ID (NULL channel) waits for
+//! the event that completes the call, as librdmacm does.
+
+use crate::abi::*;
+use crate::core::*;
+use crate::rdmacm_export;
+use crate::verbs::*;
+use libc::{c_char, c_int, c_void, sockaddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::ptr;
+use urxe::cm::{reject, sidr_status, State};
+use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
+
+/// The responder resources / initiator depth a NULL `rdma_conn_param` stands for: the
+/// device's `max_qp_rd_atom` (urxe reports rxe's 128).
+const DEVICE_MAX_RD_ATOMIC: u8 = 128;
+/// `IBV_EVENT_COMM_EST`.
+const IBV_EVENT_COMM_EST: c_int = 4;
+
+fn key<T>(p: *mut T) -> Result<usize, i32> {
+    if p.is_null() {
+        Err(libc::EINVAL)
+    } else {
+        Ok(p as usize)
+    }
+}
+
+// ---- event channels and events ------------------------------------------------------------
+
+rdmacm_export! {
+    /// A channel whose fd is readable exactly while events are queued.
+    fn rdma_create_event_channel() -> *mut rdma_event_channel as ptr {
+        lock().new_channel()
+    }
+}
+
+rdmacm_export! {
+    fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> c_int as int {
+        let ch = key(channel)?;
+        let mut lib = lock();
+        if !lib.channels.contains_key(&ch) {
+            return Err(libc::EINVAL);
+        }
+        // IDs still on it lose their channel: their later events are dropped.
+        for st in lib.ids.values_mut().filter(|s| s.channel == ch) {
+            st.channel = 0;
+        }
+        lib.free_channel(ch);
+        Ok(0)
+    }
+}
+
+/// Takes the next event of a channel: blocks unless its fd is O_NONBLOCK (then EAGAIN).
+fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
+    loop {
+        let fd = lock().channels.get(&ch).map(|c| c.fd).ok_or(libc::EINVAL)?;
+        let mut v = 0u64;
+        // SAFETY: an 8-byte read into a local u64 from the channel's eventfd.
+        let n = unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) };
+        if n < 0 {
+            match crate::export_errno() {
+                libc::EINTR => continue,
+                e => return Err(e),
+            }
+        }
+        let mut lib = lock();
+        // A count without an event (one taken by a destroy or a migration): read again.
+        if let Some(b) = lib.channels.get_mut(&ch).and_then(|c| c.queue.pop_front()) {
+            let p = Box::into_raw(b);
+            lib.outstanding.insert(p as usize);
+            return Ok(p);
+        }
+    }
+}
+
+fn ack(ev: usize) -> Result<(), i32> {
+    if !lock().outstanding.remove(&ev) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: `ev` came from Box::into_raw in get_event and was outstanding until now.
+    drop(unsafe { Box::from_raw(ev as *mut EventBox) });
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int as int {
+        let ch = key(channel)?;
+        if event.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let b = get_event(ch)?;
+        // SAFETY: `event` is the caller's out-parameter; `ev` is the box's first field.
+        unsafe { *event = b as *mut rdma_cm_event };
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int as int {
+        ack(key(event)?)?;
+        Ok(0)
+    }
+}
+
+/// `rdma_event_str`: the name of an event type.
+///
+/// # Safety
+/// None: any value is accepted.
+#[no_mangle]
+pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
+    const NAMES: [&std::ffi::CStr; 16] = [
+        c"RDMA_CM_EVENT_ADDR_RESOLVED",
+        c"RDMA_CM_EVENT_ADDR_ERROR",
+        c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+        c"RDMA_CM_EVENT_ROUTE_ERROR",
+        c"RDMA_CM_EVENT_CONNECT_REQUEST",
+        c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+        c"RDMA_CM_EVENT_CONNECT_ERROR",
+        c"RDMA_CM_EVENT_UNREACHABLE",
+        c"RDMA_CM_EVENT_REJECTED",
+        c"RDMA_CM_EVENT_ESTABLISHED",
+        c"RDMA_CM_EVENT_DISCONNECTED",
+        c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+        c"RDMA_CM_EVENT_MULTICAST_JOIN",
+        c"RDMA_CM_EVENT_MULTICAST_ERROR",
+        c"RDMA_CM_EVENT_ADDR_CHANGE",
+        c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+    ];
+    usize::try_from(event).ok().and_then(|i| NAMES.get(i)).map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
+}
+
+/// A synchronous ID's call completes with the next event on its private channel: `want`, or
+/// the errno the event stands for. The event stays in `id->event` until the next one (or
+/// `rdma_destroy_id`), as librdmacm keeps it.
+fn sync_wait(id: *mut rdma_cm_id, want: c_int) -> Result<(), i32> {
+    let ch = {
+        let mut lib = lock();
+        let st = lib.id(id)?;
+        if !st.sync {
+            return Ok(());
+        }
+        st.channel
+    };
+    // SAFETY: `id` is a live ID (checked above); only its owner thread waits on it.
+    let prev = unsafe { std::mem::replace(&mut (*id).event, ptr::null_mut()) };
+    if !prev.is_null() {
+        let _ = ack(prev as usize);
+    }
+    let b = get_event(ch)?;
+    // SAFETY: `b` is an outstanding event box.
+    let (ev, status) = unsafe { ((*b).ev.event, (*b).ev.status) };
+    // SAFETY: as above.
+    unsafe { (*id).event = b as *mut rdma_cm_event };
+    if ev == want || (want == event::ESTABLISHED && ev == event::CONNECT_RESPONSE) {
+        return Ok(());
+    }
+    Err(match ev {
+        event::REJECTED => libc::ECONNREFUSED,
+        _ if status < 0 => -status,
+        _ => libc::EINVAL,
+    })
+}
+
+// ---- IDs ------------------------------------------------------------------------------------
+
+fn create_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> Result<*mut rdma_cm_id, i32> {
+    if ![ps::TCP, ps::UDP, ps::IB, ps::IPOIB].contains(&ps) {
+        return Err(libc::EINVAL);
+    }
+    let mut lib = lock();
+    let (ch, sync) = if channel.is_null() {
+        (lib.new_channel()?, true)
+    } else if lib.channels.contains_key(&(channel as usize)) {
+        (channel, false)
+    } else {
+        return Err(libc::EINVAL);
+    };
+    let b = new_id_box(ch, context, ps, ptr::null_mut());
+    lib.ids.insert(b as usize, Id::new(ps, ch as usize, sync));
+    Ok(b)
+}
+
+rdmacm_export! {
+    fn rdma_create_id(
+        channel: *mut rdma_event_channel,
+        id: *mut *mut rdma_cm_id,
+        context: *mut c_void,
+        ps: c_int,
+    ) -> c_int as int {
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let b = create_id(channel, context, ps)?;
+        // SAFETY: the caller's out-parameter.
+        unsafe { *id = b };
+        Ok(0)
+    }
+}
+
+fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.remove(&k).ok_or(libc::EINVAL)?;
+    if let Some(c) = st.comm {
+        if let Some(cm) = lib.cm.as_mut() {
+            cm.destroy(c);
+        }
+        lib.by_comm.remove(&c);
+    }
+    // Only the ID that holds the service gives it up (a REUSEADDR successor may hold it now).
+    if let Some(s) = st.listen_service.filter(|s| lib.listeners.get(s) == Some(&k)) {
+        let _ = lib.cm.as_mut().map(|cm| cm.unlisten(s));
+        lib.listeners.remove(&s);
+    }
+    if let Some(src) = st.src.filter(|_| st.bound) {
+        lib.ports.remove(&(st.ps, src.port()));
+    }
+    // Its queued events go too (a CONNECT_REQUEST waits on the listener's channel).
+    for c in lib.channels.values_mut() {
+        c.queue.retain(|b| b.ev.id != id);
+    }
+    // SAFETY: `id` was a live ID box until now; its event (if any) is outstanding.
+    let ev = unsafe { (*id).event };
+    if st.sync {
+        lib.free_channel(st.channel);
+    }
+    lib.flush();
+    drop(lib);
+    if !ev.is_null() {
+        let _ = ack(ev as usize);
+    }
+    if !st.path_rec.is_null() {
+        // SAFETY: our own boxed path record, no longer referenced.
+        drop(unsafe { Box::from_raw(st.path_rec) });
+    }
+    // SAFETY: the box came from new_id_box and is removed from every map.
+    drop(unsafe { Box::from_raw(id) });
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int as int {
+        destroy_id(id)?;
+        Ok(0)
+    }
+}
+
+/// True if `ip` is an address of this host (a socket can bind to it).
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_unspecified() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
+    let k = id as usize;
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    if st.bound || !matches!(st.state, IdState::Idle) {
+        return Err(libc::EINVAL);
+    }
+    let (ps, reuse) = (st.ps, st.reuseaddr);
+    if !is_local(addr.ip()) {
+        return Err(libc::EADDRNOTAVAIL);
+    }
+    lib.device()?;
+    let port = if addr.port() == 0 { lib.ephemeral_port(ps)? } else { addr.port() };
+    if lib.ports.contains(&(ps, port)) && !reuse {
+        return Err(libc::EADDRINUSE);
+    }
+    lib.ports.insert((ps, port));
+    let st = lib.id(id)?;
+    st.src = Some(SocketAddr::new(addr.ip(), port));
+    st.bound = true;
+    st.state = IdState::AddrBound;
+    // SAFETY: a live ID box.
+    let c = unsafe { &mut *id };
+    store_sockaddr(&mut c.route.addr.src_storage, SocketAddr::new(addr.ip(), port));
+    if !addr.ip().is_unspecified() {
+        lib.fill_route(k);
+    }
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
+        key(id)?;
+        // SAFETY: the caller passes a valid sockaddr (or NULL).
+        let a = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?;
+        bind(&mut lock(), id, a)?;
+        Ok(0)
+    }
+}
+
+fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let dev_addr = lib.device()?.addr;
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    if !matches!(st.state, IdState::Idle | IdState::AddrBound) {
+        return Err(libc::EINVAL);
+    }
+    if st.state == IdState::Idle {
+        let any =
+            if dev_addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+        bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0)))?;
+    }
+    // The route the host would take to the peer; the source is the urxe device's address.
+    let probe = UdpSocket::bind(SocketAddr::new(
+        if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) },
+        0,
+    ))
+    .and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
+    let port = lib.ids[&k].src.map_or(0, |s| s.port());
+    let st = lib.id(id)?;
+    st.dst = Some(dst);
+    st.src = Some(SocketAddr::new(dev_addr, port));
+    let routable = probe.is_ok() && dst.is_ipv4() == dev_addr.is_ipv4() && !dst.ip().is_unspecified();
+    if routable {
+        st.state = IdState::AddrResolved;
+        lib.fill_route(k);
+        lib.post(k, 0, event::ADDR_RESOLVED, 0, |_| {});
+    } else {
+        let e = probe.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EHOSTUNREACH);
+        lib.post(k, 0, event::ADDR_ERROR, -e, |_| {});
+    }
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_resolve_addr(
+        id: *mut rdma_cm_id,
+        src_addr: *mut sockaddr,
+        dst_addr: *mut sockaddr,
+        timeout_ms: c_int,
+    ) -> c_int as int {
+        let _ = timeout_ms;
+        // SAFETY: valid sockaddrs or NULL, per the man page.
+        let (src, dst) = unsafe { (load_sockaddr(src_addr)?, load_sockaddr(dst_addr)?) };
+        resolve_addr(id, src, dst.ok_or(libc::EINVAL)?)?;
+        sync_wait(id, event::ADDR_RESOLVED)?;
+        Ok(0)
+    }
+}
+
+fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.id(id)?;
+    if st.state != IdState::AddrResolved {
+        return Err(libc::EINVAL);
+    }
+    st.state = IdState::RouteResolved;
+    lib.fill_route(k);
+    lib.post(k, 0, event::ROUTE_RESOLVED, 0, |_| {});
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int as int {
+        let _ = timeout_ms;
+        resolve_route(id)?;
+        sync_wait(id, event::ROUTE_RESOLVED)?;
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int as int {
+        let _ = backlog;
+        let k = key(id)?;
+        let mut lib = lock();
+        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+        if st.state == IdState::Idle {
+            bind(&mut lib, id, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
+        }
+        let st = lib.id(id)?;
+        if st.state != IdState::AddrBound {
+            return Err(libc::EINVAL);
+        }
+        let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
+        lib.cm()?.listen(service).map_err(|e| e.errno())?;
+        lib.listeners.insert(service, k);
+        let st = lib.id(id)?;
+        st.listen_service = Some(service);
+        st.state = IdState::Listening;
+        Ok(0)
+    }
+}
+
+fn qp_num(id: *mut rdma_cm_id) -> Option<u32> {
+    // SAFETY: `id` is live; its qp (if any) is a QP libibverbs created for it.
+    unsafe { (*id).qp.cast::<ibv_qp_head>().as_ref().map(|q| q.qp_num) }
+}
+
+/// The user's private data (at most `max` bytes), or EINVAL.
+fn user_data(p: *const c_void, len: u8, max: usize) -> Result<Vec<u8>, i32> {
+    if len == 0 || p.is_null() {
+        return Ok(Vec::new());
+    }
+    if usize::from(len) > max {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's private data of `len` bytes.
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, usize::from(len)) }.to_vec())
+}
+
+fn default_param() -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: ptr::null(),
+        private_data_len: 0,
+        responder_resources: DEVICE_MAX_RD_ATOMIC,
+        initiator_depth: DEVICE_MAX_RD_ATOMIC,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num: 0,
+    }
+}
+
+fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<(), i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    if st.state != IdState::RouteResolved {
+        return Err(libc::EINVAL);
+    }
+    let (src, dst, ps, ud) = (st.src, st.dst, st.ps, st.qp_type == qp_type::UD);
+    let (src, dst) = (src.ok_or(libc::EINVAL)?, dst.ok_or(libc::EINVAL)?);
+    let mut p = param.unwrap_or_else(default_param);
+    let qpn = qp_num(id).unwrap_or(p.qp_num);
+    let max = if ud { 216 } else { 92 } - CMA_HEADER_LEN;
+    let user = user_data(p.private_data, p.private_data_len, max)?;
+    let mut pdata = vec![0u8; CMA_HEADER_LEN];
+    CmaHeader { version: 0, src_port: src.port(), src: src.ip(), dst: dst.ip() }.emit(&mut pdata);
+    pdata.extend_from_slice(&user);
+    let t = now();
+    let comm = if ud {
+        let service = rdma_cm_service_id(ps as u16, dst.port());
+        lib.cm()?.sidr_request(t, dst.ip(), service, SIDR_TIMEOUT, MAX_CM_RETRIES, &pdata).map_err(|e| e.errno())?
+    } else {
+        p.responder_resources = p.responder_resources.min(DEVICE_MAX_RD_ATOMIC);
+        p.initiator_depth = p.initiator_depth.min(DEVICE_MAX_RD_ATOMIC);
+        let psn = (lib.random() as u32) & 0xFF_FFFF;
+        let mtu = lib.device()?.active_mtu;
+        let st = lib.id(id)?;
+        st.agreed.local_psn = psn;
+        st.agreed.retry_count = p.retry_count.min(7);
+        st.agreed.path_mtu = mtu;
+        let cp = lib.connect_params(k, &p, qpn, pdata)?;
+        lib.cm()?.connect(t, &cp).map_err(|e| e.errno())?
+    };
+    lib.by_comm.insert(comm, k);
+    let st = lib.id(id)?;
+    st.comm = Some(comm);
+    st.state = IdState::Connecting;
+    lib.flush();
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int as int {
+        // SAFETY: NULL or the caller's parameters.
+        let p = unsafe { conn_param.as_ref().copied() };
+        connect(id, p)?;
+        sync_wait(id, event::ESTABLISHED)?;
+        Ok(0)
+    }
+}
+
+fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    if st.state != IdState::RequestReceived {
+        return Err(libc::EINVAL);
+    }
+    let comm = st.comm.ok_or(libc::EINVAL)?;
+    let ud = st.qp_type == qp_type::UD;
+    let p = param.unwrap_or_else(default_param);
+    let qpn = qp_num(id).unwrap_or(p.qp_num);
+    if ud {
+        let user = user_data(p.private_data, p.private_data_len, 136)?;
+        lib.cm()?.send_sidr_rep(comm, sidr_status::VALID, qpn, RDMA_UDP_QKEY, &user).map_err(|e| e.errno())?;
+        lib.by_comm.remove(&comm);
+        let st = lib.id(id)?;
+        st.comm = None;
+        st.state = IdState::Connected;
+        lib.flush();
+        return Ok(false);
+    }
+    let user = user_data(p.private_data, p.private_data_len, 196)?;
+    let st = lib.id(id)?;
+    st.agreed.responder_resources = p.responder_resources.min(st.agreed.responder_resources.max(1));
+    st.agreed.initiator_depth = p.initiator_depth.min(st.agreed.initiator_depth);
+    if !id.is_null() && qp_num(id).is_some() {
+        if let Err(e) = lib.qp_to_rts(k) {
+            let _ = lib.cm()?.reject(comm, reject::CONSUMER_DEFINED, &[]);
+            lib.flush();
+            return Err(e);
+        }
+    }
+    let ap = lib.accept_params(k, &p, qpn, user);
+    lib.cm()?.accept(now(), comm, &ap).map_err(|e| e.errno())?;
+    lib.id(id)?.state = IdState::Accepted;
+    lib.flush();
+    Ok(true)
+}
+
+rdmacm_export! {
+    fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int as int {
+        // SAFETY: NULL or the caller's parameters.
+        let p = unsafe { conn_param.as_ref().copied() };
+        if accept(id, p)? {
+            sync_wait(id, event::ESTABLISHED)?;
+        }
+        Ok(0)
+    }
+}
+
+fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    let comm = st.comm.ok_or(libc::EINVAL)?;
+    let ud = st.qp_type == qp_type::UD;
+    let user = user_data(pdata, len, if ud { 136 } else { 148 })?;
+    if ud {
+        lib.cm()?.send_sidr_rep(comm, sidr_status::REJECTED, 0, 0, &user).map_err(|e| e.errno())?;
+    } else {
+        lib.cm()?.reject(comm, reject::CONSUMER_DEFINED, &user).map_err(|e| e.errno())?;
+    }
+    lib.by_comm.remove(&comm);
+    let st = lib.id(id)?;
+    st.comm = None;
+    st.state = IdState::Disconnected;
+    lib.flush();
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int as int {
+        reject_id(id, private_data, private_data_len)?;
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    /// ECE is not negotiated (rxe has none): a plain reject.
+    fn rdma_reject_ece(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int as int {
+        reject_id(id, private_data, private_data_len)?;
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int as int {
+        let k = key(id)?;
+        let mut lib = lock();
+        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+        let (comm, state) = (st.comm, st.state);
+        if !matches!(state, IdState::Connected | IdState::Disconnected | IdState::Accepted | IdState::ResponseReceived) {
+            return Err(libc::EINVAL);
+        }
+        lib.qp_to_err(k);
+        let t = now();
+        if let Some(c) = comm {
+            let cm = lib.cm()?;
+            match cm.state(c) {
+                Some(State::Established) => cm.disconnect(t, c, &[]).map_err(|e| e.errno())?,
+                Some(State::DreqRcvd) => cm.send_drep(t, c, &[]).map_err(|e| e.errno())?,
+                Some(State::RepSent | State::MraRepRcvd | State::RepRcvd | State::MraRepSent) => {
+                    cm.destroy(c);
+                    lib.by_comm.remove(&c);
+                }
+                _ => {}
+            }
+        }
+        lib.flush();
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_establish(id: *mut rdma_cm_id) -> c_int as int {
+        let k = key(id)?;
+        let mut lib = lock();
+        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+        if st.state != IdState::ResponseReceived {
+            return Err(libc::EINVAL);
+        }
+        let comm = st.comm.ok_or(libc::EINVAL)?;
+        lib.cm()?.send_rtu(comm, &[]).map_err(|e| e.errno())?;
+        lib.id(id)?.state = IdState::Connected;
+        lib.flush();
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int as int {
+        let k = key(id)?;
+        let mut lib = lock();
+        let comm = lib.ids.get(&k).ok_or(libc::EINVAL)?.comm;
+        if event == IBV_EVENT_COMM_EST {
+            if let Some(c) = comm {
+                let cm = lib.cm()?;
+                if matches!(cm.state(c), Some(State::RepSent | State::MraRepRcvd)) {
+                    cm.establish(c).map_err(|e| e.errno())?;
+                }
+            }
+        }
+        lib.flush();
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut ibv_qp_attr, qp_attr_mask: *mut c_int) -> c_int as int {
+        let k = key(id)?;
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's attribute struct (qp_state says which transition).
+        let state = unsafe { (*qp_attr).qp_state };
+        let (a, m) = lock().qp_attr(k, state)?;
+        // SAFETY: the caller's out-parameters.
+        unsafe {
+            *qp_attr = a;
+            *qp_attr_mask = m;
+        }
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int as int {
+        let k = key(id)?;
+        let mut lib = lock();
+        let (old, was_sync) = {
+            let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+            (st.channel, st.sync)
+        };
+        let (new, sync) = if channel.is_null() {
+            (lib.new_channel()? as usize, true)
+        } else if lib.channels.contains_key(&(channel as usize)) {
+            (channel as usize, false)
+        } else {
+            return Err(libc::EINVAL);
+        };
+        // Queued events of this ID follow it to the new channel.
+        let moved: Vec<Box<EventBox>> = match lib.channels.get_mut(&old) {
+            Some(c) => {
+                let (mine, rest): (Vec<_>, Vec<_>) = c.queue.drain(..).partition(|b| b.ev.id == id);
+                c.queue.extend(rest);
+                mine
+            }
+            None => Vec::new(),
+        };
+        let st = lib.id(id)?;
+        st.channel = new;
+        st.sync = sync;
+        // SAFETY: a live ID box.
+        unsafe { (*id).channel = new as *mut rdma_event_channel };
+        if let Some(c) = lib.channels.get_mut(&new) {
+            for b in moved {
+                c.queue.push_back(b);
+                let one: u64 = 1;
+                // SAFETY: an 8-byte write from a local to the channel's eventfd.
+                unsafe { libc::write(c.fd, &one as *const u64 as *const c_void, 8) };
+            }
+        }
+        if was_sync && old != new {
+            lib.free_channel(old);
+        }
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_set_option(
+        id: *mut rdma_cm_id,
+        level: c_int,
+        optname: c_int,
+        optval: *mut c_void,
+        optlen: usize,
+    ) -> c_int as int {
+        let k = key(id)?;
+        if optval.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let mut lib = lock();
+        let st = lib.ids.get_mut(&k).ok_or(libc::EINVAL)?;
+        // SAFETY: `optval` holds `optlen` bytes (checked per option below).
+        let byte = || unsafe { *(optval as *const u8) };
+        // SAFETY: as above.
+        let int = || unsafe { (optval as *const c_int).read_unaligned() };
+        match (level, optname) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen >= 1 => st.tos = byte(),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if optlen >= 4 => st.reuseaddr = int() != 0,
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if optlen >= 4 => {}
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen >= 1 => st.ack_timeout = Some(byte().min(31)),
+            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => return Err(libc::EOPNOTSUPP),
+            (RDMA_OPTION_ID | RDMA_OPTION_IB, _) if optlen == 0 => return Err(libc::EINVAL),
+            _ => return Err(libc::ENOSYS),
+        }
+        Ok(0)
+    }
+}
+
+fn port_of(id: *mut rdma_cm_id, dst: bool) -> u16 {
+    let Ok(k) = key(id) else { return 0 };
+    let lib = lock();
+    let st = lib.ids.get(&k);
+    let a = if dst { st.and_then(|s| s.dst) } else { st.and_then(|s| s.src) };
+    a.map_or(0, |s| s.port().to_be())
+}
+
+/// `rdma_get_src_port`: the local port in network byte order (0 for an unknown ID).
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    std::panic::catch_unwind(|| port_of(id, false)).unwrap_or(0)
+}
+
+/// `rdma_get_dst_port`: the peer's port in network byte order (0 for an unknown ID).
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    std::panic::catch_unwind(|| port_of(id, true)).unwrap_or(0)
+}
+
+// ---- devices, QPs, SRQs -----------------------------------------------------------------------
+
+rdmacm_export! {
+    fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context as ptr {
+        let ctx = lock().device()?.ctx;
+        // SAFETY: calloc of two pointers, freed by rdma_free_devices.
+        let list = unsafe { libc::calloc(2, std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
+        if list.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        // SAFETY: `list` has two slots; `num_devices` is NULL or the caller's.
+        unsafe {
+            *list = ctx;
+            if !num_devices.is_null() {
+                *num_devices = 1;
+            }
+        }
+        Ok(list)
+    }
+}
+
+/// `rdma_free_devices`.
+///
+/// # Safety
+/// `list` is NULL or came from `rdma_get_devices`.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
+    // SAFETY: calloc'd by rdma_get_devices (free(NULL) is a no-op).
+    unsafe { libc::free(list as *mut c_void) };
+}
+
+/// A CQ with its own completion channel; its `cq_context` is the ID, which
+/// `rdma_get_send_comp` / `rdma_get_recv_comp` assert.
+fn make_cq(ctx: *mut ibv_context, cqe: u32, id: *mut rdma_cm_id) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
+    // SAFETY: an open context; on failure the channel is destroyed again.
+    unsafe {
+        let ch = ibv_create_comp_channel(ctx);
+        if ch.is_null() {
+            return Err(crate::export_errno());
+        }
+        let cq = ibv_create_cq(ctx, cqe.max(1) as c_int, id as *mut c_void, ch, 0);
+        if cq.is_null() {
+            let e = crate::export_errno();
+            ibv_destroy_comp_channel(ch);
+            return Err(e);
+        }
+        Ok((ch, cq))
+    }
+}
+
+fn free_cqs(c: &mut rdma_cm_id) {
+    // SAFETY: CQs and channels this library created for the ID; each freed once.
+    unsafe {
+        for (cq, ch) in [(c.send_cq, c.send_cq_channel), (c.recv_cq, c.recv_cq_channel)] {
+            if !cq.is_null() {
+                ibv_destroy_cq(cq);
+            }
+            if !ch.is_null() {
+                ibv_destroy_comp_channel(ch);
+            }
+        }
+    }
+    c.send_cq = ptr::null_mut();
+    c.recv_cq = ptr::null_mut();
+    c.send_cq_channel = ptr::null_mut();
+    c.recv_cq_channel = ptr::null_mut();
+}
+
+fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<(), i32> {
+    let k = key(id)?;
+    if attr.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let mut lib = lock();
+    let ctx = lib.device()?.ctx;
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    // SAFETY: a live ID box.
+    let c = unsafe { &mut *id };
+    if !c.qp.is_null() || st.state == IdState::Listening {
+        return Err(libc::EINVAL);
+    }
+    let pd = if pd.is_null() { lib.shared_pd()? } else { pd };
+    // SAFETY: `pd` is a PD of libibverbs (its head is its context).
+    if unsafe { (*(pd as *mut ibv_object_head)).context } != ctx {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's attributes.
+    let mut a = unsafe { *attr };
+    let own = a.send_cq.is_null() || a.recv_cq.is_null();
+    if own {
+        let (sch, scq) = make_cq(ctx, a.cap.max_send_wr, id)?;
+        c.send_cq_channel = sch;
+        c.send_cq = scq;
+        match make_cq(ctx, a.cap.max_recv_wr, id) {
+            Ok((rch, rcq)) => {
+                c.recv_cq_channel = rch;
+                c.recv_cq = rcq;
+            }
+            Err(e) => {
+                free_cqs(c);
+                return Err(e);
+            }
+        }
+        if a.send_cq.is_null() {
+            a.send_cq = c.send_cq;
+        }
+        if a.recv_cq.is_null() {
+            a.recv_cq = c.recv_cq;
+        }
+    } else {
+        c.send_cq = a.send_cq;
+        c.recv_cq = a.recv_cq;
+    }
+    if a.srq.is_null() {
+        a.srq = c.srq;
+    }
+    // SAFETY: a PD of this context and the attributes above.
+    let qp = unsafe { ibv_create_qp(pd, &mut a) };
+    if qp.is_null() {
+        let e = crate::export_errno();
+        if own {
+            free_cqs(c);
+        }
+        return Err(e);
+    }
+    c.qp = qp;
+    c.pd = pd;
+    c.qp_type = a.qp_type;
+    let st = lib.id(id)?;
+    st.qp_type = a.qp_type;
+    st.own_cqs = own;
+    let ud = a.qp_type == qp_type::UD;
+    let r = if ud {
+        lib.modify(k, qp_state::INIT)
+            .and_then(|_| lib.modify(k, qp_state::RTR))
+            .and_then(|_| lib.modify(k, qp_state::RTS))
+    } else {
+        lib.modify(k, qp_state::INIT)
+    };
+    if let Err(e) = r {
+        // SAFETY: the QP just created, not yet seen by anyone.
+        unsafe { ibv_destroy_qp(qp) };
+        c.qp = ptr::null_mut();
+        if own {
+            free_cqs(c);
+        }
+        return Err(e);
+    }
+    // As librdmacm: the caller's attributes show what was granted and the CQs used.
+    // SAFETY: the caller's attributes.
+    unsafe { *attr = a };
+    Ok(())
+}
+
+rdmacm_export! {
+    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> c_int as int {
+        create_qp(id, pd, qp_init_attr)?;
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    /// Only the PD may be given beyond `ibv_qp_init_attr` (no extended QP creation through
+    /// rdma_cm yet): other `comp_mask` bits are EOPNOTSUPP.
+    fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> c_int as int {
+        if qp_init_attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes.
+        let x = unsafe { &mut *qp_init_attr };
+        if x.comp_mask & !QP_INIT_ATTR_PD != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut a = ibv_qp_init_attr {
+            qp_context: x.qp_context,
+            send_cq: x.send_cq,
+            recv_cq: x.recv_cq,
+            srq: x.srq,
+            cap: x.cap,
+            qp_type: x.qp_type,
+            sq_sig_all: x.sq_sig_all,
+        };
+        let pd = if x.comp_mask & QP_INIT_ATTR_PD != 0 { x.pd } else { ptr::null_mut() };
+        create_qp(id, pd, &mut a)?;
+        x.cap = a.cap;
+        x.send_cq = a.send_cq;
+        x.recv_cq = a.recv_cq;
+        Ok(0)
+    }
+}
+
+fn destroy_qp(id: *mut rdma_cm_id) -> Result<(), i32> {
+    let k = key(id)?;
+    let mut lib = lock();
+    let own = lib.ids.get(&k).ok_or(libc::EINVAL)?.own_cqs;
+    // SAFETY: a live ID box.
+    let c = unsafe { &mut *id };
+    if !c.qp.is_null() {
+        // SAFETY: the ID's QP, destroyed once.
+        unsafe { ibv_destroy_qp(c.qp) };
+        c.qp = ptr::null_mut();
+    }
+    if own {
+        free_cqs(c);
+        lib.id(id)?.own_cqs = false;
+    }
+    Ok(())
+}
+
+/// `rdma_destroy_qp`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| destroy_qp(id)));
+    crate::export::finish("rdma_destroy_qp", r, ());
+}
+
+rdmacm_export! {
+    fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> c_int as int {
+        let k = key(id)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let mut lib = lock();
+        lib.device()?;
+        lib.ids.get(&k).ok_or(libc::EINVAL)?;
+        let pd = if pd.is_null() { lib.shared_pd()? } else { pd };
+        // SAFETY: a PD and the caller's attributes.
+        let srq = unsafe { ibv_create_srq(pd, attr) };
+        if srq.is_null() {
+            return Err(crate::export_errno());
+        }
+        // SAFETY: a live ID box.
+        unsafe {
+            (*id).srq = srq;
+            (*id).pd = pd;
+        }
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    /// Extended SRQs (XRC, tag matching) are not offered through rdma_cm: EOPNOTSUPP.
+    fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> c_int as int {
+        key(id)?;
+        key(attr)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}
+
+/// `rdma_destroy_srq`.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(), i32> {
+        let k = key(id)?;
+        lock().ids.get(&k).ok_or(libc::EINVAL)?;
+        // SAFETY: a live ID box; its SRQ is destroyed once.
+        unsafe {
+            if !(*id).srq.is_null() {
+                ibv_destroy_srq((*id).srq);
+                (*id).srq = ptr::null_mut();
+            }
+        }
+        Ok(())
+    }));
+    crate::export::finish("rdma_destroy_srq", r, ());
+}
+
+// ---- synchronous endpoints --------------------------------------------------------------------
+
+rdmacm_export! {
+    fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int as int {
+        let k = key(listen)?;
+        if id.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let (ch, ep) = {
+            let lib = lock();
+            let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+            if !st.sync || st.state != IdState::Listening {
+                return Err(libc::EINVAL);
+            }
+            (st.channel, st.ep_qp)
+        };
+        let b = get_event(ch)?;
+        // SAFETY: an outstanding event box.
+        let (ev, status, child) = unsafe { ((*b).ev.event, (*b).ev.status, (*b).ev.id) };
+        if ev != event::CONNECT_REQUEST || status != 0 {
+            let _ = ack(b as usize);
+            return Err(if status < 0 { -status } else { libc::EINVAL });
+        }
+        // SAFETY: the child ID the event names is live (its destroy would have dropped the
+        // event); the request event stays with it, as librdmacm keeps it in `id->event`.
+        unsafe { (*child).event = b as *mut rdma_cm_event };
+        if let Some((mut attr, pd)) = ep {
+            if let Err(e) = create_qp(child, pd, &mut attr) {
+                let _ = reject_id(child, ptr::null(), 0);
+                let _ = destroy_id(child);
+                return Err(e);
+            }
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { *id = child };
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_create_ep(
+        id: *mut *mut rdma_cm_id,
+        res: *mut rdma_addrinfo,
+        pd: *mut ibv_pd,
+        qp_init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int as int {
+        if id.is_null() || res.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's address info (from rdma_getaddrinfo).
+        let r = unsafe { &*res };
+        let ps = if r.ai_port_space != 0 {
+            r.ai_port_space
+        } else if r.ai_qp_type == qp_type::UD {
+            ps::UDP
+        } else {
+            ps::TCP
+        };
+        let cid = create_id(ptr::null_mut(), ptr::null_mut(), ps)?;
+        let setup = || -> Result<(), i32> {
+            if r.ai_qp_type != 0 {
+                lock().id(cid)?.qp_type = r.ai_qp_type;
+            }
+            let qpt = lock().id(cid)?.qp_type;
+            // SAFETY: sockaddrs of the address info (or NULL).
+            let (src, dst) = unsafe { (load_sockaddr(r.ai_src_addr)?, load_sockaddr(r.ai_dst_addr)?) };
+            if r.ai_flags & RAI_PASSIVE != 0 {
+                let src = src.unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
+                bind(&mut lock(), cid, src)?;
+                if !qp_init_attr.is_null() {
+                    // SAFETY: the caller's attributes, copied for every request.
+                    let mut a = unsafe { *qp_init_attr };
+                    a.qp_type = qpt;
+                    lock().id(cid)?.ep_qp = Some((a, pd));
+                }
+                return Ok(());
+            }
+            resolve_addr(cid, src, dst.ok_or(libc::EINVAL)?)?;
+            sync_wait(cid, event::ADDR_RESOLVED)?;
+            resolve_route(cid)?;
+            sync_wait(cid, event::ROUTE_RESOLVED)?;
+            if !qp_init_attr.is_null() {
+                // As librdmacm: the endpoint's QP type is the address info's.
+                // SAFETY: the caller's attributes.
+                unsafe { (*qp_init_attr).qp_type = qpt };
+                create_qp(cid, pd, qp_init_attr)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = setup() {
+            let _ = destroy_id(cid);
+            return Err(e);
+        }
+        // SAFETY: the caller's out-parameter.
+        unsafe { *id = cid };
+        Ok(0)
+    }
+}
+
+/// `rdma_destroy_ep`: the QP (and the CQs made for it), then the ID.
+///
+/// # Safety
+/// `id` is NULL or an ID of this library.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        destroy_qp(id)?;
+        destroy_id(id)
+    }));
+    crate::export::finish("rdma_destroy_ep", r, ());
+}
+
+// ---- multicast and ECE ------------------------------------------------------------------------
+
+rdmacm_export! {
+    /// urxe has no UD multicast yet: a clean EOPNOTSUPP.
+    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> c_int as int {
+        let _ = context;
+        key(id)?;
+        key(addr)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}
+
+rdmacm_export! {
+    fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> c_int as int {
+        let _ = context;
+        key(id)?;
+        key(attr)?;
+        Err(libc::EOPNOTSUPP)
+    }
+}
+
+rdmacm_export! {
+    /// Nothing can have been joined.
+    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
+        key(id)?;
+        key(addr)?;
+        Err(libc::EADDRNOTAVAIL)
+    }
+}
+
+rdmacm_export! {
+    /// Kept for `rdma_get_remote_ece` symmetry; urxe (like rxe) negotiates no ECE options.
+    fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int as int {
+        let k = key(id)?;
+        if ece.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's ECE value.
+        let e = unsafe { *ece };
+        lock().ids.get_mut(&k).ok_or(libc::EINVAL)?.local_ece = e;
+        Ok(0)
+    }
+}
+
+rdmacm_export! {
+    /// The peer's ECE: always none (vendor 0): no ECE options travel in urxe's CM messages.
+    fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int as int {
+        let k = key(id)?;
+        if ece.is_null() {
+            return Err(libc::EINVAL);
+        }
+        lock().ids.get(&k).ok_or(libc::EINVAL)?;
+        // SAFETY: the caller's out-parameter.
+        unsafe { *ece = ibv_ece::default() };
+        Ok(0)
+    }
+}

@@ -1,0 +1,1006 @@
+//! The connection manager's state, shared by every thread of the process: event channels, IDs,
+//! the one device context, and `urxe::cm::Cm` with the thread that drives it.
+//!
+//! One lock ([`lock`]) guards all of it. The CM thread blocks in epoll on the GSI fd (readable
+//! while MADs are queued for QP1) and a timerfd armed at `Cm::poll_timeout`; it never spins.
+//! Application calls run the CM's commands in their own thread under the same lock, then
+//! [`Lib::flush`] sends what the CM queued, turns its events into `rdma_cm_event`s on the
+//! right channel, and re-arms the timer.
+//!
+//! Ownership (written down once): a channel is a `Box<rdma_event_channel>` from
+//! `rdma_create_event_channel` to `rdma_destroy_event_channel`; its fd is an eventfd in
+//! semaphore mode, readable exactly while events are queued (so poll() and O_NONBLOCK work).
+//! An ID is a `Box<rdma_cm_id>` from `rdma_create_id` (or a CONNECT_REQUEST) to
+//! `rdma_destroy_id`; its Rust state lives here in `ids`, keyed by the pointer. An event is a
+//! `Box<EventBox>` from the moment it is queued until `rdma_ack_cm_event`.
+
+use crate::abi::*;
+use crate::verbs::*;
+use libc::{c_int, c_void};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::ptr;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use urxe::cm::{
+    reject, sidr_status, AcceptParams, Cm, CmConfig, CmEvent, CmPath, CommId, ConnectParams, Nanos, ReqInfo,
+};
+use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
+use urxe::wire::mad::MAD_LEN;
+
+/// The kernel's CMA: packet life time 18 on RoCE, CM response timeout 20, 15 CM retries.
+pub const PACKET_LIFE_TIME: u8 = 18;
+pub const CM_RESPONSE_TIMEOUT: u8 = 20;
+pub const MAX_CM_RETRIES: u8 = 15;
+/// `CMA_CM_MRA_SETTING`'s service timeout: what the passive side asks for while the user has
+/// not answered a CONNECT_REQUEST.
+pub const MRA_SERVICE_TIMEOUT: u8 = 24;
+/// SIDR_REQ timeout exponent and retries (the kernel's `CMA_CM_RESPONSE_TIMEOUT`, 15 tries).
+pub const SIDR_TIMEOUT: u8 = 20;
+pub const HOP_LIMIT: u8 = 64;
+
+/// An event as handed to the application: the C struct first, then what it points into.
+#[repr(C)]
+pub struct EventBox {
+    pub ev: rdma_cm_event,
+    pub private_data: Vec<u8>,
+}
+
+pub struct Channel {
+    pub fd: c_int,
+    pub queue: VecDeque<Box<EventBox>>,
+}
+
+/// Where an ID is in its life (the kernel's `rdma_cm_state`, reduced to what we branch on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdState {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    /// Active: REQ or SIDR_REQ sent.
+    Connecting,
+    /// Passive: CONNECT_REQUEST delivered, the user has not answered.
+    RequestReceived,
+    /// Passive: REP sent.
+    Accepted,
+    /// Active: REP received, no QP: waiting for `rdma_establish`.
+    ResponseReceived,
+    Connected,
+    Disconnected,
+}
+
+/// What a connection agreed: the values the QP's RTR/RTS come from.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Agreed {
+    pub remote_qpn: u32,
+    /// The PSN the peer expects to receive first (our sq_psn).
+    pub remote_psn: u32,
+    /// The PSN we expect to receive first (our rq_psn).
+    pub local_psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub path_mtu: u8,
+}
+
+/// The Rust side of one `rdma_cm_id`.
+pub struct Id {
+    pub ps: c_int,
+    pub qp_type: c_int,
+    pub channel: usize,
+    /// A synchronous ID (created with a NULL channel) owns `channel`.
+    pub sync: bool,
+    pub state: IdState,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    pub comm: Option<CommId>,
+    pub listen_service: Option<u64>,
+    pub agreed: Agreed,
+    pub tos: u8,
+    pub ack_timeout: Option<u8>,
+    pub reuseaddr: bool,
+    /// `src` holds a port this ID reserved (bind, resolve_addr).
+    pub bound: bool,
+    /// From `rdma_create_ep` on a passive endpoint: every request gets a QP like this.
+    pub ep_qp: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
+    /// CQs and channels this library made for the QP (`rdma_create_qp` without CQs).
+    pub own_cqs: bool,
+    pub path_rec: *mut ibv_sa_path_rec,
+    pub local_ece: ibv_ece,
+}
+
+impl Id {
+    pub fn new(ps: c_int, channel: usize, sync: bool) -> Id {
+        let qp_type = if ps == ps::UDP || ps == ps::IPOIB { qp_type::UD } else { qp_type::RC };
+        Id {
+            ps,
+            qp_type,
+            channel,
+            sync,
+            state: IdState::Idle,
+            src: None,
+            dst: None,
+            comm: None,
+            listen_service: None,
+            agreed: Agreed::default(),
+            tos: 0,
+            ack_timeout: None,
+            reuseaddr: false,
+            bound: false,
+            ep_qp: None,
+            own_cqs: false,
+            path_rec: ptr::null_mut(),
+            local_ece: ibv_ece::default(),
+        }
+    }
+}
+
+/// The one device, opened once for every ID.
+pub struct Dev {
+    pub ctx: *mut ibv_context,
+    pub addr: IpAddr,
+    pub gid: [u8; 16],
+    pub active_mtu: u8,
+    pub gsi: GsiApi,
+    pub pd: *mut ibv_pd,
+}
+
+pub struct Lib {
+    pub dev: Option<Dev>,
+    pub cm: Option<Cm>,
+    pub channels: HashMap<usize, Channel>,
+    pub ids: HashMap<usize, Id>,
+    pub by_comm: HashMap<CommId, usize>,
+    pub listeners: HashMap<u64, usize>,
+    pub ports: HashSet<(c_int, u16)>,
+    pub outstanding: HashSet<usize>,
+    pub timerfd: c_int,
+    rng: u64,
+}
+
+// SAFETY: the raw pointers in `Lib` (device context, PDs, ID boxes) are only dereferenced
+// under the one lock, and point to objects that libibverbs / this library keep alive until
+// they are removed from it.
+unsafe impl Send for Lib {}
+
+pub fn lock() -> MutexGuard<'static, Lib> {
+    static LIB: OnceLock<Mutex<Lib>> = OnceLock::new();
+    let m = LIB.get_or_init(|| {
+        let seed = now() ^ u64::from(std::process::id()) << 32;
+        Mutex::new(Lib {
+            dev: None,
+            cm: None,
+            channels: HashMap::new(),
+            ids: HashMap::new(),
+            by_comm: HashMap::new(),
+            listeners: HashMap::new(),
+            ports: HashSet::new(),
+            outstanding: HashSet::new(),
+            timerfd: -1,
+            rng: seed | 1,
+        })
+    });
+    // A panic under the lock is caught at the C boundary; the maps stay consistent (no
+    // invariant spans a panic point), so keep serving rather than poisoning every call.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the timerfd's clock).
+pub fn now() -> Nanos {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn gid_of(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+pub fn ip_of_gid(g: [u8; 16]) -> IpAddr {
+    let v6 = Ipv6Addr::from(g);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// Writes `a` into a `sockaddr_storage`.
+pub fn store_sockaddr(dst: &mut libc::sockaddr_storage, a: SocketAddr) {
+    // SAFETY: sockaddr_storage is plain bytes; all-zero is a valid value.
+    *dst = unsafe { std::mem::zeroed() };
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { ptr::write(dst as *mut _ as *mut libc::sockaddr_in, sin) };
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe { ptr::write(dst as *mut _ as *mut libc::sockaddr_in6, sin6) };
+        }
+    }
+}
+
+/// Reads a `sockaddr` the application passed (NULL → None; unknown family → EAFNOSUPPORT).
+///
+/// # Safety
+/// `sa` is NULL or points to a sockaddr whose family tells its real size.
+pub unsafe fn load_sockaddr(sa: *const libc::sockaddr) -> Result<Option<SocketAddr>, i32> {
+    if sa.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller guarantees a valid sockaddr of its announced family.
+    unsafe {
+        match (*sa).sa_family as c_int {
+            libc::AF_INET => {
+                let sin = &*(sa as *const libc::sockaddr_in);
+                let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                Ok(Some(SocketAddr::new(IpAddr::V4(ip), u16::from_be(sin.sin_port))))
+            }
+            libc::AF_INET6 => {
+                let sin6 = &*(sa as *const libc::sockaddr_in6);
+                let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                Ok(Some(SocketAddr::new(IpAddr::V6(ip), u16::from_be(sin6.sin6_port))))
+            }
+            _ => Err(libc::EAFNOSUPPORT),
+        }
+    }
+}
+
+impl Lib {
+    pub fn random(&mut self) -> u64 {
+        // xorshift64*: PSNs and ephemeral ports, not secrets.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// The device, opened on first use (with the CM thread).
+    pub fn device(&mut self) -> Result<&Dev, i32> {
+        if self.dev.is_none() {
+            self.open_device()?;
+        }
+        self.dev.as_ref().ok_or(libc::ENODEV)
+    }
+
+    fn open_device(&mut self) -> Result<(), i32> {
+        let gsi = gsi().ok_or(libc::ENODEV)?;
+        let mut n: c_int = 0;
+        // SAFETY: plain verbs calls; the list is freed below and the context kept.
+        let (ctx, guid) = unsafe {
+            let list = ibv_get_device_list(&mut n);
+            if list.is_null() || n < 1 {
+                if !list.is_null() {
+                    ibv_free_device_list(list);
+                }
+                return Err(libc::ENODEV);
+            }
+            let dev = *list;
+            let guid = u64::from_be(ibv_get_device_guid(dev));
+            let ctx = ibv_open_device(dev);
+            ibv_free_device_list(list);
+            (ctx, guid)
+        };
+        if ctx.is_null() {
+            return Err(libc::ENODEV);
+        }
+        let mut gid = ibv_gid::default();
+        // SAFETY: zero is a valid port_attr; ibv_query_port fills at most the real struct,
+        // which ibv_port_attr_head covers with room to spare.
+        let mut port: ibv_port_attr_head = unsafe { std::mem::zeroed() };
+        // SAFETY: `ctx` is an open context; the out-parameters are ours.
+        let ok = unsafe { ibv_query_gid(ctx, 1, 0, &mut gid) == 0 && ibv_query_port(ctx, 1, &mut port) == 0 };
+        if !ok {
+            return Err(libc::ENODEV);
+        }
+        // SAFETY: a function of urxe's libibverbs with no arguments.
+        let base = unsafe { (gsi.comm_id_base)() };
+        // SAFETY: as above.
+        let gsi_fd = unsafe { (gsi.fd)() };
+        if gsi_fd < 0 {
+            return Err(crate::export_errno());
+        }
+        // SAFETY: timerfd_create has no memory arguments.
+        let tfd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK) };
+        if tfd < 0 {
+            return Err(crate::export_errno());
+        }
+        let first = (self.random() as u32 & 0xFF_FFFF).max(1);
+        self.cm = Some(Cm::new(CmConfig {
+            local_gid: gid.raw,
+            ca_guid: guid,
+            comm_id_base: base,
+            first_comm_id: first,
+            packet_life_time: PACKET_LIFE_TIME,
+        }));
+        self.timerfd = tfd;
+        self.dev = Some(Dev {
+            ctx,
+            addr: ip_of_gid(gid.raw),
+            gid: gid.raw,
+            active_mtu: port.active_mtu.clamp(1, 5) as u8,
+            gsi,
+            pd: ptr::null_mut(),
+        });
+        std::thread::Builder::new()
+            .name("urxe-rdmacm".into())
+            .spawn(move || cm_thread(gsi, gsi_fd, tfd))
+            .map_err(|_| libc::EAGAIN)?;
+        Ok(())
+    }
+
+    pub fn ctx(&self) -> *mut ibv_context {
+        self.dev.as_ref().map_or(ptr::null_mut(), |d| d.ctx)
+    }
+
+    /// The device's shared PD (`rdma_create_qp` / `rdma_create_srq` without one).
+    pub fn shared_pd(&mut self) -> Result<*mut ibv_pd, i32> {
+        let dev = self.dev.as_mut().ok_or(libc::EINVAL)?;
+        if dev.pd.is_null() {
+            // SAFETY: an open context.
+            dev.pd = unsafe { ibv_alloc_pd(dev.ctx) };
+            if dev.pd.is_null() {
+                return Err(crate::export_errno());
+            }
+        }
+        Ok(dev.pd)
+    }
+
+    pub fn cm(&mut self) -> Result<&mut Cm, i32> {
+        self.cm.as_mut().ok_or(libc::EINVAL)
+    }
+
+    pub fn id(&mut self, id: *mut rdma_cm_id) -> Result<&mut Id, i32> {
+        self.ids.get_mut(&(id as usize)).ok_or(libc::EINVAL)
+    }
+
+    // ---- channels and events ----------------------------------------------------------------
+
+    pub fn new_channel(&mut self) -> Result<*mut rdma_event_channel, i32> {
+        // SAFETY: eventfd has no memory arguments.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_SEMAPHORE | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(crate::export_errno());
+        }
+        let ch = Box::into_raw(Box::new(rdma_event_channel { fd }));
+        self.channels.insert(ch as usize, Channel { fd, queue: VecDeque::new() });
+        Ok(ch)
+    }
+
+    /// Drops a channel with its queued events and closes its fd.
+    pub fn free_channel(&mut self, ch: usize) {
+        if let Some(c) = self.channels.remove(&ch) {
+            // SAFETY: the fd is the channel's own eventfd; the box came from new_channel.
+            unsafe {
+                libc::close(c.fd);
+                drop(Box::from_raw(ch as *mut rdma_event_channel));
+            }
+        }
+    }
+
+    /// Queues an event for `id` on its channel.
+    pub fn post(&mut self, id: usize, listen_id: usize, event: c_int, status: c_int, fill: impl FnOnce(&mut EventBox)) {
+        // A CONNECT_REQUEST goes where the listener's events go (a synchronous listener's
+        // child has a private channel of its own for what follows).
+        let owner = if listen_id != 0 { listen_id } else { id };
+        let Some(ch) = self.ids.get(&owner).map(|i| i.channel) else { return };
+        let Some(c) = self.channels.get_mut(&ch) else { return };
+        let mut b = Box::new(EventBox {
+            ev: rdma_cm_event {
+                id: id as *mut rdma_cm_id,
+                listen_id: listen_id as *mut rdma_cm_id,
+                event,
+                status,
+                // SAFETY: the union of plain C structs is valid all-zero.
+                param: unsafe { std::mem::zeroed() },
+            },
+            private_data: Vec::new(),
+        });
+        fill(&mut b);
+        // The private data lives in the box, so the pointer stays valid until the ack.
+        if !b.private_data.is_empty() {
+            let (p, len) = (b.private_data.as_ptr() as *const c_void, b.private_data.len().min(255) as u8);
+            // `conn` and `ud` both start with (private_data, private_data_len).
+            b.ev.param.conn.private_data = p;
+            b.ev.param.conn.private_data_len = len;
+        }
+        c.queue.push_back(b);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes from a local u64 to our eventfd.
+        unsafe { libc::write(c.fd, &one as *const u64 as *const c_void, 8) };
+    }
+
+    // ---- driving the CM -------------------------------------------------------------------
+
+    /// After any CM command or input: send what it queued, deliver its events, re-arm the
+    /// timer.
+    pub fn flush(&mut self) {
+        loop {
+            let Some(cm) = self.cm.as_mut() else { return };
+            let mut progressed = false;
+            while let Some(out) = cm.poll_transmit() {
+                progressed = true;
+                if let Some(d) = &self.dev {
+                    let peer = gid_of(out.peer);
+                    // SAFETY: both buffers are 16 and 256 bytes as the call requires. A lost
+                    // MAD is recovered by the CM's retransmission, so the result is advisory.
+                    unsafe { (d.gsi.send)(peer.as_ptr(), out.mad.as_ptr()) };
+                }
+            }
+            let Some(cm) = self.cm.as_mut() else { return };
+            if let Some(ev) = cm.poll_event() {
+                self.on_cm_event(ev);
+                progressed = true;
+            }
+            if !progressed {
+                break;
+            }
+        }
+        self.arm_timer();
+    }
+
+    fn arm_timer(&mut self) {
+        let Some(cm) = self.cm.as_ref() else { return };
+        let at = cm.poll_timeout().unwrap_or(0);
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec { tv_sec: (at / 1_000_000_000) as _, tv_nsec: (at % 1_000_000_000) as _ },
+        };
+        // SAFETY: our timerfd; a zero value disarms it.
+        unsafe { libc::timerfd_settime(self.timerfd, libc::TFD_TIMER_ABSTIME, &spec, ptr::null_mut()) };
+    }
+
+    fn on_cm_event(&mut self, ev: CmEvent) {
+        use crate::abi::event as E;
+        match ev {
+            CmEvent::ReqReceived { comm_id, peer, req } => self.on_req(comm_id, peer, &req),
+            CmEvent::RepReceived { comm_id, rep } => {
+                let Some(&id) = self.by_comm.get(&comm_id) else { return };
+                let Some(st) = self.ids.get_mut(&id) else { return };
+                st.agreed.remote_qpn = rep.remote_qpn;
+                st.agreed.remote_psn = rep.starting_psn;
+                // Their initiator depth bounds our responder resources and vice versa.
+                st.agreed.responder_resources = rep.initiator_depth;
+                st.agreed.initiator_depth = rep.responder_resources;
+                st.agreed.rnr_retry_count = rep.rnr_retry_count;
+                let pdata = rep.private_data.clone();
+                let conn = conn_param(&st.agreed, rep.srq);
+                // SAFETY: `id` is a live ID box (it is in `ids`).
+                let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
+                if qp.is_null() {
+                    st.state = IdState::ResponseReceived;
+                    self.post(id, 0, E::CONNECT_RESPONSE, 0, |b| {
+                        b.ev.param.conn = conn;
+                        b.private_data = pdata;
+                    });
+                    return;
+                }
+                match self.qp_to_rts(id) {
+                    Ok(()) => {
+                        let _ = self.cm.as_mut().map(|cm| cm.send_rtu(comm_id, &[]));
+                        if let Some(st) = self.ids.get_mut(&id) {
+                            st.state = IdState::Connected;
+                        }
+                        self.post(id, 0, E::ESTABLISHED, 0, |b| {
+                            b.ev.param.conn = conn;
+                            b.private_data = pdata;
+                        });
+                    }
+                    Err(e) => {
+                        let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
+                        self.by_comm.remove(&comm_id);
+                        self.post(id, 0, E::CONNECT_ERROR, -e, |_| {});
+                    }
+                }
+            }
+            CmEvent::Established { comm_id } => {
+                let Some(&id) = self.by_comm.get(&comm_id) else { return };
+                if let Some(st) = self.ids.get_mut(&id) {
+                    st.state = IdState::Connected;
+                    let conn = conn_param(&st.agreed, false);
+                    self.post(id, 0, E::ESTABLISHED, 0, |b| b.ev.param.conn = conn);
+                }
+            }
+            CmEvent::Rejected { comm_id, reason, private_data, .. } => {
+                let Some(id) = self.by_comm.remove(&comm_id) else { return };
+                self.set_state(id, IdState::Disconnected);
+                self.qp_to_err(id);
+                self.post(id, 0, E::REJECTED, c_int::from(reason), |b| b.private_data = private_data);
+            }
+            CmEvent::Unreachable { comm_id, .. } => {
+                let Some(id) = self.by_comm.remove(&comm_id) else { return };
+                self.set_state(id, IdState::Disconnected);
+                self.qp_to_err(id);
+                self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
+            }
+            CmEvent::DreqReceived { comm_id, private_data } => {
+                let Some(&id) = self.by_comm.get(&comm_id) else { return };
+                self.qp_to_err(id);
+                let _ = self.cm.as_mut().map(|cm| cm.send_drep(now(), comm_id, &[]));
+                self.set_state(id, IdState::Disconnected);
+                self.post(id, 0, E::DISCONNECTED, 0, |b| b.private_data = private_data);
+            }
+            CmEvent::Disconnected { comm_id, private_data, .. } => {
+                let Some(&id) = self.by_comm.get(&comm_id) else { return };
+                self.set_state(id, IdState::Disconnected);
+                self.post(id, 0, E::DISCONNECTED, 0, |b| b.private_data = private_data);
+            }
+            CmEvent::TimewaitExit { comm_id } => {
+                if let Some(id) = self.by_comm.remove(&comm_id) {
+                    self.post(id, 0, E::TIMEWAIT_EXIT, 0, |_| {});
+                }
+            }
+            CmEvent::SidrReqReceived { request_id, peer, service_id, private_data, .. } => {
+                self.on_sidr_req(request_id, peer, service_id, private_data)
+            }
+            CmEvent::SidrRepReceived { request_id, status, qpn, qkey, private_data } => {
+                let Some(id) = self.by_comm.remove(&request_id) else { return };
+                if status != sidr_status::VALID {
+                    self.post(id, 0, E::UNREACHABLE, -libc::EINVAL, |b| b.private_data = private_data);
+                    return;
+                }
+                self.set_state(id, IdState::Connected);
+                let ah = self.ah_to_peer(id);
+                self.post(id, 0, E::ESTABLISHED, 0, |b| {
+                    b.ev.param.ud = rdma_ud_param {
+                        private_data: ptr::null(),
+                        private_data_len: 0,
+                        ah_attr: ah,
+                        qp_num: qpn,
+                        qkey,
+                    };
+                    b.private_data = private_data;
+                });
+            }
+            CmEvent::SidrTimeout { request_id } => {
+                if let Some(id) = self.by_comm.remove(&request_id) {
+                    self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
+                }
+            }
+        }
+    }
+
+    fn set_state(&mut self, id: usize, s: IdState) {
+        if let Some(st) = self.ids.get_mut(&id) {
+            st.state = s;
+        }
+    }
+
+    /// A child ID for a request on `listen`: same channel (or a private one for a synchronous
+    /// listener), context, port space; route filled from the request.
+    fn child(&mut self, listen: usize, local: SocketAddr, remote: SocketAddr) -> Result<usize, i32> {
+        let (ps, sync, lch) = {
+            let l = self.ids.get(&listen).ok_or(libc::EINVAL)?;
+            (l.ps, l.sync, l.channel)
+        };
+        let ch = if sync { self.new_channel()? as usize } else { lch };
+        // SAFETY: `listen` is a live ID box.
+        let context = unsafe { (*(listen as *mut rdma_cm_id)).context };
+        let ctx = self.ctx();
+        let b = new_id_box(ch as *mut rdma_event_channel, context, ps, ctx);
+        let key = b as usize;
+        let mut st = Id::new(ps, ch, sync);
+        st.src = Some(local);
+        st.dst = Some(remote);
+        st.state = IdState::RequestReceived;
+        self.ids.insert(key, st);
+        self.fill_route(key);
+        Ok(key)
+    }
+
+    fn on_req(&mut self, comm_id: CommId, peer: IpAddr, req: &ReqInfo) {
+        let listen = self.listeners.get(&req.service_id).copied();
+        let hdr = CmaHeader::parse(&req.private_data);
+        let (Some(listen), Ok(hdr)) = (listen, hdr) else {
+            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
+            return;
+        };
+        let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (req.service_id & 0xFFFF) as u16);
+        let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
+        let Ok(id) = self.child(listen, local, remote) else {
+            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::NO_RESOURCES, &[]));
+            return;
+        };
+        let mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu).min(req.path_mtu.max(1));
+        // The PSN we expect to receive first: random, as the kernel's CMA picks it.
+        let local_psn = (self.random() as u32) & 0xFF_FFFF;
+        if let Some(st) = self.ids.get_mut(&id) {
+            st.comm = Some(comm_id);
+            st.agreed = Agreed {
+                remote_qpn: req.remote_qpn,
+                remote_psn: req.starting_psn,
+                local_psn,
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                path_mtu: mtu,
+            };
+        }
+        self.by_comm.insert(comm_id, id);
+        let mut conn = conn_param(&self.ids[&id].agreed, req.srq);
+        conn.responder_resources = req.responder_resources;
+        conn.initiator_depth = req.initiator_depth;
+        let pdata = req.private_data[CMA_HEADER_LEN..].to_vec();
+        self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
+            b.ev.param.conn = conn;
+            b.private_data = pdata;
+        });
+        // The kernel's CMA asks for time while its user decides (CMA_CM_MRA_SETTING).
+        let _ = self.cm.as_mut().map(|cm| cm.send_mra(comm_id, MRA_SERVICE_TIMEOUT));
+    }
+
+    fn on_sidr_req(&mut self, request_id: CommId, peer: IpAddr, service_id: u64, pdata: Vec<u8>) {
+        let listen = self.listeners.get(&service_id).copied();
+        let hdr = CmaHeader::parse(&pdata);
+        let (Some(listen), Ok(hdr)) = (listen, hdr) else {
+            let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::REJECTED, 0, 0, &[]));
+            return;
+        };
+        let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (service_id & 0xFFFF) as u16);
+        let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
+        let Ok(id) = self.child(listen, local, remote) else {
+            let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::NO_QP, 0, 0, &[]));
+            return;
+        };
+        if let Some(st) = self.ids.get_mut(&id) {
+            st.comm = Some(request_id);
+        }
+        self.by_comm.insert(request_id, id);
+        let ah = self.ah_to_peer(id);
+        let rest = pdata[CMA_HEADER_LEN..].to_vec();
+        self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
+            b.ev.param.ud =
+                rdma_ud_param { private_data: ptr::null(), private_data_len: 0, ah_attr: ah, qp_num: 0, qkey: 0 };
+            b.private_data = rest;
+        });
+    }
+
+    /// Fills `route` of an ID from its addresses and the device: GIDs, P_Key, one path record.
+    pub fn fill_route(&mut self, id: usize) {
+        let (Some(dev), Some(st)) = (self.dev.as_ref(), self.ids.get_mut(&id)) else { return };
+        // SAFETY: `id` is a live ID box; only this library writes its route.
+        let c = unsafe { &mut *(id as *mut rdma_cm_id) };
+        if let Some(s) = st.src {
+            store_sockaddr(&mut c.route.addr.src_storage, s);
+        }
+        c.route.addr.ibaddr.sgid = ibv_gid { raw: dev.gid };
+        c.route.addr.ibaddr.pkey = 0xFFFFu16.to_be();
+        if let Some(d) = st.dst {
+            store_sockaddr(&mut c.route.addr.dst_storage, d);
+            c.route.addr.ibaddr.dgid = ibv_gid { raw: gid_of(d.ip()) };
+            if st.path_rec.is_null() {
+                st.path_rec = Box::into_raw(Box::new(ibv_sa_path_rec::default()));
+            }
+            let sport = st.src.map_or(0, |s| s.port());
+            // SAFETY: our own boxed path record.
+            let p = unsafe { &mut *st.path_rec };
+            *p = ibv_sa_path_rec {
+                dgid: ibv_gid { raw: gid_of(d.ip()) },
+                sgid: ibv_gid { raw: dev.gid },
+                dlid: 0xFFFFu16.to_be(),
+                slid: 0xFFFFu16.to_be(),
+                raw_traffic: 0,
+                flow_label: flow_label(sport, d.port()).to_be(),
+                hop_limit: HOP_LIMIT,
+                traffic_class: st.tos,
+                reversible: 1,
+                numb_path: 1,
+                pkey: 0xFFFFu16.to_be(),
+                sl: 0,
+                mtu_selector: 2,
+                mtu: dev.active_mtu,
+                rate_selector: 2,
+                rate: 0,
+                packet_life_time_selector: 2,
+                packet_life_time: PACKET_LIFE_TIME,
+                preference: 0,
+            };
+            c.route.path_rec = st.path_rec;
+            c.route.num_paths = 1;
+        }
+        c.port_num = 1;
+        c.verbs = dev.ctx;
+    }
+
+    pub fn ah_to_peer(&self, id: usize) -> ibv_ah_attr {
+        let st = &self.ids[&id];
+        let dst = st.dst.map(|d| d.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let flow = flow_label(st.src.map_or(0, |s| s.port()), st.dst.map_or(0, |d| d.port()));
+        ibv_ah_attr {
+            grh: ibv_global_route {
+                dgid: ibv_gid { raw: gid_of(dst) },
+                flow_label: flow,
+                sgid_index: 0,
+                hop_limit: HOP_LIMIT,
+                traffic_class: st.tos,
+            },
+            dlid: 0,
+            sl: 0,
+            src_path_bits: 0,
+            static_rate: 0,
+            is_global: 1,
+            port_num: 1,
+        }
+    }
+
+    /// The attributes of `state` for an ID's QP (`rdma_init_qp_attr` and our own transitions).
+    pub fn qp_attr(&self, id: usize, state: c_int) -> Result<(ibv_qp_attr, c_int), i32> {
+        let st = self.ids.get(&id).ok_or(libc::EINVAL)?;
+        let mut a = ibv_qp_attr { qp_state: state, ..Default::default() };
+        let ud = st.qp_type == qp_type::UD;
+        let m = match state {
+            qp_state::INIT => {
+                a.pkey_index = 0;
+                a.port_num = 1;
+                if ud {
+                    a.qkey = RDMA_UDP_QKEY;
+                    mask::STATE | mask::PKEY_INDEX | mask::PORT | mask::QKEY
+                } else {
+                    a.qp_access_flags = access::LOCAL_WRITE | access::REMOTE_WRITE;
+                    if st.agreed.responder_resources > 0 || st.state == IdState::Idle {
+                        a.qp_access_flags |= access::REMOTE_READ | access::REMOTE_ATOMIC;
+                    }
+                    mask::STATE | mask::PKEY_INDEX | mask::PORT | mask::ACCESS_FLAGS
+                }
+            }
+            qp_state::RTR if ud => mask::STATE,
+            qp_state::RTR => {
+                a.path_mtu = c_int::from(st.agreed.path_mtu.max(1));
+                a.dest_qp_num = st.agreed.remote_qpn;
+                a.rq_psn = st.agreed.local_psn;
+                a.max_dest_rd_atomic = st.agreed.responder_resources;
+                a.min_rnr_timer = 12;
+                a.ah_attr = self.ah_to_peer(id);
+                mask::STATE
+                    | mask::AV
+                    | mask::PATH_MTU
+                    | mask::DEST_QPN
+                    | mask::RQ_PSN
+                    | mask::MAX_DEST_RD_ATOMIC
+                    | mask::MIN_RNR_TIMER
+            }
+            qp_state::RTS if ud => {
+                a.sq_psn = 0;
+                mask::STATE | mask::SQ_PSN
+            }
+            qp_state::RTS => {
+                a.sq_psn = st.agreed.remote_psn;
+                a.timeout = st.ack_timeout.unwrap_or(PACKET_LIFE_TIME + 1);
+                a.retry_cnt = st.agreed.retry_count;
+                a.rnr_retry = st.agreed.rnr_retry_count;
+                a.max_rd_atomic = st.agreed.initiator_depth;
+                mask::STATE | mask::SQ_PSN | mask::TIMEOUT | mask::RETRY_CNT | mask::RNR_RETRY | mask::MAX_QP_RD_ATOMIC
+            }
+            qp_state::ERR => mask::STATE,
+            _ => return Err(libc::EINVAL),
+        };
+        Ok((a, m))
+    }
+
+    pub fn modify(&self, id: usize, state: c_int) -> Result<(), i32> {
+        // SAFETY: `id` is a live ID box.
+        let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
+        if qp.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let (mut a, m) = self.qp_attr(id, state)?;
+        // SAFETY: a QP this ID owns; attr is ours.
+        match unsafe { ibv_modify_qp(qp, &mut a, m) } {
+            0 => Ok(()),
+            e if e > 0 => Err(e),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// RTR then RTS with the agreed values (RC/UC: INIT again first, for the access flags).
+    pub fn qp_to_rts(&self, id: usize) -> Result<(), i32> {
+        self.modify(id, qp_state::INIT)?;
+        self.modify(id, qp_state::RTR)?;
+        let uc = self.ids.get(&id).is_some_and(|s| s.qp_type == qp_type::UC);
+        if uc {
+            // SAFETY: a live ID box with a QP (modify succeeded).
+            let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
+            let mut a =
+                ibv_qp_attr { qp_state: qp_state::RTS, sq_psn: self.ids[&id].agreed.remote_psn, ..Default::default() };
+            // SAFETY: as above.
+            let r = unsafe { ibv_modify_qp(qp, &mut a, mask::STATE | mask::SQ_PSN) };
+            return if r == 0 { Ok(()) } else { Err(r.max(libc::EINVAL)) };
+        }
+        self.modify(id, qp_state::RTS)
+    }
+
+    pub fn qp_to_err(&self, id: usize) {
+        // SAFETY: `id` is a live ID box.
+        if self.ids.contains_key(&id) && !unsafe { (*(id as *mut rdma_cm_id)).qp }.is_null() {
+            let _ = self.modify(id, qp_state::ERR);
+        }
+    }
+
+    /// The REQ for an ID whose route is resolved.
+    pub fn connect_params(
+        &self,
+        id: usize,
+        p: &rdma_conn_param,
+        qpn: u32,
+        pdata: Vec<u8>,
+    ) -> Result<ConnectParams, i32> {
+        let st = self.ids.get(&id).ok_or(libc::EINVAL)?;
+        let dev = self.dev.as_ref().ok_or(libc::EINVAL)?;
+        let (src, dst) = (st.src.ok_or(libc::EINVAL)?, st.dst.ok_or(libc::EINVAL)?);
+        Ok(ConnectParams {
+            peer: dst.ip(),
+            service_id: rdma_cm_service_id(st.ps as u16, dst.port()),
+            local_qpn: qpn,
+            starting_psn: st.agreed.local_psn,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            transport_service_type: if st.qp_type == qp_type::UC { 1 } else { 0 },
+            retry_count: p.retry_count.min(7),
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            path_mtu: dev.active_mtu,
+            srq: p.srq != 0,
+            primary: CmPath {
+                local_lid: 0xFFFF,
+                remote_lid: 0xFFFF,
+                local_gid: dev.gid,
+                remote_gid: gid_of(dst.ip()),
+                flow_label: flow_label(src.port(), dst.port()),
+                packet_rate: 0,
+                traffic_class: st.tos,
+                hop_limit: HOP_LIMIT,
+                sl: 0,
+                subnet_local: false,
+                local_ack_timeout: st.ack_timeout.unwrap_or(PACKET_LIFE_TIME + 1),
+            },
+            remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+            max_cm_retries: MAX_CM_RETRIES,
+            private_data: pdata,
+        })
+    }
+
+    pub fn accept_params(&self, id: usize, p: &rdma_conn_param, qpn: u32, pdata: Vec<u8>) -> AcceptParams {
+        let a = &self.ids[&id].agreed;
+        AcceptParams {
+            local_qpn: qpn,
+            starting_psn: a.local_psn,
+            responder_resources: a.responder_resources,
+            initiator_depth: a.initiator_depth,
+            target_ack_delay: 0,
+            rnr_retry_count: p.rnr_retry_count.min(7),
+            srq: p.srq != 0,
+            private_data: pdata,
+        }
+    }
+
+    /// A free port of `ps` (the kernel's ephemeral range).
+    pub fn ephemeral_port(&mut self, ps: c_int) -> Result<u16, i32> {
+        for _ in 0..4096 {
+            let p = 32768 + (self.random() % 28232) as u16;
+            if !self.ports.contains(&(ps, p)) {
+                return Ok(p);
+            }
+        }
+        Err(libc::EADDRINUSE)
+    }
+}
+
+/// The flow label of a RoCE path between two rdma_cm ports, as the kernel computes it.
+pub fn flow_label(sport: u16, dport: u16) -> u32 {
+    (u32::from(sport).wrapping_mul(31).wrapping_add(u32::from(dport))) & 0xF_FFFF
+}
+
+fn conn_param(a: &Agreed, srq: bool) -> rdma_conn_param {
+    rdma_conn_param {
+        private_data: ptr::null(),
+        private_data_len: 0,
+        responder_resources: a.responder_resources,
+        initiator_depth: a.initiator_depth,
+        flow_control: 0,
+        retry_count: a.retry_count,
+        rnr_retry_count: a.rnr_retry_count,
+        srq: u8::from(srq),
+        qp_num: a.remote_qpn,
+    }
+}
+
+/// A fresh `rdma_cm_id` box.
+pub fn new_id_box(
+    ch: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: c_int,
+    verbs: *mut ibv_context,
+) -> *mut rdma_cm_id {
+    // SAFETY: rdma_cm_id is plain C data (pointers, ints, sockaddr_storage): all-zero is valid.
+    let mut c: rdma_cm_id = unsafe { std::mem::zeroed() };
+    c.channel = ch;
+    c.context = context;
+    c.ps = ps;
+    c.verbs = verbs;
+    c.qp_type = if ps == ps::UDP || ps == ps::IPOIB { qp_type::UD } else { qp_type::RC };
+    Box::into_raw(Box::new(c))
+}
+
+/// The CM thread: MADs in, timers due; everything else under the lock in [`Lib::flush`].
+fn cm_thread(gsi: GsiApi, gsi_fd: c_int, tfd: c_int) {
+    // SAFETY: epoll calls on fds that live for the process; events are ours.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        eprintln!("urxe: rdmacm: epoll_create1 failed; the connection manager is not running");
+        return;
+    }
+    for fd in [gsi_fd, tfd] {
+        let mut e = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: as above.
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut e) };
+    }
+    let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 4];
+    let mut peer = [0u8; 16];
+    let mut mad = [0u8; MAD_LEN];
+    loop {
+        // SAFETY: `evs` has room for 4 events.
+        let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), 4, -1) };
+        if n < 0 {
+            if crate::export_errno() == libc::EINTR {
+                continue;
+            }
+            eprintln!("urxe: rdmacm: epoll_wait failed; the connection manager stops");
+            return;
+        }
+        let mut buf = 0u64;
+        // Both fds are non-blocking counters: reading clears them.
+        // SAFETY: 8-byte reads into a local u64.
+        unsafe {
+            libc::read(gsi_fd, &mut buf as *mut u64 as *mut c_void, 8);
+            libc::read(tfd, &mut buf as *mut u64 as *mut c_void, 8);
+        }
+        let mut lib = lock();
+        // Bounded: at most a queue's worth per wakeup; the eventfd stays readable otherwise.
+        let mut drained = false;
+        for _ in 0..1024 {
+            // SAFETY: 16- and 256-byte buffers as the call requires.
+            if unsafe { (gsi.recv)(peer.as_mut_ptr(), mad.as_mut_ptr()) } != 0 {
+                drained = true;
+                break;
+            }
+            let t = now();
+            if let Some(cm) = lib.cm.as_mut() {
+                cm.handle_mad(t, ip_of_gid(peer), &mad);
+            }
+            lib.flush();
+        }
+        if !drained {
+            // More MADs are queued: come back after the timers.
+            let one: u64 = 1;
+            // SAFETY: an 8-byte write from a local u64 to the GSI eventfd.
+            unsafe { libc::write(gsi_fd, &one as *const u64 as *const c_void, 8) };
+        }
+        let t = now();
+        if let Some(cm) = lib.cm.as_mut() {
+            if cm.poll_timeout().is_some_and(|d| d <= t) {
+                cm.handle_timeout(t);
+            }
+        }
+        lib.flush();
+    }
+}
