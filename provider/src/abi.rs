@@ -123,7 +123,16 @@ pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 pub type OpenXrcdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
 pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 pub type OpenQpFn = unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut ibv_qp;
+pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut c_void) -> c_int;
+
+/// `struct ibv_values_ex` (`ibv_query_rt_values_ex(3)`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
 
 /// `struct verbs_context`: the extended ops live *before* the `ibv_context`, at negative
 /// offsets from the pointer applications hold. Unset ops stay NULL so the inline wrappers
@@ -154,7 +163,7 @@ pub struct verbs_context {
     pub destroy_wq: *mut c_void,
     pub modify_wq: *mut c_void,
     pub create_wq: *mut c_void,
-    pub query_rt_values: *mut c_void,
+    pub query_rt_values: Option<QueryRtValuesFn>,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
@@ -1044,6 +1053,8 @@ constants! {
     IBV_WC_EX_WITH_FLOW_TAG = 1 << 9;
     IBV_WC_EX_WITH_TM_INFO = 1 << 10;
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11;
+
+    IBV_VALUES_MASK_RAW_CLOCK = 1;
 
     IBV_CQ_INIT_ATTR_MASK_FLAGS = 1;
     IBV_CQ_INIT_ATTR_MASK_PD = 1 << 1;

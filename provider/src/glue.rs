@@ -65,6 +65,15 @@ pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
         .map_err(|&e| e)
 }
 
+/// The device clock (ns since the device started): the completion timestamps' clock.
+pub fn clock(dev: &UrxeDevice) -> VerbResult<u64> {
+    Ok(transport(dev)?.clock())
+}
+/// A device-clock reading as wall-clock ns since the Unix epoch.
+pub fn wallclock_ns(dev: &UrxeDevice, t: u64) -> VerbResult<u64> {
+    Ok(transport(dev)?.wallclock_ns(t))
+}
+
 pub fn alloc_pd(dev: &UrxeDevice) -> VerbResult<PdId> {
     transport(dev)?.control(|en, _| en.alloc_pd()).map_err(errno)
 }

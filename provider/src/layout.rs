@@ -150,6 +150,7 @@ pub fn layout_report() -> String {
         cqe => "cqe", mutex => "mutex", cond => "cond",
         comp_events_completed => "comp_events_completed",
         async_events_completed => "async_events_completed"]);
+    report!(o, ibv_values_ex, "struct ibv_values_ex", [comp_mask => "comp_mask", raw_clock => "raw_clock"]);
     report!(o, ibv_poll_cq_attr, "struct ibv_poll_cq_attr", [comp_mask => "comp_mask"]);
     report!(o, ibv_wc_tm_info, "struct ibv_wc_tm_info", [tag => "tag", priv_ => "priv"]);
     report!(o, ibv_cq_ex, "struct ibv_cq_ex", [

@@ -123,6 +123,7 @@ impl<M: HostMemory> Engine<M> {
                 ahs: Slab::new(),
                 events: VecDeque::new(),
                 counters: Counters::default(),
+                clock: 0,
             },
             qps: Vec::new(),
             qspace: QpnSpace::WHOLE,
@@ -582,7 +583,7 @@ impl<M: HostMemory> Engine<M> {
     /// length); lkeys are checked when the data is read. In ERR the WR completes at once with
     /// IBV_WC_WR_FLUSH_ERR.
     pub fn post_send(&mut self, now: Nanos, qpn: Qpn, wr: &SendWr<'_>) -> Result<(), Error> {
-        let _ = now;
+        self.sh.tick(now);
         let limits = self.sh.cfg.limits;
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         req::post(q, &mut self.sh, wr, &limits)?;
@@ -608,12 +609,25 @@ impl<M: HostMemory> Engine<M> {
         Ok(())
     }
 
+    /// Tells the engine the time before a verb that takes none (`modify_qp`, `post_recv`,
+    /// ...): completions it produces (flushes) carry it as their timestamp.
+    pub fn advance_clock(&mut self, now: Nanos) {
+        self.sh.tick(now);
+    }
+
+    /// The engine clock: the latest `now` any input carried (completion timestamps are
+    /// this clock's readings).
+    pub fn clock(&self) -> Nanos {
+        self.sh.clock
+    }
+
     // ---- inputs ------------------------------------------------------------------------
 
     /// One received UDP datagram. Checked as rxe_recv.c does (see `recv`) and dispatched to
     /// the responder (requests) or completer (responses) of its QP; dropped and counted
     /// otherwise.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
+        self.sh.tick(now);
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
@@ -636,6 +650,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Runs every timer due at `now` (local ACK timeouts, RNR waits).
     pub fn handle_timeout(&mut self, now: Nanos) {
+        self.sh.tick(now);
         while let Some((at, qpn)) = self.timers.peek() {
             if at > now {
                 break;
@@ -658,6 +673,7 @@ impl<M: HostMemory> Engine<M> {
     /// a flow's packets come in trains; call until `None`.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.sh.tick(now);
         if buf.len() < MAX_PACKET {
             return None;
         }

@@ -1,0 +1,277 @@
+/*
+ * features.c - urxe's verbs beyond rxe, through the public API and the inline helpers of the
+ * installed <infiniband/verbs.h>, as an unmodified application uses them. One process, one
+ * context, an RC QP pair connected to itself over the device's own GID.
+ *
+ *   features timestamps   ibv_query_rt_values_ex, hca_core_clock, completion timestamps
+ *
+ * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_features.rs
+ * with -Wall -Wextra -Werror -fsanitize=address,undefined.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+static int failures;
+#define CHECK(cond)                                                                    \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "FAIL %s:%d: %s (errno %d)\n", __FILE__,      \
+				__LINE__, #cond, errno);                               \
+			failures++;                                                    \
+		}                                                                      \
+	} while (0)
+#define REQUIRE(cond)                                                                  \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__,     \
+				__LINE__, #cond, errno);                               \
+			exit(2);                                                       \
+		}                                                                      \
+	} while (0)
+
+#define GID_INDEX 1
+#define POLL_MS 5000
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static void open_dev(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	REQUIRE(l && n == 1);
+	ctx = ibv_open_device(l[0]);
+	REQUIRE(ctx);
+	ibv_free_device_list(l);
+	pd = ibv_alloc_pd(ctx);
+	REQUIRE(pd);
+}
+
+static void close_dev(void)
+{
+	CHECK(ibv_dealloc_pd(pd) == 0);
+	CHECK(ibv_close_device(ctx) == 0);
+}
+
+/* RESET -> INIT -> RTR -> RTS, connected to `remote` on our own GID. */
+static void connect_qp(struct ibv_qp *qp, uint32_t remote, int access)
+{
+	union ibv_gid gid;
+	REQUIRE(ibv_query_gid(ctx, 1, GID_INDEX, &gid) == 0);
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+		.qp_access_flags = access,
+	};
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				      IBV_QP_ACCESS_FLAGS) == 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = remote;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.sgid_index = GID_INDEX;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 4;
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				      IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+/* An RC QP pair a <-> b on `pd_` with CQs `scq`/`rcq` (a's) and `cq_b` (b's, both queues). */
+struct pair {
+	struct ibv_qp *a, *b;
+};
+
+static struct pair make_pair(struct ibv_pd *pd_, struct ibv_cq *cq_a, struct ibv_cq *cq_b, int access)
+{
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq_a, .recv_cq = cq_a, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2 },
+	};
+	struct pair p;
+	p.a = ibv_create_qp(pd_, &ia);
+	REQUIRE(p.a);
+	ia.send_cq = cq_b;
+	ia.recv_cq = cq_b;
+	p.b = ibv_create_qp(pd_, &ia);
+	REQUIRE(p.b);
+	connect_qp(p.a, p.b->qp_num, access);
+	connect_qp(p.b, p.a->qp_num, access);
+	return p;
+}
+
+static void free_pair(struct pair *p)
+{
+	CHECK(ibv_destroy_qp(p->a) == 0);
+	CHECK(ibv_destroy_qp(p->b) == 0);
+}
+
+/* One completion from `cq` within POLL_MS (status in *wc); 0 if none came. */
+static __attribute__((unused)) int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	uint64_t end = now_ms() + POLL_MS;
+	while (now_ms() < end) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0)
+			return 0;
+		if (n == 1)
+			return 1;
+	}
+	return 0;
+}
+
+static int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, void *buf, uint32_t len, uint32_t lkey,
+		    uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr = {
+		.wr_id = 7, .sg_list = &sge, .num_sge = len ? 1 : 0, .opcode = op,
+		.send_flags = IBV_SEND_SIGNALED,
+	}, *bad;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* ------------------------------------------------------------------------ timestamps */
+
+/* Poll one completion of an extended CQ; returns its status (-1 if none came). */
+static int poll_ex(struct ibv_cq_ex *cq, uint64_t *ts, uint64_t *wall)
+{
+	struct ibv_poll_cq_attr pa = { .comp_mask = 0 };
+	uint64_t end = now_ms() + POLL_MS;
+	int rc;
+	while ((rc = ibv_start_poll(cq, &pa)) == ENOENT && now_ms() < end)
+		;
+	if (rc)
+		return -1;
+	int st = cq->status;
+	*ts = ibv_wc_read_completion_ts(cq);
+	*wall = ibv_wc_read_completion_wallclock_ns(cq);
+	ibv_end_poll(cq);
+	return st;
+}
+
+static void timestamps(void)
+{
+	struct ibv_device_attr_ex ax;
+	CHECK(ibv_query_device_ex(ctx, NULL, &ax) == 0);
+	CHECK(ax.completion_timestamp_mask != 0);
+	CHECK(ax.hca_core_clock == 1000000); /* kHz: one tick per ns */
+
+	/* ibv_query_rt_values_ex: the raw clock moves forward at 1 GHz; unknown mask bits */
+	struct ibv_values_ex v = { .comp_mask = IBV_VALUES_MASK_RAW_CLOCK };
+	CHECK(ibv_query_rt_values_ex(ctx, &v) == 0);
+	CHECK(v.comp_mask == IBV_VALUES_MASK_RAW_CLOCK);
+	CHECK(v.raw_clock.tv_sec == 0);
+	uint64_t t0 = (uint64_t)v.raw_clock.tv_nsec;
+	usleep(20000);
+	CHECK(ibv_query_rt_values_ex(ctx, &v) == 0);
+	uint64_t t1 = (uint64_t)v.raw_clock.tv_nsec;
+	CHECK(t1 >= t0 + 20000000ULL && t1 < t0 + 5000000000ULL);
+	v.comp_mask = 0;
+	CHECK(ibv_query_rt_values_ex(ctx, &v) == 0);
+	CHECK(v.comp_mask == 0);
+	v.comp_mask = 1u << 5;
+	CHECK(ibv_query_rt_values_ex(ctx, &v) == EINVAL);
+
+	/* completion timestamps on both sides of a SEND, in order, on the same clock */
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+					   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
+	};
+	struct ibv_cq_ex *ca_ = ibv_create_cq_ex(ctx, &ca);
+	struct ibv_cq_ex *cb_ = ibv_create_cq_ex(ctx, &ca);
+	REQUIRE(ca_ && cb_);
+	struct pair p = make_pair(pd, ibv_cq_ex_to_cq(ca_), ibv_cq_ex_to_cq(cb_), 0);
+	char *buf = calloc(1, 4096);
+	REQUIRE(buf);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(mr);
+	struct ibv_sge rs = { .addr = (uintptr_t)(buf + 2048), .length = 2048, .lkey = mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 9, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(ibv_post_recv(p.b, &rwr, &rbad) == 0);
+
+	struct timespec w0;
+	clock_gettime(CLOCK_REALTIME, &w0);
+	CHECK(ibv_query_rt_values_ex(ctx, &(struct ibv_values_ex){ .comp_mask = 1 }) == 0);
+	v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+	CHECK(ibv_query_rt_values_ex(ctx, &v) == 0);
+	uint64_t before = (uint64_t)v.raw_clock.tv_nsec;
+	strcpy(buf, "stamped");
+	CHECK(post_one(p.a, IBV_WR_SEND, buf, 8, mr->lkey, 0, 0) == 0);
+	uint64_t ts_recv = 0, wall_recv = 0, ts_send = 0, wall_send = 0;
+	CHECK(poll_ex(cb_, &ts_recv, &wall_recv) == IBV_WC_SUCCESS);
+	CHECK(poll_ex(ca_, &ts_send, &wall_send) == IBV_WC_SUCCESS);
+	CHECK(ibv_query_rt_values_ex(ctx, &v) == 0);
+	uint64_t after = (uint64_t)v.raw_clock.tv_nsec;
+	struct timespec w1;
+	clock_gettime(CLOCK_REALTIME, &w1);
+	uint64_t w0ns = (uint64_t)w0.tv_sec * 1000000000ULL + (uint64_t)w0.tv_nsec;
+	uint64_t w1ns = (uint64_t)w1.tv_sec * 1000000000ULL + (uint64_t)w1.tv_nsec;
+	CHECK(!strcmp(buf + 2048, "stamped"));
+	/* the receive completes before the ACK completes the send, both within the window */
+	CHECK(before <= ts_recv && ts_recv <= ts_send && ts_send <= after);
+	/* wall clock: the same instant, in CLOCK_REALTIME ns (1 ms slack for the offset taken
+	 * at device start) */
+	CHECK(wall_recv + 1000000 >= w0ns && wall_recv <= w1ns + 1000000);
+	CHECK(wall_send - wall_recv == ts_send - ts_recv);
+
+	CHECK(ibv_dereg_mr(mr) == 0);
+	free(buf);
+	free_pair(&p);
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(ca_)) == 0);
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cb_)) == 0);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: features timestamps\n");
+		return 2;
+	}
+	open_dev();
+	if (!strcmp(argv[1], "timestamps"))
+		timestamps();
+	else {
+		fprintf(stderr, "unknown section %s\n", argv[1]);
+		return 2;
+	}
+	close_dev();
+	if (failures) {
+		fprintf(stderr, "%d checks failed\n", failures);
+		return 1;
+	}
+	printf("all checks passed\n");
+	return 0;
+}
