@@ -38,3 +38,8 @@ fn section(name: &str) {
 fn timestamps_query_rt_values_and_completion_clocks() {
     section("timestamps");
 }
+
+#[test]
+fn rereg_mr_translation_pd_access_and_error_codes() {
+    section("rereg");
+}

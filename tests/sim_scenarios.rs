@@ -821,3 +821,26 @@ fn completion_timestamps_are_the_engine_clock_when_each_completion_happened() {
     net.nodes[1].eng.advance_clock(1);
     assert_eq!(net.nodes[1].eng.clock(), later);
 }
+
+#[test]
+fn moving_a_qp_to_reset_drops_its_queued_completions_only() {
+    // QP b is errored with two receives posted, then reset: its flushes leave its CQ. QP a,
+    // errored but not reset, keeps its flush for the application.
+    let mut net = Net::new(2, 1, LinkCfg::default());
+    let o = QpOpts::default();
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 2, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    let err = QpAttr { qp_state: QpState::Err, ..Default::default() };
+    net.nodes[1].eng.modify_qp(b.qpn, &err, QpAttrMask::STATE).unwrap();
+    net.nodes[0].eng.modify_qp(a.qpn, &err, QpAttrMask::STATE).unwrap();
+    let reset = QpAttr { qp_state: QpState::Reset, ..Default::default() };
+    net.nodes[1].eng.modify_qp(b.qpn, &reset, QpAttrMask::STATE).unwrap();
+    assert!(net.poll_all(1, b.cq).is_empty(), "flushes of a QP moved to RESET must be gone");
+    // Without the reset, the flushes stay for the application.
+    net.nodes[0].eng.post_recv(a.qpn, &RecvWr { wr_id: 3, sg_list: &[] }).unwrap();
+    let wa = net.poll_all(0, a.cq);
+    assert_eq!(wa.len(), 1);
+    assert_eq!((wa[0].wr_id, wa[0].status), (3, WcStatus::WrFlushErr));
+}

@@ -41,6 +41,8 @@ pub struct UrxePd {
 pub struct UrxeMr {
     pub ibv: ibv_mr,
     pub id: MrId,
+    /// Registered over device memory (`ibv_reg_dm_mr`).
+    pub dm: bool,
 }
 
 /// A CQ: always a full `ibv_cq_ex` so `ibv_cq_ex_to_cq` (a cast) and the `ibv_wc_read_*`

@@ -235,6 +235,55 @@ impl<M: HostMemory> Engine<M> {
         Ok(MrInfo { pd: m.pd, addr: m.addr, len: m.len, iova: m.iova, access: m.access, lkey: key, rkey: key })
     }
 
+    /// Re-registers MR `mr` in place (`ibv_rereg_mr(3)`): any of a new PD, a new translation
+    /// (`addr`, `len`, `iova`; the iova is 0 for a ZERO_BASED MR) and new access flags. The
+    /// keys stay; every change is checked before any is made, so a refused call leaves the MR
+    /// as it was. Busy while memory windows are bound to it (they would outlive the range or
+    /// rights they were bound with).
+    pub fn rereg_mr(&mut self, mr: MrId, change: &MrChange) -> Result<(), Error> {
+        let old = *self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
+        if old.bound_mws != 0 {
+            return Err(Error::Busy);
+        }
+        let mut m = old;
+        if let Some(pd) = change.pd {
+            self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+            m.pd = pd;
+        }
+        if let Some(access) = change.access {
+            if access.unknown_bits() != 0 {
+                return Err(Error::Invalid);
+            }
+            m.access = access;
+        }
+        if m.access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !m.access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::Invalid);
+        }
+        if let Some((addr, len, iova)) = change.translation {
+            if len == 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
+                return Err(Error::Invalid);
+            }
+            m.addr = addr;
+            m.len = len;
+            m.iova = iova;
+        }
+        if m.access.contains(AccessFlags::ZERO_BASED) {
+            m.iova = 0;
+        }
+        if m.iova.checked_add(m.len).is_none() {
+            return Err(Error::Invalid);
+        }
+        let slot = self.sh.keys.mr_mut(mr).ok_or(Error::NotFound)?;
+        *slot = m;
+        if m.pd != old.pd {
+            self.pd_ref(old.pd, -1);
+            self.pd_ref(m.pd, 1);
+        }
+        Ok(())
+    }
+
     pub fn dereg_mr(&mut self, mr: MrId) -> Result<(), Error> {
         let m = *self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
         if m.bound_mws != 0 {
@@ -513,6 +562,18 @@ impl<M: HostMemory> Engine<M> {
             QpState::Reset => {
                 q.reset();
                 q.state = QpState::Reset;
+                // As mlx4/mlx5 clean their CQs on the move to RESET: completions of this QP
+                // still queued (flushes of the error state it leaves) are dropped, so a QP
+                // brought back up does not hand its old WRs' flushes to the application. SRQ
+                // receives stay: their WRs are consumed.
+                if let Some(c) = self.sh.cqs.get_mut(q.send_cq) {
+                    c.purge_qp(qpn, false);
+                }
+                if q.srq.is_none() {
+                    if let Some(c) = self.sh.cqs.get_mut(q.recv_cq) {
+                        c.purge_qp(qpn, true);
+                    }
+                }
             }
             QpState::Err => comp::enter_error(&mut q, &mut self.sh),
             QpState::Rtr if from == QpState::Init => {

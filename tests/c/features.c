@@ -4,6 +4,7 @@
  * context, an RC QP pair connected to itself over the device's own GID.
  *
  *   features timestamps   ibv_query_rt_values_ex, hca_core_clock, completion timestamps
+ *   features rereg        ibv_rereg_mr: translation, PD, access, IBV_REREG_MR_ERR_* codes
  *
  * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_features.rs
  * with -Wall -Wextra -Werror -fsanitize=address,undefined.
@@ -137,7 +138,7 @@ static void free_pair(struct pair *p)
 }
 
 /* One completion from `cq` within POLL_MS (status in *wc); 0 if none came. */
-static __attribute__((unused)) int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
+static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 {
 	uint64_t end = now_ms() + POLL_MS;
 	while (now_ms() < end) {
@@ -254,15 +255,135 @@ static void timestamps(void)
 	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cb_)) == 0);
 }
 
+/* ------------------------------------------------------------------------ rereg */
+
+/* An RDMA WRITE of 8 bytes from a's `src` to b's (raddr, rkey); the requester's status. */
+static int write8(struct pair *p, struct ibv_cq *cq_a, void *src, uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_wc wc;
+	if (post_one(p->a, IBV_WR_RDMA_WRITE, src, 8, lkey, raddr, rkey))
+		return -1;
+	if (!poll_one(cq_a, &wc))
+		return -1;
+	return wc.status;
+}
+
+static void rereg(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t len = 2 * (size_t)pg;
+	char *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *b = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *ro = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* inaccessible pages (kept mapped so no later allocation can land there) */
+	char *gone = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	REQUIRE(a != MAP_FAILED && b != MAP_FAILED && ro != MAP_FAILED && gone != MAP_FAILED);
+	char *src = calloc(1, 64);
+	REQUIRE(src);
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, 64, IBV_ACCESS_LOCAL_WRITE);
+	int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	struct ibv_mr *mr = ibv_reg_mr(pd, a, len, rw);
+	REQUIRE(smr && mr);
+	uint32_t lkey = mr->lkey, rkey = mr->rkey;
+	struct ibv_cq *cq_a = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *cq_b = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	REQUIRE(cq_a && cq_b);
+	struct pair p = make_pair(pd, cq_a, cq_b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	memcpy(src, "first-w", 8);
+	CHECK(write8(&p, cq_a, src, smr->lkey, (uintptr_t)a, rkey) == IBV_WC_SUCCESS);
+	CHECK(!memcmp(a, "first-w", 8));
+
+	/* IBV_REREG_MR_ERR_INPUT: unknown flags, translation without address or length,
+	 * access flags without IBV_REREG_MR_CHANGE_ACCESS */
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, 1 << 4, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, len, 0) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b, 0, 0) == IBV_REREG_MR_ERR_INPUT &&
+	      errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, IBV_ACCESS_LOCAL_WRITE) ==
+		      IBV_REREG_MR_ERR_INPUT && errno == EINVAL);
+	/* IBV_REREG_MR_ERR_CMD: no change asked, no PD, access breaking the IBA rule, a range
+	 * that cannot be accessed, writable access over read-only pages */
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE) ==
+		      IBV_REREG_MR_ERR_CMD && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, 1 << 28) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, gone, len, 0) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT);
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, ro, len, 0) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT);
+	/* a refused call leaves the MR as it was */
+	CHECK(mr->addr == a && mr->length == len && mr->lkey == lkey && mr->rkey == rkey && mr->pd == pd);
+	memcpy(src, "still-a", 8);
+	CHECK(write8(&p, cq_a, src, smr->lkey, (uintptr_t)a + 8, rkey) == IBV_WC_SUCCESS);
+	CHECK(!memcmp(a + 8, "still-a", 8));
+
+	/* read-only pages are fine for a read-only MR: translation + access in one call */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, NULL, ro, len,
+			   IBV_ACCESS_REMOTE_READ) == 0);
+	CHECK(mr->addr == ro && mr->lkey == lkey && mr->rkey == rkey);
+	/* ... and a writable access over them is refused again */
+	errno = 0;
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, rw) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT);
+
+	/* translation to b: same keys, the new range takes the write */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_ACCESS, NULL, b, len, rw) == 0);
+	CHECK(mr->addr == b && mr->length == len && mr->lkey == lkey && mr->rkey == rkey);
+	memcpy(src, "moved-b", 8);
+	CHECK(write8(&p, cq_a, src, smr->lkey, (uintptr_t)b + 16, rkey) == IBV_WC_SUCCESS);
+	CHECK(!memcmp(b + 16, "moved-b", 8));
+
+	/* PD change: the new PD is held by the MR, the old one is free again */
+	struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+	REQUIRE(pd2);
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0) == 0);
+	CHECK(mr->pd == pd2);
+	CHECK(ibv_dealloc_pd(pd2) == EBUSY);
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd, NULL, 0, 0) == 0);
+	CHECK(mr->pd == pd);
+	CHECK(ibv_dealloc_pd(pd2) == 0);
+
+	/* access change: without remote write, a WRITE to it is a remote access error */
+	CHECK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == 0);
+	CHECK(write8(&p, cq_a, src, smr->lkey, (uintptr_t)b, rkey) == IBV_WC_REM_ACCESS_ERR);
+	CHECK(memcmp(b, "moved-b", 8) != 0);
+
+	free_pair(&p);
+	CHECK(ibv_destroy_cq(cq_a) == 0);
+	CHECK(ibv_destroy_cq(cq_b) == 0);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	CHECK(ibv_dereg_mr(smr) == 0);
+	free(src);
+	munmap(a, len);
+	munmap(b, len);
+	munmap(ro, len);
+	munmap(gone, len);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: features timestamps\n");
+		fprintf(stderr, "usage: features timestamps|rereg\n");
 		return 2;
 	}
 	open_dev();
 	if (!strcmp(argv[1], "timestamps"))
 		timestamps();
+	else if (!strcmp(argv[1], "rereg"))
+		rereg();
 	else {
 		fprintf(stderr, "unknown section %s\n", argv[1]);
 		return 2;
