@@ -43,3 +43,8 @@ fn timestamps_query_rt_values_and_completion_clocks() {
 fn rereg_mr_translation_pd_access_and_error_codes() {
     section("rereg");
 }
+
+#[test]
+fn device_memory_copies_zero_based_mrs_remote_access_and_import() {
+    section("dm");
+}

@@ -123,8 +123,31 @@ pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 pub type OpenXrcdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
 pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 pub type OpenQpFn = unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut ibv_qp;
+pub type AllocDmFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
+pub type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
+pub type RegDmMrFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, c_uint) -> *mut ibv_mr;
 pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut c_void) -> c_int;
+
+/// `struct ibv_dm`: device memory; the copy functions are what `ibv_memcpy_to_dm` /
+/// `ibv_memcpy_from_dm` (inline) call.
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int>,
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int>,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
 
 /// `struct ibv_values_ex` (`ibv_query_rt_values_ex(3)`).
 #[repr(C)]
@@ -146,9 +169,9 @@ pub struct verbs_context {
     pub attach_counters_point_flow: *mut c_void,
     pub create_counters: *mut c_void,
     pub destroy_counters: *mut c_void,
-    pub reg_dm_mr: *mut c_void,
-    pub alloc_dm: *mut c_void,
-    pub free_dm: *mut c_void,
+    pub reg_dm_mr: Option<RegDmMrFn>,
+    pub alloc_dm: Option<AllocDmFn>,
+    pub free_dm: Option<FreeDmFn>,
     pub modify_flow_action_esp: *mut c_void,
     pub destroy_flow_action: *mut c_void,
     pub create_flow_action_esp: *mut c_void,

@@ -54,6 +54,9 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     v.query_port = Some(query_port_op);
     v.query_device_ex = Some(query_device_ex_op);
     v.query_rt_values = Some(query_rt_values_op);
+    v.alloc_dm = Some(verbs::dm::alloc_dm_op);
+    v.free_dm = Some(verbs::dm::free_dm_op);
+    v.reg_dm_mr = Some(verbs::dm::reg_dm_mr_op);
     v.create_cq_ex = Some(verbs::cq::create_cq_ex_op);
     v.create_qp_ex = Some(verbs::qp::create_qp_ex_op);
     v.create_srq_ex = Some(verbs::srq::create_srq_ex_op);
@@ -255,6 +258,7 @@ pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
     a.orig_attr = device_attr(dev);
     a.completion_timestamp_mask = u64::MAX;
     a.hca_core_clock = HCA_CORE_CLOCK_KHZ;
+    a.max_dm_size = verbs::dm::MAX_DM_SIZE;
     a.device_cap_flags_ex = DEVICE_CAP_FLAGS;
     a.phys_port_cnt_ex = 1;
     a

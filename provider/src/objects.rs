@@ -41,8 +41,56 @@ pub struct UrxePd {
 pub struct UrxeMr {
     pub ibv: ibv_mr,
     pub id: MrId,
-    /// Registered over device memory (`ibv_reg_dm_mr`).
-    pub dm: bool,
+    /// Registered over device memory (`ibv_reg_dm_mr`): keeps that memory alive.
+    pub dm: Option<DmUse>,
+}
+
+/// Device memory (`ibv_alloc_dm`): a zeroed, aligned block of this process's heap that the
+/// engine reaches like any registered memory. Shared by the DM's shells (the allocating one
+/// and `ibv_import_dm` ones) and the MRs over it; freed when the last of them goes.
+pub struct DmMem {
+    pub ptr: std::ptr::NonNull<u8>,
+    pub layout: std::alloc::Layout,
+    /// The length the application asked for (copies and MRs are checked against it).
+    pub len: usize,
+    /// MRs registered over it (`ibv_free_dm` is EBUSY while any is).
+    pub mrs: AtomicU32,
+}
+
+// SAFETY: the block is plain bytes owned by this value; every access goes through raw
+// pointers (application copies, engine accesses), as for any registered memory.
+unsafe impl Send for DmMem {}
+// SAFETY: as above; `mrs` is atomic.
+unsafe impl Sync for DmMem {}
+
+impl Drop for DmMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout by `std::alloc::alloc_zeroed`, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// An MR's hold on the device memory under it: counted in `mrs` while it lives.
+pub struct DmUse(pub std::sync::Arc<DmMem>);
+
+impl DmUse {
+    pub fn new(m: std::sync::Arc<DmMem>) -> DmUse {
+        m.mrs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        DmUse(m)
+    }
+}
+
+impl Drop for DmUse {
+    fn drop(&mut self) {
+        self.0.mrs.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A device memory shell: `ibv.handle` names the DM process-wide.
+#[repr(C)]
+pub struct UrxeDm {
+    pub ibv: ibv_dm,
+    pub mem: std::sync::Arc<DmMem>,
 }
 
 /// A CQ: always a full `ibv_cq_ex` so `ibv_cq_ex_to_cq` (a cast) and the `ibv_wc_read_*`

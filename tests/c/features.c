@@ -5,6 +5,7 @@
  *
  *   features timestamps   ibv_query_rt_values_ex, hca_core_clock, completion timestamps
  *   features rereg        ibv_rereg_mr: translation, PD, access, IBV_REREG_MR_ERR_* codes
+ *   features dm           device memory: alloc/free, copies, zero-based MRs, remote access, import
  *
  * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_features.rs
  * with -Wall -Wextra -Werror -fsanitize=address,undefined.
@@ -373,10 +374,161 @@ static void rereg(void)
 	munmap(gone, len);
 }
 
+/* ------------------------------------------------------------------------ dm */
+
+static struct ibv_dm *alloc_dm(size_t len, uint32_t log_align, uint32_t comp_mask)
+{
+	struct ibv_alloc_dm_attr a = { .length = len, .log_align_req = log_align, .comp_mask = comp_mask };
+	return ibv_alloc_dm(ctx, &a);
+}
+
+static void dm(void)
+{
+	struct ibv_device_attr_ex ax;
+	CHECK(ibv_query_device_ex(ctx, NULL, &ax) == 0);
+	uint64_t max = ax.max_dm_size;
+	CHECK(max >= 4096);
+
+	/* allocation errors: too big, nothing, unknown comp_mask, alignment above a page */
+	errno = 0;
+	CHECK(alloc_dm(max + 4, 0, 0) == NULL && errno == ENOMEM);
+	errno = 0;
+	CHECK(alloc_dm(0, 0, 0) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(alloc_dm(64, 0, 1) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(alloc_dm(64, 13, 0) == NULL && errno == EINVAL);
+	/* the budget is per process: two halves fit, a third allocation does not */
+	struct ibv_dm *h1 = alloc_dm(max / 2, 6, 0), *h2 = alloc_dm(max / 2, 0, 0);
+	CHECK(h1 && h2);
+	errno = 0;
+	CHECK(alloc_dm(4, 0, 0) == NULL && errno == ENOMEM);
+	if (h1)
+		CHECK(ibv_free_dm(h1) == 0);
+	if (h2)
+		CHECK(ibv_free_dm(h2) == 0);
+
+	const size_t len = 256;
+	struct ibv_dm *d = alloc_dm(len, 3, 0);
+	REQUIRE(d);
+	/* fresh device memory reads as zeros */
+	uint8_t host[512];
+	memset(host, 0xee, sizeof(host));
+	CHECK(ibv_memcpy_from_dm(host, d, 0, len) == 0);
+	int zero = 1;
+	for (size_t i = 0; i < len; i++)
+		zero &= host[i] == 0;
+	CHECK(zero);
+	/* copies: 4-byte granular (EINVAL), inside the DM (EFAULT) */
+	for (size_t i = 0; i < len; i++)
+		host[i] = (uint8_t)i;
+	CHECK(ibv_memcpy_to_dm(d, 0, host, len) == 0);
+	CHECK(ibv_memcpy_to_dm(d, 2, host, 4) == EINVAL);
+	CHECK(ibv_memcpy_to_dm(d, 4, host, 6) == EINVAL);
+	CHECK(ibv_memcpy_to_dm(d, len, host, 4) == EFAULT);
+	CHECK(ibv_memcpy_to_dm(d, 0, host, len + 4) == EFAULT);
+	CHECK(ibv_memcpy_to_dm(d, UINT64_MAX - 3, host, 8) == EFAULT);
+	CHECK(ibv_memcpy_from_dm(host + 256, d, 2, 4) == EINVAL);
+	CHECK(ibv_memcpy_from_dm(host + 256, d, len - 4, 8) == EFAULT);
+	CHECK(ibv_memcpy_to_dm(d, 0, host, 0) == 0);
+	memset(host + 256, 0, 256);
+	CHECK(ibv_memcpy_from_dm(host + 256, d, 16, 32) == 0);
+	CHECK(!memcmp(host + 256, host + 16, 32));
+
+	/* MRs over it: zero-based only, rights DM can grant, inside the DM */
+	int rw = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, d, 0, len, IBV_ACCESS_LOCAL_WRITE) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, d, 0, len, rw | IBV_ACCESS_MW_BIND) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, d, 0, len + 4, rw) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, d, 128, 132, rw) == NULL && errno == EINVAL);
+	errno = 0;
+	CHECK(ibv_reg_dm_mr(pd, d, len + 4, 0, rw) == NULL && errno == EINVAL);
+	struct ibv_mr *zero_len = ibv_reg_dm_mr(pd, d, 0, 0, rw);
+	CHECK(zero_len != NULL);
+	if (zero_len)
+		CHECK(ibv_dereg_mr(zero_len) == 0);
+	/* the MR covers DM bytes [64, 128): addressed 0..63 */
+	struct ibv_mr *dmr = ibv_reg_dm_mr(pd, d, 64, 64, rw);
+	REQUIRE(dmr);
+	CHECK(dmr->addr == NULL && dmr->length == 64);
+	CHECK(ibv_free_dm(d) == EBUSY);
+	errno = 0;
+	CHECK(ibv_rereg_mr(dmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, rw) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EINVAL);
+
+	struct ibv_cq *cq_a = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	struct ibv_cq *cq_b = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	REQUIRE(cq_a && cq_b);
+	struct pair p = make_pair(pd, cq_a, cq_b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	char *src = calloc(1, 64);
+	REQUIRE(src);
+	struct ibv_mr *smr = ibv_reg_mr(pd, src, 64, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(smr);
+
+	/* remote WRITE into the DM MR (zero-based address 8) lands at DM offset 72 */
+	memcpy(src, "dm-write", 8);
+	CHECK(write8(&p, cq_a, src, smr->lkey, 8, dmr->rkey) == IBV_WC_SUCCESS);
+	uint8_t got[8];
+	CHECK(ibv_memcpy_from_dm(got, d, 72, 8) == 0);
+	CHECK(!memcmp(got, "dm-write", 8));
+	/* remote READ from it */
+	struct ibv_wc wc;
+	memset(src, 0, 64);
+	CHECK(post_one(p.a, IBV_WR_RDMA_READ, src, 16, smr->lkey, 0, dmr->rkey) == 0);
+	CHECK(poll_one(cq_a, &wc) && wc.status == IBV_WC_SUCCESS);
+	CHECK(!memcmp(src, host + 64, 8) && !memcmp(src + 8, "dm-write", 8));
+	/* a local SGE from the DM MR: a SEND whose payload is DM bytes [64, 80) */
+	struct ibv_sge rs = { .addr = (uintptr_t)(src + 32), .length = 32, .lkey = smr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 5, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(ibv_post_recv(p.b, &rwr, &rbad) == 0);
+	struct ibv_sge ss = { .addr = 0, .length = 16, .lkey = dmr->lkey };
+	struct ibv_send_wr swr = { .wr_id = 6, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED }, *sbad;
+	CHECK(ibv_post_send(p.a, &swr, &sbad) == 0);
+	CHECK(poll_one(cq_b, &wc) && wc.status == IBV_WC_SUCCESS && wc.byte_len == 16);
+	CHECK(poll_one(cq_a, &wc) && wc.status == IBV_WC_SUCCESS);
+	CHECK(!memcmp(src + 32, src, 16));
+	/* hostile: a WRITE past the MR's 64 bytes is refused and the DM beyond is untouched */
+	uint8_t before[256], after[256];
+	CHECK(ibv_memcpy_from_dm(before, d, 0, len) == 0);
+	memcpy(src, "outside!", 8);
+	CHECK(write8(&p, cq_a, src, smr->lkey, 60, dmr->rkey) == IBV_WC_REM_ACCESS_ERR);
+	CHECK(ibv_memcpy_from_dm(after, d, 0, len) == 0);
+	CHECK(!memcmp(before, after, len));
+
+	/* import through a second context of this process: the same bytes */
+	struct ibv_context *ctx2 = ibv_import_device(dup(ctx->cmd_fd));
+	REQUIRE(ctx2);
+	errno = 0;
+	CHECK(ibv_import_dm(ctx2, d->handle + 1000) == NULL && errno == EINVAL);
+	struct ibv_dm *d2 = ibv_import_dm(ctx2, d->handle);
+	REQUIRE(d2);
+	CHECK(d2->handle == d->handle && d2->context == ctx2);
+	CHECK(ibv_memcpy_from_dm(got, d2, 72, 8) == 0);
+	CHECK(!memcmp(got, "dm-write", 8));
+	CHECK(ibv_memcpy_to_dm(d2, 200, "via-ctx2", 8) == 0);
+	CHECK(ibv_memcpy_from_dm(got, d, 200, 8) == 0);
+	CHECK(!memcmp(got, "via-ctx2", 8));
+	ibv_unimport_dm(d2);
+	CHECK(ibv_close_device(ctx2) == 0);
+
+	free_pair(&p);
+	CHECK(ibv_destroy_cq(cq_a) == 0);
+	CHECK(ibv_destroy_cq(cq_b) == 0);
+	CHECK(ibv_dereg_mr(smr) == 0);
+	free(src);
+	CHECK(ibv_dereg_mr(dmr) == 0);
+	CHECK(ibv_free_dm(d) == 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: features timestamps|rereg\n");
+		fprintf(stderr, "usage: features timestamps|rereg|dm\n");
 		return 2;
 	}
 	open_dev();
@@ -384,6 +536,8 @@ int main(int argc, char **argv)
 		timestamps();
 	else if (!strcmp(argv[1], "rereg"))
 		rereg();
+	else if (!strcmp(argv[1], "dm"))
+		dm();
 	else {
 		fprintf(stderr, "unknown section %s\n", argv[1]);
 		return 2;

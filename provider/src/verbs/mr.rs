@@ -1,17 +1,15 @@
 //! Memory regions: `ibv_reg_mr` and its iova / dma-buf variants, `ibv_rereg_mr`,
-//! `ibv_dereg_mr`, and the import verbs (`ibv_import_mr`, and `ibv_import_dm`: no device
-//! memory).
+//! `ibv_dereg_mr`, and the import verbs (`ibv_import_mr`; device memory is in `dm`).
 
 use super::{destroy_plain, dev_of, free_plain};
 use crate::abi::*;
-use crate::context::ctx_from;
 use crate::export::{non_null, set_errno};
 use crate::glue;
 use crate::objects::*;
 use libc::{c_int, c_uint, c_void};
 use urxe::engine::{AccessFlags, MrChange};
 
-fn check_access(access: u32) -> Result<AccessFlags, i32> {
+pub(super) fn check_access(access: u32) -> Result<AccessFlags, i32> {
     let a = AccessFlags(access);
     if a.unknown_bits() != 0 {
         return Err(libc::EINVAL);
@@ -48,7 +46,7 @@ unsafe fn reg_mr_common(
     let mr = Box::new(UrxeMr {
         ibv: ibv_mr { context: p.ibv.context, pd, addr, length, handle: keys.id, lkey: keys.lkey, rkey: keys.rkey },
         id: keys.id,
-        dm: false,
+        dm: None,
     });
     Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
@@ -116,7 +114,7 @@ unsafe fn rereg_cmd(
     let m: &UrxeMr = unsafe { shell(mr) }?;
     // SAFETY: its context is live.
     let dev = unsafe { dev_of(m.ibv.context) }?;
-    if m.dm {
+    if m.dm.is_some() {
         // Device memory MRs are not re-registered (the kernel says EINVAL for them too).
         return Err(libc::EINVAL);
     }
@@ -217,7 +215,7 @@ export! {
                 rkey: info.rkey,
             },
             id: mr_handle,
-            dm: false,
+            dm: None,
         });
         Ok(Box::into_raw(mr) as *mut ibv_mr)
     }
@@ -229,20 +227,6 @@ export! {
         // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
         unsafe { free_plain::<_, UrxeMr>(mr) }
     }
-}
-
-export! {
-    /// `ibv_import_dm(3)`: no device memory.
-    fn ibv_import_dm(context: *mut ibv_context, dm_handle: u32) -> *mut c_void as ptr {
-        // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        Err(libc::EOPNOTSUPP)
-    }
-}
-
-export! {
-    /// `ibv_unimport_dm(3)`.
-    fn ibv_unimport_dm(dm: *mut c_void) as void {}
 }
 
 #[cfg(test)]
