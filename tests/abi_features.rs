@@ -48,3 +48,8 @@ fn rereg_mr_translation_pd_access_and_error_codes() {
 fn device_memory_copies_zero_based_mrs_remote_access_and_import() {
     section("dm");
 }
+
+#[test]
+fn thread_and_parent_domains_hold_their_objects_and_carry_traffic() {
+    section("pd");
+}

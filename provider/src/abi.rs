@@ -123,11 +123,41 @@ pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 pub type OpenXrcdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
 pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 pub type OpenQpFn = unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut ibv_qp;
+pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+pub type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+pub type AllocParentDomainFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+pub type PdAllocFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
 pub type AllocDmFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
 pub type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
 pub type RegDmMrFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, c_uint) -> *mut ibv_mr;
 pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut c_void) -> c_int;
+
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td`: a thread domain.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
 
 /// `struct ibv_dm`: device memory; the copy functions are what `ibv_memcpy_to_dm` /
 /// `ibv_memcpy_from_dm` (inline) call.
@@ -176,9 +206,9 @@ pub struct verbs_context {
     pub destroy_flow_action: *mut c_void,
     pub create_flow_action_esp: *mut c_void,
     pub modify_qp_rate_limit: *mut c_void,
-    pub alloc_parent_domain: *mut c_void,
-    pub dealloc_td: *mut c_void,
-    pub alloc_td: *mut c_void,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<DeallocTdFn>,
+    pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: Option<ModifyCqFn>,
     pub post_srq_ops: *mut c_void,
     pub destroy_rwq_ind_table: *mut c_void,
@@ -1078,6 +1108,9 @@ constants! {
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11;
 
     IBV_VALUES_MASK_RAW_CLOCK = 1;
+
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS = 1;
+    IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT = 1 << 1;
 
     IBV_REREG_MR_CHANGE_TRANSLATION = 1;
     IBV_REREG_MR_CHANGE_PD = 1 << 1;

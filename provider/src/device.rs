@@ -54,6 +54,9 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     v.query_port = Some(query_port_op);
     v.query_device_ex = Some(query_device_ex_op);
     v.query_rt_values = Some(query_rt_values_op);
+    v.alloc_td = Some(verbs::pd::alloc_td_op);
+    v.dealloc_td = Some(verbs::pd::dealloc_td_op);
+    v.alloc_parent_domain = Some(verbs::pd::alloc_parent_domain_op);
     v.alloc_dm = Some(verbs::dm::alloc_dm_op);
     v.free_dm = Some(verbs::dm::free_dm_op);
     v.reg_dm_mr = Some(verbs::dm::reg_dm_mr_op);

@@ -24,7 +24,7 @@
 
 use crate::abi::*;
 use crate::export::non_null;
-use libc::c_int;
+use libc::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
@@ -35,6 +35,58 @@ use urxe::engine::{AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId,
 pub struct UrxePd {
     pub ibv: ibv_pd,
     pub id: PdId,
+    /// Parent domains over this PD (`ibv_dealloc_pd` is EBUSY while any is).
+    pub children: AtomicU32,
+    /// Set for a parent domain (`ibv_alloc_parent_domain`): `id` is then its protection
+    /// domain's engine PD, so every verb that takes a PD works on it unchanged.
+    pub parent: Option<Box<ParentDomain>>,
+}
+
+impl UrxePd {
+    pub fn new(context: *mut ibv_context, id: PdId) -> UrxePd {
+        UrxePd { ibv: ibv_pd { context, handle: id }, id, children: AtomicU32::new(0), parent: None }
+    }
+}
+
+/// What a parent domain adds to its protection domain.
+pub struct ParentDomain {
+    /// The protection domain (a plain PD of ours).
+    pub pd: *mut ibv_pd,
+    /// The thread domain, or NULL.
+    pub td: *mut ibv_td,
+    /// The application's allocators (IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) and their
+    /// context. urxe keeps no queue buffer in application memory (the queues are the
+    /// engine's), so it has nothing to ask them for; they are checked and kept.
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+    /// QPs, CQs and SRQs created on it (`ibv_dealloc_pd` is EBUSY while any is).
+    pub users: AtomicU32,
+}
+
+/// A thread domain.
+#[repr(C)]
+pub struct UrxeTd {
+    pub ibv: ibv_td,
+    /// Parent domains using it (`ibv_dealloc_td` is EBUSY while any is).
+    pub users: AtomicU32,
+}
+
+/// Count one more (`delta` 1) or one fewer (-1) user of `pd` if it is a parent domain.
+///
+/// # Safety
+/// `pd` is NULL or a live PD of ours.
+pub unsafe fn parent_domain_use(pd: *mut ibv_pd, delta: i32) {
+    // SAFETY: caller contract.
+    if let Ok(p) = unsafe { shell::<_, UrxePd>(pd) } {
+        if let Some(pdom) = &p.parent {
+            if delta > 0 {
+                pdom.users.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            } else {
+                pdom.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 #[repr(C)]
@@ -111,6 +163,8 @@ pub struct UrxeCq {
     pub wc_flags: u64,
     /// The completion the `ibv_cq_ex` cursor is on, between `start_poll` and `end_poll`.
     pub cur: WorkCompletion,
+    /// The parent domain it was created on (IBV_CQ_INIT_ATTR_MASK_PD), or NULL.
+    pub parent_domain: *mut ibv_pd,
 }
 
 /// One work request being built through the `ibv_qp_ex` `wr_*` table.

@@ -6,6 +6,7 @@
  *   features timestamps   ibv_query_rt_values_ex, hca_core_clock, completion timestamps
  *   features rereg        ibv_rereg_mr: translation, PD, access, IBV_REREG_MR_ERR_* codes
  *   features dm           device memory: alloc/free, copies, zero-based MRs, remote access, import
+ *   features pd           thread domains, parent domains (allocators), QP/CQ/SRQ on them
  *
  * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_features.rs
  * with -Wall -Wextra -Werror -fsanitize=address,undefined.
@@ -525,10 +526,127 @@ static void dm(void)
 	CHECK(ibv_free_dm(d) == 0);
 }
 
+/* ------------------------------------------------------------------------ pd */
+
+static int allocs;
+static void *my_alloc(struct ibv_pd *p, void *c, size_t size, size_t align, uint64_t type)
+{
+	(void)p; (void)c; (void)size; (void)align; (void)type;
+	allocs++;
+	return IBV_ALLOCATOR_USE_DEFAULT;
+}
+static void my_free(struct ibv_pd *p, void *c, void *ptr, uint64_t type)
+{
+	(void)p; (void)c; (void)ptr; (void)type;
+}
+
+static void pd_domains(void)
+{
+	/* thread domains */
+	errno = 0;
+	CHECK(ibv_alloc_td(ctx, &(struct ibv_td_init_attr){ .comp_mask = 1 }) == NULL && errno == EINVAL);
+	struct ibv_td *td = ibv_alloc_td(ctx, &(struct ibv_td_init_attr){ .comp_mask = 0 });
+	REQUIRE(td);
+	CHECK(td->context == ctx);
+
+	/* parent domain errors */
+	int cookie = 0;
+	struct ibv_parent_domain_init_attr pa = {
+		.pd = pd, .td = td,
+		.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+		.alloc = my_alloc, .free = my_free, .pd_context = &cookie,
+	};
+	struct ibv_parent_domain_init_attr bad = pa;
+	bad.comp_mask |= 1 << 5;
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &bad) == NULL && errno == EINVAL);
+	bad = pa;
+	bad.pd = NULL;
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &bad) == NULL && errno == EINVAL);
+	bad = pa;
+	bad.free = NULL;
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &bad) == NULL && errno == EINVAL);
+
+	struct ibv_pd *pdom = ibv_alloc_parent_domain(ctx, &pa);
+	REQUIRE(pdom);
+	CHECK(pdom->context == ctx);
+	/* no parent domain over a parent domain; the PD and TD under it are held */
+	bad = pa;
+	bad.pd = pdom;
+	errno = 0;
+	CHECK(ibv_alloc_parent_domain(ctx, &bad) == NULL && errno == EINVAL);
+	CHECK(ibv_dealloc_pd(pd) == EBUSY);
+	CHECK(ibv_dealloc_td(td) == EBUSY);
+
+	/* an extended CQ on it (a plain PD is refused), an SRQ, QPs and traffic */
+	struct ibv_cq_init_attr_ex ca = {
+		.cqe = 32, .wc_flags = IBV_WC_STANDARD_FLAGS,
+		.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = pd,
+	};
+	errno = 0;
+	CHECK(ibv_create_cq_ex(ctx, &ca) == NULL && errno == EINVAL);
+	ca.parent_domain = pdom;
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &ca);
+	REQUIRE(cqx);
+	struct ibv_cq *cq = ibv_cq_ex_to_cq(cqx);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pdom, &sa);
+	REQUIRE(srq);
+	CHECK(srq->pd == pdom);
+	struct ibv_cq *cq_a = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	REQUIRE(cq_a);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq_a, .recv_cq = cq_a, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qa = ibv_create_qp(pd, &ia);
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	ia.srq = srq;
+	struct ibv_qp *qb = ibv_create_qp(pdom, &ia);
+	REQUIRE(qa && qb);
+	CHECK(qb->pd == pdom);
+	connect_qp(qa, qb->qp_num, 0);
+	connect_qp(qb, qa->qp_num, 0);
+	char *buf = calloc(1, 128);
+	REQUIRE(buf);
+	/* an MR on the parent domain serves QPs of its protection domain too */
+	struct ibv_mr *mr = ibv_reg_mr(pdom, buf, 128, IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(mr);
+	CHECK(mr->pd == pdom);
+	struct ibv_sge rs = { .addr = (uintptr_t)(buf + 64), .length = 64, .lkey = mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 3, .sg_list = &rs, .num_sge = 1 }, *rbad;
+	CHECK(ibv_post_srq_recv(srq, &rwr, &rbad) == 0);
+	memcpy(buf, "parent-domain", 14);
+	CHECK(post_one(qa, IBV_WR_SEND, buf, 14, mr->lkey, 0, 0) == 0);
+	struct ibv_wc wc;
+	CHECK(poll_one(cq_a, &wc) && wc.status == IBV_WC_SUCCESS);
+	CHECK(poll_one(cq, &wc) && wc.status == IBV_WC_SUCCESS && wc.wr_id == 3 && wc.byte_len == 14);
+	CHECK(!strcmp(buf + 64, "parent-domain"));
+
+	/* the parent domain is busy while its QP, CQ and SRQ live */
+	CHECK(ibv_dealloc_pd(pdom) == EBUSY);
+	CHECK(ibv_destroy_qp(qb) == 0);
+	CHECK(ibv_dealloc_pd(pdom) == EBUSY);
+	CHECK(ibv_destroy_srq(srq) == 0);
+	CHECK(ibv_dealloc_pd(pdom) == EBUSY);
+	CHECK(ibv_destroy_cq(cq) == 0);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	CHECK(ibv_dealloc_pd(pdom) == 0);
+	CHECK(ibv_dealloc_td(td) == 0);
+	CHECK(ibv_destroy_qp(qa) == 0);
+	CHECK(ibv_destroy_cq(cq_a) == 0);
+	free(buf);
+	/* the allocators are kept, not needed: urxe's queues live in the engine */
+	CHECK(allocs == 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: features timestamps|rereg|dm\n");
+		fprintf(stderr, "usage: features timestamps|rereg|dm|pd\n");
 		return 2;
 	}
 	open_dev();
@@ -538,6 +656,8 @@ int main(int argc, char **argv)
 		rereg();
 	else if (!strcmp(argv[1], "dm"))
 		dm();
+	else if (!strcmp(argv[1], "pd"))
+		pd_domains();
 	else {
 		fprintf(stderr, "unknown section %s\n", argv[1]);
 		return 2;
