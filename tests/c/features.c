@@ -23,15 +23,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-static int failures;
-#define CHECK(cond)                                                                    \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s (errno %d)\n", __FILE__,      \
-				__LINE__, #cond, errno);                               \
-			failures++;                                                    \
-		}                                                                      \
-	} while (0)
+#include "check.h"
 #define REQUIRE(cond)                                                                  \
 	do {                                                                           \
 		if (!(cond)) {                                                         \
