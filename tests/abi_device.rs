@@ -6,25 +6,11 @@ mod abi_util;
 use abi_util::*;
 use std::net::UdpSocket;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 fn program() -> &'static PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let dir = target_dir().join("urxe").join("c-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("device_basics");
-        let o = run(Command::new("gcc")
-            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
-            .arg("-o")
-            .arg(&exe)
-            .arg(root().join("tests/c/device_basics.c"))
-            .arg(format!("-L{}", lib_dir().display()))
-            .arg("-l:libibverbs.so.1"));
-        assert!(o.status.success(), "gcc failed:\n{}", text(&o));
-        exe
-    })
+    EXE.get_or_init(|| compile_c_test("device_basics"))
 }
 
 fn run_program(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {

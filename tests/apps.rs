@@ -221,6 +221,30 @@ fn ibv_rc_pingpong_mtu_4096() {
 }
 
 #[test]
+fn ibv_rc_pingpong_completion_timestamps() {
+    // `-t` reads IBV_WC_EX_WITH_COMPLETION_TIMESTAMP from an extended CQ and prints the
+    // spread between receive completions in core-clock cycles (1 GHz: ns).
+    let (s, c) = pingpong("ibv_rc_pingpong", 18608, &["-t", "-n", "200", "-c"]);
+    for o in [&s, &c] {
+        let cycles = |tag: &str| -> f64 {
+            o.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(tag))
+                .and_then(|v| v.trim().trim_start_matches('=').trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {tag:?} line\n{o}"))
+        };
+        let (min, avg, max) = (
+            cycles("Min receive completion clock cycles"),
+            cycles("Average receive completion clock cycles"),
+            cycles("Max receive completion clock cycles"),
+        );
+        assert!(0.0 < min && min <= avg && avg <= max, "min {min} avg {avg} max {max}\n{o}");
+        // Each iteration is a round trip on loopback: well under a second.
+        assert!(avg < 1e9, "average {avg} cycles (ns)\n{o}");
+    }
+}
+
+#[test]
 fn ibv_uc_pingpong_validated() {
     pingpong("ibv_uc_pingpong", 18611, &["-c"]);
 }

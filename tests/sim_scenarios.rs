@@ -788,3 +788,63 @@ fn peers_sending_migreq_1_like_mlx5_are_accepted() {
     assert!(*seen.borrow() > 20, "every packet was rewritten");
     assert_eq!(net.nodes[1].eng.counters().icrc_errors + net.nodes[0].eng.counters().icrc_errors, 0);
 }
+
+#[test]
+fn completion_timestamps_are_the_engine_clock_when_each_completion_happened() {
+    // 50 µs one way: the receive completes when the request arrives, the send when its ACK
+    // arrives one more trip later; a flush completion carries the time of the verb that
+    // flushed it.
+    let mut net = Net::new(2, 1, LinkCfg { delay: 50_000, ..LinkCfg::default() });
+    let o = QpOpts::default();
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    net.run_idle(MS);
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    let posted = net.now;
+    net.nodes[0].eng.post_send(posted, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, 64, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    let wa = net.poll_all(0, a.cq);
+    let wb = net.poll_all(1, b.cq);
+    assert_eq!((wa.len(), wb.len()), (1, 1));
+    let (ts_send, ts_recv) = (wa[0].timestamp, wb[0].timestamp);
+    assert!(ts_recv >= posted + 50_000 && ts_recv < posted + 60_000, "recv at {ts_recv}, posted {posted}");
+    assert!(ts_send >= ts_recv + 50_000 && ts_send < ts_recv + 60_000, "send at {ts_send}, recv at {ts_recv}");
+    // A QP moved to ERR flushes a posted receive with the time the engine was last told.
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 10, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    let later = net.now + 3 * MS;
+    net.nodes[1].eng.advance_clock(later);
+    let attr = QpAttr { qp_state: QpState::Err, ..Default::default() };
+    net.nodes[1].eng.modify_qp(b.qpn, &attr, QpAttrMask::STATE).unwrap();
+    let flushed = net.poll_all(1, b.cq);
+    assert_eq!(flushed.len(), 1);
+    assert_eq!(flushed[0].status, WcStatus::WrFlushErr);
+    assert_eq!(flushed[0].timestamp, later);
+    assert_eq!(net.nodes[1].eng.clock(), later);
+    // The clock never goes back.
+    net.nodes[1].eng.advance_clock(1);
+    assert_eq!(net.nodes[1].eng.clock(), later);
+}
+
+#[test]
+fn moving_a_qp_to_reset_drops_its_queued_completions_only() {
+    // QP b is errored with two receives posted, then reset: its flushes leave its CQ. QP a,
+    // errored but not reset, keeps its flush for the application.
+    let mut net = Net::new(2, 1, LinkCfg::default());
+    let o = QpOpts::default();
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 2, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    let err = QpAttr { qp_state: QpState::Err, ..Default::default() };
+    net.nodes[1].eng.modify_qp(b.qpn, &err, QpAttrMask::STATE).unwrap();
+    net.nodes[0].eng.modify_qp(a.qpn, &err, QpAttrMask::STATE).unwrap();
+    let reset = QpAttr { qp_state: QpState::Reset, ..Default::default() };
+    net.nodes[1].eng.modify_qp(b.qpn, &reset, QpAttrMask::STATE).unwrap();
+    assert!(net.poll_all(1, b.cq).is_empty(), "flushes of a QP moved to RESET must be gone");
+    // Without the reset, the flushes stay for the application.
+    net.nodes[0].eng.post_recv(a.qpn, &RecvWr { wr_id: 3, sg_list: &[] }).unwrap();
+    let wa = net.poll_all(0, a.cq);
+    assert_eq!(wa.len(), 1);
+    assert_eq!((wa[0].wr_id, wa[0].status), (3, WcStatus::WrFlushErr));
+}

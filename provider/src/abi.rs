@@ -123,7 +123,69 @@ pub type GetSrqNumFn = unsafe extern "C" fn(*mut ibv_srq, *mut u32) -> c_int;
 pub type OpenXrcdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd;
 pub type CloseXrcdFn = unsafe extern "C" fn(*mut ibv_xrcd) -> c_int;
 pub type OpenQpFn = unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut ibv_qp;
+pub type AllocTdFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_td_init_attr) -> *mut ibv_td;
+pub type DeallocTdFn = unsafe extern "C" fn(*mut ibv_td) -> c_int;
+pub type AllocParentDomainFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_parent_domain_init_attr) -> *mut ibv_pd;
+pub type PdAllocFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize, u64) -> *mut c_void;
+pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
+pub type AllocDmFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
+pub type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
+pub type RegDmMrFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, c_uint) -> *mut ibv_mr;
+pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut c_void) -> c_int;
+
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_td_init_attr {
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_td`: a thread domain.
+#[repr(C)]
+pub struct ibv_td {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_parent_domain_init_attr {
+    pub pd: *mut ibv_pd,
+    pub td: *mut ibv_td,
+    pub comp_mask: u32,
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+}
+
+/// `struct ibv_dm`: device memory; the copy functions are what `ibv_memcpy_to_dm` /
+/// `ibv_memcpy_from_dm` (inline) call.
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int>,
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int>,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
+
+/// `struct ibv_alloc_dm_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_alloc_dm_attr {
+    pub length: usize,
+    pub log_align_req: u32,
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_values_ex` (`ibv_query_rt_values_ex(3)`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ibv_values_ex {
+    pub comp_mask: u32,
+    pub raw_clock: libc::timespec,
+}
 
 /// `struct verbs_context`: the extended ops live *before* the `ibv_context`, at negative
 /// offsets from the pointer applications hold. Unset ops stay NULL so the inline wrappers
@@ -137,16 +199,16 @@ pub struct verbs_context {
     pub attach_counters_point_flow: *mut c_void,
     pub create_counters: *mut c_void,
     pub destroy_counters: *mut c_void,
-    pub reg_dm_mr: *mut c_void,
-    pub alloc_dm: *mut c_void,
-    pub free_dm: *mut c_void,
+    pub reg_dm_mr: Option<RegDmMrFn>,
+    pub alloc_dm: Option<AllocDmFn>,
+    pub free_dm: Option<FreeDmFn>,
     pub modify_flow_action_esp: *mut c_void,
     pub destroy_flow_action: *mut c_void,
     pub create_flow_action_esp: *mut c_void,
     pub modify_qp_rate_limit: *mut c_void,
-    pub alloc_parent_domain: *mut c_void,
-    pub dealloc_td: *mut c_void,
-    pub alloc_td: *mut c_void,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<DeallocTdFn>,
+    pub alloc_td: Option<AllocTdFn>,
     pub modify_cq: Option<ModifyCqFn>,
     pub post_srq_ops: *mut c_void,
     pub destroy_rwq_ind_table: *mut c_void,
@@ -154,7 +216,7 @@ pub struct verbs_context {
     pub destroy_wq: *mut c_void,
     pub modify_wq: *mut c_void,
     pub create_wq: *mut c_void,
-    pub query_rt_values: *mut c_void,
+    pub query_rt_values: Option<QueryRtValuesFn>,
     pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
@@ -1044,6 +1106,17 @@ constants! {
     IBV_WC_EX_WITH_FLOW_TAG = 1 << 9;
     IBV_WC_EX_WITH_TM_INFO = 1 << 10;
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11;
+
+    IBV_VALUES_MASK_RAW_CLOCK = 1;
+
+    IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS = 1;
+    IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT = 1 << 1;
+
+    IBV_REREG_MR_CHANGE_TRANSLATION = 1;
+    IBV_REREG_MR_CHANGE_PD = 1 << 1;
+    IBV_REREG_MR_CHANGE_ACCESS = 1 << 2;
+    IBV_REREG_MR_ERR_INPUT = (-1i64) as u64;
+    IBV_REREG_MR_ERR_CMD = (-4i64) as u64;
 
     IBV_CQ_INIT_ATTR_MASK_FLAGS = 1;
     IBV_CQ_INIT_ATTR_MASK_PD = 1 << 1;

@@ -422,9 +422,6 @@ pub fn cq_init_attr_check(a: &ibv_cq_init_attr_ex, limits: &Limits, num_comp_vec
     if a.comp_mask & !known_mask != 0 {
         return Err(EINVAL);
     }
-    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD as u32 != 0 {
-        return Err(EOPNOTSUPP); // parent domains
-    }
     if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS as u32 != 0
         && a.flags & !(IBV_CREATE_CQ_ATTR_SINGLE_THREADED as u32) != 0
     {

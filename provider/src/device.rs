@@ -53,6 +53,13 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(query_port_op);
     v.query_device_ex = Some(query_device_ex_op);
+    v.query_rt_values = Some(query_rt_values_op);
+    v.alloc_td = Some(verbs::pd::alloc_td_op);
+    v.dealloc_td = Some(verbs::pd::dealloc_td_op);
+    v.alloc_parent_domain = Some(verbs::pd::alloc_parent_domain_op);
+    v.alloc_dm = Some(verbs::dm::alloc_dm_op);
+    v.free_dm = Some(verbs::dm::free_dm_op);
+    v.reg_dm_mr = Some(verbs::dm::reg_dm_mr_op);
     v.create_cq_ex = Some(verbs::cq::create_cq_ex_op);
     v.create_qp_ex = Some(verbs::qp::create_qp_ex_op);
     v.create_srq_ex = Some(verbs::srq::create_srq_ex_op);
@@ -254,6 +261,7 @@ pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
     a.orig_attr = device_attr(dev);
     a.completion_timestamp_mask = u64::MAX;
     a.hca_core_clock = HCA_CORE_CLOCK_KHZ;
+    a.max_dm_size = verbs::dm::MAX_DM_SIZE;
     a.device_cap_flags_ex = DEVICE_CAP_FLAGS;
     a.phys_port_cnt_ex = 1;
     a
@@ -326,6 +334,31 @@ crate::c_fn! {
         let a = device_attr_ex(u.device());
         // SAFETY: the caller's buffer is `attr_size` bytes.
         unsafe { copy_prefix(attr as *mut u8, attr_size, &a) };
+        Ok(())
+    }
+}
+
+crate::c_fn! {
+    /// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex(3)`): with
+    /// IBV_VALUES_MASK_RAW_CLOCK asked, the device clock in `raw_clock.tv_nsec` (one tick per
+    /// ns, `hca_core_clock` 1 GHz; `tv_sec` 0, as completion timestamps read it); `comp_mask`
+    /// comes back with what was filled. EINVAL for unknown mask bits.
+    fn query_rt_values_op(context: *mut ibv_context, values: *mut ibv_values_ex) -> c_int as errno {
+        // SAFETY: caller passes a context of ours.
+        let u = unsafe { ctx_from(context) }?;
+        let values = non_null(values)?;
+        // SAFETY: caller passes a readable and writable ibv_values_ex.
+        let v = unsafe { &mut *values };
+        if u64::from(v.comp_mask) & !IBV_VALUES_MASK_RAW_CLOCK != 0 {
+            return Err(libc::EINVAL);
+        }
+        let mut filled = 0;
+        if u64::from(v.comp_mask) & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+            let t = crate::glue::clock(u.device())?;
+            v.raw_clock = libc::timespec { tv_sec: 0, tv_nsec: t as libc::c_long };
+            filled |= IBV_VALUES_MASK_RAW_CLOCK as u32;
+        }
+        v.comp_mask = filled;
         Ok(())
     }
 }

@@ -17,8 +17,8 @@
 
 use crate::context::UrxeDevice;
 use urxe::engine::{
-    AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrId, MrInfo, MwBind, MwId, MwType, PdId, QpAttr,
-    QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
+    AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrChange, MrId, MrInfo, MwBind, MwId, MwType, PdId,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
 };
 use urxe::transport::Device;
 
@@ -66,6 +66,15 @@ pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
         .map_err(|&e| e)
 }
 
+/// The device clock (ns since the device started): the completion timestamps' clock.
+pub fn clock(dev: &UrxeDevice) -> VerbResult<u64> {
+    Ok(transport(dev)?.clock())
+}
+/// A device-clock reading as wall-clock ns since the Unix epoch.
+pub fn wallclock_ns(dev: &UrxeDevice, t: u64) -> VerbResult<u64> {
+    Ok(transport(dev)?.wallclock_ns(t))
+}
+
 pub fn alloc_pd(dev: &UrxeDevice) -> VerbResult<PdId> {
     transport(dev)?.control(|en, _| en.alloc_pd()).map_err(errno)
 }
@@ -84,6 +93,10 @@ pub fn query_pd(dev: &UrxeDevice, pd: PdId) -> VerbResult<()> {
 /// Attributes of MR `mr` (importing it into another context of this process).
 pub fn query_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<MrInfo> {
     transport(dev)?.control(|en, _| en.query_mr(mr)).map_err(errno)
+}
+/// Re-register MR `mr` in place (keys kept).
+pub fn rereg_mr(dev: &UrxeDevice, mr: MrId, change: &MrChange) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.rereg_mr(mr, change)).map_err(errno)
 }
 pub fn dereg_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<()> {
     transport(dev)?.control(|en, _| en.dereg_mr(mr)).map_err(errno)

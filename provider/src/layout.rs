@@ -150,6 +150,17 @@ pub fn layout_report() -> String {
         cqe => "cqe", mutex => "mutex", cond => "cond",
         comp_events_completed => "comp_events_completed",
         async_events_completed => "async_events_completed"]);
+    report!(o, ibv_td_init_attr, "struct ibv_td_init_attr", [comp_mask => "comp_mask"]);
+    report!(o, ibv_td, "struct ibv_td", [context => "context"]);
+    report!(o, ibv_parent_domain_init_attr, "struct ibv_parent_domain_init_attr", [
+        pd => "pd", td => "td", comp_mask => "comp_mask", alloc => "alloc", free => "free",
+        pd_context => "pd_context"]);
+    report!(o, ibv_dm, "struct ibv_dm", [
+        context => "context", memcpy_to_dm => "memcpy_to_dm", memcpy_from_dm => "memcpy_from_dm",
+        comp_mask => "comp_mask", handle => "handle"]);
+    report!(o, ibv_alloc_dm_attr, "struct ibv_alloc_dm_attr", [
+        length => "length", log_align_req => "log_align_req", comp_mask => "comp_mask"]);
+    report!(o, ibv_values_ex, "struct ibv_values_ex", [comp_mask => "comp_mask", raw_clock => "raw_clock"]);
     report!(o, ibv_poll_cq_attr, "struct ibv_poll_cq_attr", [comp_mask => "comp_mask"]);
     report!(o, ibv_wc_tm_info, "struct ibv_wc_tm_info", [tag => "tag", priv_ => "priv"]);
     report!(o, ibv_cq_ex, "struct ibv_cq_ex", [

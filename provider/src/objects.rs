@@ -24,7 +24,7 @@
 
 use crate::abi::*;
 use crate::export::non_null;
-use libc::c_int;
+use libc::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
@@ -35,12 +35,114 @@ use urxe::engine::{AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId,
 pub struct UrxePd {
     pub ibv: ibv_pd,
     pub id: PdId,
+    /// Parent domains over this PD (`ibv_dealloc_pd` is EBUSY while any is).
+    pub children: AtomicU32,
+    /// Set for a parent domain (`ibv_alloc_parent_domain`): `id` is then its protection
+    /// domain's engine PD, so every verb that takes a PD works on it unchanged.
+    pub parent: Option<Box<ParentDomain>>,
+}
+
+impl UrxePd {
+    pub fn new(context: *mut ibv_context, id: PdId) -> UrxePd {
+        UrxePd { ibv: ibv_pd { context, handle: id }, id, children: AtomicU32::new(0), parent: None }
+    }
+}
+
+/// What a parent domain adds to its protection domain.
+pub struct ParentDomain {
+    /// The protection domain (a plain PD of ours).
+    pub pd: *mut ibv_pd,
+    /// The thread domain, or NULL.
+    pub td: *mut ibv_td,
+    /// The application's allocators (IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) and their
+    /// context. urxe keeps no queue buffer in application memory (the queues are the
+    /// engine's), so it has nothing to ask them for; they are checked and kept.
+    pub alloc: Option<PdAllocFn>,
+    pub free: Option<PdFreeFn>,
+    pub pd_context: *mut c_void,
+    /// QPs, CQs and SRQs created on it (`ibv_dealloc_pd` is EBUSY while any is).
+    pub users: AtomicU32,
+}
+
+/// A thread domain.
+#[repr(C)]
+pub struct UrxeTd {
+    pub ibv: ibv_td,
+    /// Parent domains using it (`ibv_dealloc_td` is EBUSY while any is).
+    pub users: AtomicU32,
+}
+
+/// Count one more (`delta` 1) or one fewer (-1) user of `pd` if it is a parent domain.
+///
+/// # Safety
+/// `pd` is NULL or a live PD of ours.
+pub unsafe fn parent_domain_use(pd: *mut ibv_pd, delta: i32) {
+    // SAFETY: caller contract.
+    if let Ok(p) = unsafe { shell::<_, UrxePd>(pd) } {
+        if let Some(pdom) = &p.parent {
+            if delta > 0 {
+                pdom.users.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            } else {
+                pdom.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+    }
 }
 
 #[repr(C)]
 pub struct UrxeMr {
     pub ibv: ibv_mr,
     pub id: MrId,
+    /// Registered over device memory (`ibv_reg_dm_mr`): keeps that memory alive.
+    pub dm: Option<DmUse>,
+}
+
+/// Device memory (`ibv_alloc_dm`): a zeroed, aligned block of this process's heap that the
+/// engine reaches like any registered memory. Shared by the DM's shells (the allocating one
+/// and `ibv_import_dm` ones) and the MRs over it; freed when the last of them goes.
+pub struct DmMem {
+    pub ptr: std::ptr::NonNull<u8>,
+    pub layout: std::alloc::Layout,
+    /// The length the application asked for (copies and MRs are checked against it).
+    pub len: usize,
+    /// MRs registered over it (`ibv_free_dm` is EBUSY while any is).
+    pub mrs: AtomicU32,
+}
+
+// SAFETY: the block is plain bytes owned by this value; every access goes through raw
+// pointers (application copies, engine accesses), as for any registered memory.
+unsafe impl Send for DmMem {}
+// SAFETY: as above; `mrs` is atomic.
+unsafe impl Sync for DmMem {}
+
+impl Drop for DmMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout by `std::alloc::alloc_zeroed`, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// An MR's hold on the device memory under it: counted in `mrs` while it lives.
+pub struct DmUse(pub std::sync::Arc<DmMem>);
+
+impl DmUse {
+    pub fn new(m: std::sync::Arc<DmMem>) -> DmUse {
+        m.mrs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        DmUse(m)
+    }
+}
+
+impl Drop for DmUse {
+    fn drop(&mut self) {
+        self.0.mrs.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// A device memory shell: `ibv.handle` names the DM process-wide.
+#[repr(C)]
+pub struct UrxeDm {
+    pub ibv: ibv_dm,
+    pub mem: std::sync::Arc<DmMem>,
 }
 
 /// A CQ: always a full `ibv_cq_ex` so `ibv_cq_ex_to_cq` (a cast) and the `ibv_wc_read_*`
@@ -61,6 +163,8 @@ pub struct UrxeCq {
     pub wc_flags: u64,
     /// The completion the `ibv_cq_ex` cursor is on, between `start_poll` and `end_poll`.
     pub cur: WorkCompletion,
+    /// The parent domain it was created on (IBV_CQ_INIT_ATTR_MASK_PD), or NULL.
+    pub parent_domain: *mut ibv_pd,
 }
 
 /// One work request being built through the `ibv_qp_ex` `wr_*` table.

@@ -61,6 +61,13 @@ impl Cq {
         Ok(())
     }
 
+    /// Drops the queued completions of QP `qpn` from its send queue (`recv` false) or its
+    /// receive queue (`recv` true).
+    pub fn purge_qp(&mut self, qpn: u32, recv: bool) {
+        // Receive opcodes (IBV_WC_RECV and up) have bit 7 set.
+        self.ring.retain(|wc| wc.qp_num != qpn || ((wc.opcode as u32) & 0x80 != 0) != recv);
+    }
+
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let n = out.len().min(self.ring.len());
         for (o, wc) in out.iter_mut().zip(self.ring.drain(..n)) {

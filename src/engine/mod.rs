@@ -127,6 +127,7 @@ impl<M: HostMemory> Engine<M> {
                 ahs: Slab::new(),
                 events: VecDeque::new(),
                 counters: Counters::default(),
+                clock: 0,
             },
             qps: Vec::new(),
             qspace: QpnSpace::WHOLE,
@@ -237,6 +238,55 @@ impl<M: HostMemory> Engine<M> {
         let m = self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
         let key = self.sh.keys.key_of(mr);
         Ok(MrInfo { pd: m.pd, addr: m.addr, len: m.len, iova: m.iova, access: m.access, lkey: key, rkey: key })
+    }
+
+    /// Re-registers MR `mr` in place (`ibv_rereg_mr(3)`): any of a new PD, a new translation
+    /// (`addr`, `len`, `iova`; the iova is 0 for a ZERO_BASED MR) and new access flags. The
+    /// keys stay; every change is checked before any is made, so a refused call leaves the MR
+    /// as it was. Busy while memory windows are bound to it (they would outlive the range or
+    /// rights they were bound with).
+    pub fn rereg_mr(&mut self, mr: MrId, change: &MrChange) -> Result<(), Error> {
+        let old = *self.sh.keys.mr(mr).ok_or(Error::NotFound)?;
+        if old.bound_mws != 0 {
+            return Err(Error::Busy);
+        }
+        let mut m = old;
+        if let Some(pd) = change.pd {
+            self.sh.pds.get(pd).ok_or(Error::NotFound)?;
+            m.pd = pd;
+        }
+        if let Some(access) = change.access {
+            if access.unknown_bits() != 0 {
+                return Err(Error::Invalid);
+            }
+            m.access = access;
+        }
+        if m.access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !m.access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(Error::Invalid);
+        }
+        if let Some((addr, len, iova)) = change.translation {
+            if len == 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
+                return Err(Error::Invalid);
+            }
+            m.addr = addr;
+            m.len = len;
+            m.iova = iova;
+        }
+        if m.access.contains(AccessFlags::ZERO_BASED) {
+            m.iova = 0;
+        }
+        if m.iova.checked_add(m.len).is_none() {
+            return Err(Error::Invalid);
+        }
+        let slot = self.sh.keys.mr_mut(mr).ok_or(Error::NotFound)?;
+        *slot = m;
+        if m.pd != old.pd {
+            self.pd_ref(old.pd, -1);
+            self.pd_ref(m.pd, 1);
+        }
+        Ok(())
     }
 
     pub fn dereg_mr(&mut self, mr: MrId) -> Result<(), Error> {
@@ -520,6 +570,18 @@ impl<M: HostMemory> Engine<M> {
             QpState::Reset => {
                 q.reset();
                 q.state = QpState::Reset;
+                // As mlx4/mlx5 clean their CQs on the move to RESET: completions of this QP
+                // still queued (flushes of the error state it leaves) are dropped, so a QP
+                // brought back up does not hand its old WRs' flushes to the application. SRQ
+                // receives stay: their WRs are consumed.
+                if let Some(c) = self.sh.cqs.get_mut(q.send_cq) {
+                    c.purge_qp(qpn, false);
+                }
+                if q.srq.is_none() {
+                    if let Some(c) = self.sh.cqs.get_mut(q.recv_cq) {
+                        c.purge_qp(qpn, true);
+                    }
+                }
             }
             QpState::Err => comp::enter_error(&mut q, &mut self.sh),
             QpState::Rtr if from == QpState::Init => {
@@ -591,7 +653,7 @@ impl<M: HostMemory> Engine<M> {
     /// length); lkeys are checked when the data is read. In ERR the WR completes at once with
     /// IBV_WC_WR_FLUSH_ERR.
     pub fn post_send(&mut self, now: Nanos, qpn: Qpn, wr: &SendWr<'_>) -> Result<(), Error> {
-        let _ = now;
+        self.sh.tick(now);
         let limits = self.sh.cfg.limits;
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         req::post(q, &mut self.sh, wr, &limits)?;
@@ -617,12 +679,25 @@ impl<M: HostMemory> Engine<M> {
         Ok(())
     }
 
+    /// Tells the engine the time before a verb that takes none (`modify_qp`, `post_recv`,
+    /// ...): completions it produces (flushes) carry it as their timestamp.
+    pub fn advance_clock(&mut self, now: Nanos) {
+        self.sh.tick(now);
+    }
+
+    /// The engine clock: the latest `now` any input carried (completion timestamps are
+    /// this clock's readings).
+    pub fn clock(&self) -> Nanos {
+        self.sh.clock
+    }
+
     // ---- inputs ------------------------------------------------------------------------
 
     /// One received UDP datagram. Checked as rxe_recv.c does (see `recv`) and dispatched to
     /// the responder (requests) or completer (responses) of its QP; dropped and counted
     /// otherwise.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
+        self.sh.tick(now);
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
@@ -651,6 +726,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Runs every timer due at `now` (local ACK timeouts, RNR waits).
     pub fn handle_timeout(&mut self, now: Nanos) {
+        self.sh.tick(now);
         while let Some((at, qpn)) = self.timers.peek() {
             if at > now {
                 break;
@@ -673,6 +749,7 @@ impl<M: HostMemory> Engine<M> {
     /// a flow's packets come in trains; call until `None`.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        self.sh.tick(now);
         if buf.len() < MAX_PACKET {
             return None;
         }

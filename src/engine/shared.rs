@@ -79,12 +79,16 @@ pub(crate) struct EngineShared<M> {
     pub ahs: Slab<Ah>,
     pub events: VecDeque<Event>,
     pub counters: Counters,
+    /// The latest time an input told the engine (never goes back): the completion
+    /// timestamp of every completion produced while handling it.
+    pub clock: Nanos,
 }
 
 impl<M> EngineShared<M> {
     /// Delivers a completion; `false` if the CQ overflowed.
-    pub fn push_wc(&mut self, cq: CqId, wc: WorkCompletion, solicited: bool) -> bool {
+    pub fn push_wc(&mut self, cq: CqId, mut wc: WorkCompletion, solicited: bool) -> bool {
         let Some(c) = self.cqs.get_mut(cq) else { return false };
+        wc.timestamp = self.clock;
         match c.push(wc, solicited) {
             PushOutcome::Stored { notify } => {
                 if notify {
@@ -100,6 +104,11 @@ impl<M> EngineShared<M> {
                 false
             }
         }
+    }
+
+    /// Moves the engine clock to `now` (a late caller's older `now` leaves it where it is).
+    pub fn tick(&mut self, now: Nanos) {
+        self.clock = self.clock.max(now);
     }
 
     pub fn async_event(&mut self, kind: AsyncEventType, element: AsyncElement) {

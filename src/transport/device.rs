@@ -54,6 +54,15 @@ pub struct Device {
     thread: Option<JoinHandle<()>>,
     stats: Option<StatsServer>,
     local: IpAddr,
+    /// Time zero of the device clock (engine `now`, completion timestamps).
+    epoch: Instant,
+    /// `CLOCK_REALTIME` at `epoch`, in ns since the Unix epoch.
+    realtime_at_epoch: u64,
+}
+
+/// `CLOCK_REALTIME` in ns since the Unix epoch (0 if the clock is before it).
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl Device {
@@ -104,6 +113,7 @@ impl Device {
         let waker = Waker::new(poll.registry(), WAKE)?;
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         let epoch = Instant::now();
+        let realtime_at_epoch = realtime_ns();
         let mut core = Core::new(engine, io, sink, epoch);
         core.qpn_reserved = qpn_reserved;
         let hub = Arc::new(Hub {
@@ -120,7 +130,19 @@ impl Device {
         // served by its own normal-priority thread (best effort: a name clash leaves it out).
         let h = hub.clone();
         let stats = bind_stats_listener(local).ok().and_then(|l| StatsServer::start(l, move || h.stats_report()).ok());
-        Ok(Device { hub, thread: Some(thread), stats, local })
+        Ok(Device { hub, thread: Some(thread), stats, local, epoch, realtime_at_epoch })
+    }
+
+    /// The device clock now: ns since the device started, the clock completion timestamps
+    /// are read from (`ibv_query_rt_values_ex`'s raw clock).
+    pub fn clock(&self) -> Nanos {
+        self.epoch.elapsed().as_nanos() as Nanos
+    }
+
+    /// A device-clock reading as wall-clock time, ns since the Unix epoch
+    /// (`ibv_wc_read_completion_wallclock_ns`).
+    pub fn wallclock_ns(&self, t: Nanos) -> u64 {
+        self.realtime_at_epoch.saturating_add(t)
     }
 
     pub fn local_addr(&self) -> IpAddr {
@@ -240,6 +262,8 @@ impl Device {
     /// poll (a poller that found a receive completion reposts the buffer, then answers).
     fn recv_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>) -> T) -> T {
         let mut c = self.lock();
+        // Flush completions of a QP in the error state carry this time.
+        c.now();
         let r = f(&mut c.engine);
         // Receives posted to a QP in the error state complete at once (flushed).
         c.deliver_events();

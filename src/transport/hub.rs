@@ -36,8 +36,12 @@ impl Core {
         Core { engine, io, pacing: Pacing::new(), sink, epoch, counters: TransportCounters::default(), qpn_reserved: 0 }
     }
 
-    pub(super) fn now(&self) -> Nanos {
-        self.epoch.elapsed().as_nanos() as Nanos
+    /// The time since the device started, which also moves the engine clock (completion
+    /// timestamps) to it.
+    pub(super) fn now(&mut self) -> Nanos {
+        let now = self.epoch.elapsed().as_nanos() as Nanos;
+        self.engine.advance_clock(now);
+        now
     }
 
     /// Moves every packet the engine has into the sockets, owed ones included. Returns false if

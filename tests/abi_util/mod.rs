@@ -62,3 +62,21 @@ pub fn load_error(out: &str) -> Option<&'static str> {
     .find(|p| out.contains(p))
 }
 pub mod layout;
+
+/// Compiles `tests/c/<name>.c` against the installed header and the freshly built library
+/// (-Wall -Wextra -Werror, ASan/UBSan) into `target/urxe/c-tests/<name>`; panics with gcc's
+/// output if it does not compile.
+pub fn compile_c_test(name: &str) -> PathBuf {
+    let dir = target_dir().join("urxe").join("c-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    let o = run(Command::new("gcc")
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
+        .arg("-o")
+        .arg(&exe)
+        .arg(root().join("tests/c").join(format!("{name}.c")))
+        .arg(format!("-L{}", lib_dir().display()))
+        .arg("-l:libibverbs.so.1"));
+    assert!(o.status.success(), "gcc failed:\n{}", text(&o));
+    exe
+}

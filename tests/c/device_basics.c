@@ -22,15 +22,7 @@
 const char *ibv_get_sysfs_path(void);
 int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 
-static int failures;
-#define CHECK(cond)                                                                    \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s (errno %d)\n", __FILE__,      \
-				__LINE__, #cond, errno);                               \
-			failures++;                                                    \
-		}                                                                      \
-	} while (0)
+#include "check.h"
 
 static int expect_list_error(int want)
 {

@@ -22,6 +22,13 @@ unsafe fn create_cq_common(context: *mut ibv_context, attr: &ibv_cq_init_attr_ex
     let u = unsafe { ctx_from(context) }?;
     let dev = u.device();
     let cqe = convert::cq_init_attr_check(attr, &dev.info.limits, u.vctx.context.num_comp_vectors as u32)?;
+    if attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD as u32 != 0 {
+        // SAFETY: caller passes NULL or a PD of ours.
+        let p: &UrxePd = unsafe { shell(attr.parent_domain) }.map_err(|_| libc::EINVAL)?;
+        if p.parent.is_none() || p.ibv.context != context {
+            return Err(libc::EINVAL);
+        }
+    }
     let (id, granted) = glue::create_cq(dev, cqe)?;
     // SAFETY: caller contract.
     unsafe { new_cq_shell(context, attr, id, granted) }.inspect_err(|_| {
@@ -51,6 +58,11 @@ pub(crate) unsafe fn new_cq_shell(
         async_events_read: Default::default(),
         wc_flags: attr.wc_flags,
         cur: WorkCompletion::default(),
+        parent_domain: if attr.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD as u32 != 0 {
+            attr.parent_domain
+        } else {
+            ptr::null_mut()
+        },
     });
     let c = &mut b.ibv;
     c.context = context;
@@ -60,8 +72,10 @@ pub(crate) unsafe fn new_cq_shell(
     c.cqe = granted as c_int;
     super::cq_ex::fill_cq_ex_table(c);
     let raw = Box::into_raw(b);
-    // SAFETY: `raw` is a live boxed CQ; mutex/cond are initialised in place and never move.
+    // SAFETY: `raw` is a live boxed CQ; mutex/cond are initialised in place and never move;
+    // its parent domain is NULL or a live parent domain of ours (checked by the caller).
     unsafe {
+        parent_domain_use((*raw).parent_domain, 1);
         init_sync(ptr::addr_of_mut!((*raw).ibv.mutex), ptr::addr_of_mut!((*raw).ibv.cond));
         register_cq(raw, (*raw).serial);
         events::register_async(AsyncKind::Cq, id, raw as usize);
@@ -88,6 +102,7 @@ pub(crate) unsafe fn free_cq_shell(raw: *mut UrxeCq) -> Result<(), i32> {
             (*raw).async_events_read.load(Ordering::Acquire)
         });
         channel_ref((*raw).ibv.channel, -1)?;
+        parent_domain_use((*raw).parent_domain, -1);
         destroy_sync(m, c);
         drop(Box::from_raw(raw));
     }

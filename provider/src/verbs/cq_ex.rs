@@ -29,7 +29,7 @@ pub(super) fn fill_cq_ex_table(c: &mut ibv_cq_ex) {
     c.read_cvlan = Some(cq_read_cvlan);
     c.read_flow_tag = Some(cq_read_flow_tag);
     c.read_tm_info = Some(cq_read_tm_info);
-    c.read_completion_wallclock_ns = Some(cq_read_completion_ts);
+    c.read_completion_wallclock_ns = Some(cq_read_completion_wallclock_ns);
 }
 
 /// Move the `ibv_cq_ex` cursor to the next completion: 0, ENOENT when empty, or an errno.
@@ -110,6 +110,21 @@ cq_reader!(cq_read_slid -> u32, |w| w.slid as u32);
 cq_reader!(cq_read_sl -> u8, |w| w.sl);
 cq_reader!(cq_read_dlid_path_bits -> u8, |w| w.dlid_path_bits);
 cq_reader!(cq_read_completion_ts -> u64, |w| w.timestamp);
+crate::c_fn! {
+    /// The completion's timestamp as wall-clock ns since the Unix epoch.
+    fn cq_read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 as value(0) {
+        if cq.is_null() {
+            return 0;
+        }
+        // SAFETY: caller passes a CQ of ours, between start_poll and end_poll.
+        let (ts, ctx) = unsafe { (cur(cq).timestamp, (*cq).context) };
+        // SAFETY: a live CQ's context is live.
+        match unsafe { dev_of(ctx) } {
+            Ok(dev) => glue::wallclock_ns(dev, ts).unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+}
 cq_reader!(cq_read_cvlan -> u16, |_w| 0);
 cq_reader!(cq_read_flow_tag -> u32, |_w| 0);
 

@@ -10,6 +10,7 @@
 pub mod ah;
 pub mod cq;
 pub mod cq_ex;
+pub mod dm;
 pub mod mr;
 pub mod mw;
 pub mod pd;

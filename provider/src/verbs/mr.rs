@@ -1,17 +1,15 @@
 //! Memory regions: `ibv_reg_mr` and its iova / dma-buf variants, `ibv_rereg_mr`,
-//! `ibv_dereg_mr`, and the import verbs (`ibv_import_mr`, and `ibv_import_dm`: no device
-//! memory).
+//! `ibv_dereg_mr`, and the import verbs (`ibv_import_mr`; device memory is in `dm`).
 
 use super::{destroy_plain, dev_of, free_plain};
 use crate::abi::*;
-use crate::context::ctx_from;
 use crate::export::{non_null, set_errno};
 use crate::glue;
 use crate::objects::*;
 use libc::{c_int, c_uint, c_void};
-use urxe::engine::AccessFlags;
+use urxe::engine::{AccessFlags, MrChange};
 
-fn check_access(access: u32) -> Result<AccessFlags, i32> {
+pub(super) fn check_access(access: u32) -> Result<AccessFlags, i32> {
     let a = AccessFlags(access);
     if a.unknown_bits() != 0 {
         return Err(libc::EINVAL);
@@ -48,6 +46,7 @@ unsafe fn reg_mr_common(
     let mr = Box::new(UrxeMr {
         ibv: ibv_mr { context: p.ibv.context, pd, addr, length, handle: keys.id, lkey: keys.lkey, rkey: keys.rkey },
         id: keys.id,
+        dm: None,
     });
     Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
@@ -84,20 +83,104 @@ export! {
     }
 }
 
-/// `IBV_REREG_MR_ERR_INPUT` / `IBV_REREG_MR_ERR_CMD`.
-const REREG_ERR_INPUT: c_int = -1;
-const REREG_ERR_CMD: c_int = -4;
+/// `IBV_REREG_MR_ERR_INPUT` / `IBV_REREG_MR_ERR_CMD`. The fork codes (-2, -3, -5) never
+/// occur: urxe pins nothing, `ibv_dontfork_range` / `ibv_dofork_range` cannot fail.
+const REREG_ERR_INPUT: c_int = IBV_REREG_MR_ERR_INPUT as i64 as c_int;
+const REREG_ERR_CMD: c_int = IBV_REREG_MR_ERR_CMD as i64 as c_int;
+const REREG_CHANGE_TRANSLATION: c_int = IBV_REREG_MR_CHANGE_TRANSLATION as c_int;
+const REREG_CHANGE_PD: c_int = IBV_REREG_MR_CHANGE_PD as c_int;
+const REREG_CHANGE_ACCESS: c_int = IBV_REREG_MR_CHANGE_ACCESS as c_int;
+const REREG_FLAGS: c_int = REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS;
+
+/// The command half of `ibv_rereg_mr`: what the kernel's `ib_uverbs_rereg_mr` checks
+/// (flags 0, a PD of another context, bad access: EINVAL), the new range as `ibv_reg_mr`
+/// checks it (also when only the access changes: new rights over the old range), then the
+/// engine. On success the `ibv_mr` shows the new PD / address / length; keys stay.
+///
+/// # Safety
+/// `mr` is a live MR of ours; `pd` is NULL or a live PD of ours.
+unsafe fn rereg_cmd(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> Result<(), i32> {
+    if flags == 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: caller contract.
+    let m: &UrxeMr = unsafe { shell(mr) }?;
+    // SAFETY: its context is live.
+    let dev = unsafe { dev_of(m.ibv.context) }?;
+    if m.dm.is_some() {
+        // Device memory MRs are not re-registered (the kernel says EINVAL for them too).
+        return Err(libc::EINVAL);
+    }
+    let mut change = MrChange::default();
+    if flags & REREG_CHANGE_PD != 0 {
+        // SAFETY: caller contract.
+        let p: &UrxePd = unsafe { shell(pd) }.map_err(|_| libc::EINVAL)?;
+        if p.ibv.context != m.ibv.context {
+            return Err(libc::EINVAL);
+        }
+        change.pd = Some(p.id);
+    }
+    let new_access = if flags & REREG_CHANGE_ACCESS != 0 {
+        let a = check_access(access as u32)?;
+        change.access = Some(a);
+        a
+    } else {
+        glue::query_mr(dev, m.id)?.access
+    };
+    let (base, len) = if flags & REREG_CHANGE_TRANSLATION != 0 {
+        change.translation = Some((addr as u64, length as u64, addr as u64));
+        (addr as u64, length as u64)
+    } else {
+        (m.ibv.addr as u64, m.ibv.length as u64)
+    };
+    if change.translation.is_some() || change.access.is_some() {
+        urxe::transport::registration::check(base, len, new_access)?;
+    }
+    glue::rereg_mr(dev, m.id, &change)?;
+    let p = mr as *mut UrxeMr;
+    // SAFETY: the caller owns the MR handle; written through the handle, the shell reference
+    // is not used after.
+    unsafe {
+        if flags & REREG_CHANGE_PD != 0 {
+            (*p).ibv.pd = pd;
+        }
+        if flags & REREG_CHANGE_TRANSLATION != 0 {
+            (*p).ibv.addr = addr;
+            (*p).ibv.length = length;
+        }
+    }
+    Ok(())
+}
 
 export! {
-    /// `ibv_rereg_mr(3)`: 0 or an `IBV_REREG_MR_ERR_*` code with errno set. urxe does not
-    /// re-register in place (deregister and register again): ERR_CMD + EOPNOTSUPP.
+    /// `ibv_rereg_mr(3)`: 0, `IBV_REREG_MR_ERR_INPUT` (unknown flags, a translation without
+    /// address or length, access flags without IBV_REREG_MR_CHANGE_ACCESS) or
+    /// `IBV_REREG_MR_ERR_CMD` (the re-registration itself was refused; the MR is unchanged),
+    /// with errno set.
     fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int as value(REREG_ERR_CMD) {
-        if mr.is_null() || flags & !0x7 != 0 || flags == 0 {
+        let input_ok = !mr.is_null()
+            && flags & !REREG_FLAGS == 0
+            && (flags & REREG_CHANGE_TRANSLATION == 0 || (length != 0 && !addr.is_null()))
+            && (access == 0 || flags & REREG_CHANGE_ACCESS != 0);
+        if !input_ok {
             set_errno(libc::EINVAL);
             return REREG_ERR_INPUT;
         }
-        set_errno(libc::EOPNOTSUPP);
-        REREG_ERR_CMD
+        // SAFETY: caller passes an MR of ours and NULL or a PD of ours.
+        match unsafe { rereg_cmd(mr, flags, pd, addr, length, access) } {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e);
+                REREG_ERR_CMD
+            }
+        }
     }
 }
 
@@ -132,6 +215,7 @@ export! {
                 rkey: info.rkey,
             },
             id: mr_handle,
+            dm: None,
         });
         Ok(Box::into_raw(mr) as *mut ibv_mr)
     }
@@ -143,20 +227,6 @@ export! {
         // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
         unsafe { free_plain::<_, UrxeMr>(mr) }
     }
-}
-
-export! {
-    /// `ibv_import_dm(3)`: no device memory.
-    fn ibv_import_dm(context: *mut ibv_context, dm_handle: u32) -> *mut c_void as ptr {
-        // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        Err(libc::EOPNOTSUPP)
-    }
-}
-
-export! {
-    /// `ibv_unimport_dm(3)`.
-    fn ibv_unimport_dm(dm: *mut c_void) as void {}
 }
 
 #[cfg(test)]

@@ -3,8 +3,11 @@
 
 use super::{destroy_plain, dev_of, free_plain};
 use crate::abi::*;
+use crate::context::ctx_from;
+use crate::export::non_null;
 use crate::glue;
 use crate::objects::*;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 export! {
     /// `ibv_alloc_pd(3)`.
@@ -12,14 +15,38 @@ export! {
         // SAFETY: caller passes a context of ours.
         let dev = unsafe { dev_of(context) }?;
         let id = glue::alloc_pd(dev)?;
-        let pd = Box::new(UrxePd { ibv: ibv_pd { context, handle: id }, id });
+        let pd = Box::new(UrxePd::new(context, id));
         Ok(Box::into_raw(pd) as *mut ibv_pd)
     }
 }
 
 export! {
-    /// `ibv_dealloc_pd(3)`: 0 or errno (EBUSY while objects use it).
+    /// `ibv_dealloc_pd(3)`: 0 or errno (EBUSY while objects or parent domains use it). A
+    /// parent domain is freed alone (EBUSY while QPs, CQs or SRQs use it); its protection
+    /// domain stays.
     fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int as errno {
+        // SAFETY: caller passes a PD of ours (from ibv_alloc_pd / ibv_import_pd /
+        // ibv_alloc_parent_domain).
+        let p: &UrxePd = unsafe { shell(pd) }?;
+        if let Some(pdom) = &p.parent {
+            if pdom.users.load(Ordering::Acquire) != 0 {
+                return Err(libc::EBUSY);
+            }
+            // SAFETY: the protection domain outlives its parent domains (EBUSY above it).
+            if let Ok(base) = unsafe { shell::<_, UrxePd>(pdom.pd) } {
+                base.children.fetch_sub(1, Ordering::AcqRel);
+            }
+            // SAFETY: as for a PD: the thread domain outlives its parent domains.
+            if let Ok(td) = unsafe { shell::<_, UrxeTd>(pdom.td) } {
+                td.users.fetch_sub(1, Ordering::AcqRel);
+            }
+            // SAFETY: caller contract: made by Box::into_raw as a UrxePd, freed once, here.
+            drop(unsafe { Box::from_raw(pd as *mut UrxePd) });
+            return Ok(());
+        }
+        if p.children.load(Ordering::Acquire) != 0 {
+            return Err(libc::EBUSY);
+        }
         // SAFETY: caller passes a PD of ours (from ibv_alloc_pd / ibv_import_pd).
         unsafe { destroy_plain(pd, |s: &UrxePd| s.ibv.context, |dev, s| glue::dealloc_pd(dev, s.id)) }
     }
@@ -33,7 +60,7 @@ export! {
         // SAFETY: caller passes a context of ours.
         let dev = unsafe { dev_of(context) }?;
         glue::query_pd(dev, pd_handle).map_err(|_| libc::EINVAL)?;
-        let pd = Box::new(UrxePd { ibv: ibv_pd { context, handle: pd_handle }, id: pd_handle });
+        let pd = Box::new(UrxePd::new(context, pd_handle));
         Ok(Box::into_raw(pd) as *mut ibv_pd)
     }
 }
@@ -43,5 +70,89 @@ export! {
     fn ibv_unimport_pd(pd: *mut ibv_pd) as void {
         // SAFETY: caller passes a PD of ours (from ibv_import_pd / ibv_alloc_pd).
         unsafe { free_plain::<_, UrxePd>(pd) }
+    }
+}
+
+crate::c_fn! {
+    /// `verbs_context.alloc_td` (`ibv_alloc_td(3)`): EINVAL for unknown `comp_mask` bits.
+    /// urxe's verbs are thread-safe either way; a thread domain only groups objects.
+    fn alloc_td_op(context: *mut ibv_context, init_attr: *mut ibv_td_init_attr) -> *mut ibv_td as ptr {
+        // SAFETY: caller passes a context of ours.
+        unsafe { ctx_from(context) }?;
+        let a = non_null(init_attr)?;
+        // SAFETY: caller passes a readable attribute struct.
+        if unsafe { (*a).comp_mask } != 0 {
+            return Err(libc::EINVAL);
+        }
+        let td = Box::new(UrxeTd { ibv: ibv_td { context }, users: AtomicU32::new(0) });
+        Ok(Box::into_raw(td) as *mut ibv_td)
+    }
+}
+
+crate::c_fn! {
+    /// `verbs_context.dealloc_td` (`ibv_dealloc_td(3)`): 0, or EBUSY while a parent domain
+    /// uses it.
+    fn dealloc_td_op(td: *mut ibv_td) -> c_int as errno {
+        // SAFETY: caller passes a TD of ours.
+        let t: &UrxeTd = unsafe { shell(td) }?;
+        if t.users.load(Ordering::Acquire) != 0 {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: made by Box::into_raw in alloc_td_op, freed once, here.
+        drop(unsafe { Box::from_raw(td as *mut UrxeTd) });
+        Ok(())
+    }
+}
+
+crate::c_fn! {
+    /// `verbs_context.alloc_parent_domain` (`ibv_alloc_parent_domain(3)`): a PD handle over
+    /// `attr.pd` (with `attr.td` if set) usable wherever a PD is. EINVAL for unknown
+    /// `comp_mask` bits, a missing PD, a PD that is itself a parent domain, objects of
+    /// another context, or IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS without both functions.
+    fn alloc_parent_domain_op(context: *mut ibv_context, attr: *mut ibv_parent_domain_init_attr) -> *mut ibv_pd as ptr {
+        // SAFETY: caller passes a context of ours.
+        unsafe { ctx_from(context) }?;
+        let a = non_null(attr)?;
+        // SAFETY: caller passes a readable attribute struct.
+        let a = unsafe { *a };
+        let known = (IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT) as u32;
+        if a.comp_mask & !known != 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: caller passes NULL or a PD of ours.
+        let base: &UrxePd = unsafe { shell(a.pd) }.map_err(|_| libc::EINVAL)?;
+        if base.parent.is_some() || base.ibv.context != context {
+            return Err(libc::EINVAL);
+        }
+        let td: Option<&UrxeTd> = if a.td.is_null() {
+            None
+        } else {
+            // SAFETY: caller passes NULL or a TD of ours.
+            let t: &UrxeTd = unsafe { shell(a.td) }?;
+            if t.ibv.context != context {
+                return Err(libc::EINVAL);
+            }
+            Some(t)
+        };
+        let with_alloc = a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS as u32 != 0;
+        if with_alloc && (a.alloc.is_none() || a.free.is_none()) {
+            return Err(libc::EINVAL);
+        }
+        let with_ctx = a.comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT as u32 != 0;
+        let pdom = ParentDomain {
+            pd: a.pd,
+            td: a.td,
+            alloc: if with_alloc { a.alloc } else { None },
+            free: if with_alloc { a.free } else { None },
+            pd_context: if with_ctx { a.pd_context } else { std::ptr::null_mut() },
+            users: AtomicU32::new(0),
+        };
+        let mut p = UrxePd::new(context, base.id);
+        p.parent = Some(Box::new(pdom));
+        base.children.fetch_add(1, Ordering::AcqRel);
+        if let Some(t) = td {
+            t.users.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(Box::into_raw(Box::new(p)) as *mut ibv_pd)
     }
 }

@@ -56,6 +56,8 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
     q.state = QpState::Reset as u32;
     q.qp_type = attr.qp_type;
     fill_wr_table(&mut b.ibv);
+    // SAFETY: `pd` is NULL or a live PD of ours (caller contract).
+    unsafe { parent_domain_use(pd, 1) };
     let raw = Box::into_raw(b);
     // SAFETY: live boxed QP; in-place init of its mutex/cond.
     unsafe { init_sync(ptr::addr_of_mut!((*raw).ibv.qp_base.mutex), ptr::addr_of_mut!((*raw).ibv.qp_base.cond)) };
@@ -174,6 +176,7 @@ export! {
             let c = ptr::addr_of_mut!((*raw).ibv.qp_base.cond);
             wait_acked(m, c, ptr::addr_of!((*raw).ibv.qp_base.events_completed), || (*raw).async_events_read.load(Ordering::Acquire));
             destroy_sync(m, c);
+            parent_domain_use((*raw).ibv.qp_base.pd, -1);
             drop(Box::from_raw(raw));
         }
         Ok(())

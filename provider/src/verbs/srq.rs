@@ -42,6 +42,8 @@ unsafe fn create_srq_common(
     b.ibv.srq_context = srq_context;
     b.ibv.pd = pd;
     b.ibv.handle = id;
+    // SAFETY: `pd` is a live PD of ours (checked above).
+    unsafe { parent_domain_use(pd, 1) };
     let raw = Box::into_raw(b);
     // SAFETY: live boxed SRQ; in-place init.
     unsafe { init_sync(ptr::addr_of_mut!((*raw).ibv.mutex), ptr::addr_of_mut!((*raw).ibv.cond)) };
@@ -135,6 +137,7 @@ export! {
             let c = ptr::addr_of_mut!((*raw).ibv.cond);
             wait_acked(m, c, ptr::addr_of!((*raw).ibv.events_completed), || (*raw).async_events_read.load(Ordering::Acquire));
             destroy_sync(m, c);
+            parent_domain_use((*raw).ibv.pd, -1);
             drop(Box::from_raw(raw));
         }
         Ok(())

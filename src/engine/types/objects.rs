@@ -15,6 +15,15 @@ pub struct MrInfo {
     pub rkey: u32,
 }
 
+/// What `Engine::rereg_mr` changes (`None`: keep).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct MrChange {
+    pub pd: Option<PdId>,
+    /// New host address, length and iova.
+    pub translation: Option<(u64, u64, u64)>,
+    pub access: Option<AccessFlags>,
+}
+
 /// What `Engine::reg_mr` returns: the MR handle and its keys (lkey = rkey =
 /// `(index << 8) | generation`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
