@@ -401,3 +401,22 @@ export! {
         }
     }
 }
+
+/// The GSI eventfd (`urxe_gsi_fd`), -1 until it is made: the engine's event sink rings it when
+/// MADs for QP1 are queued. Kept here, below both the glue (which rings it) and the GSI API
+/// (which makes it).
+static GSI_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+pub fn set_gsi_fd(fd: libc::c_int) {
+    GSI_FD.store(fd, std::sync::atomic::Ordering::Release);
+}
+
+/// Called by the device's event sink (under the device lock): MADs are queued.
+pub fn wake_gsi() {
+    let fd = GSI_FD.load(std::sync::atomic::Ordering::Acquire);
+    if fd >= 0 {
+        let one: u64 = 1;
+        // SAFETY: an 8-byte write from a local u64 to our own eventfd.
+        unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+    }
+}

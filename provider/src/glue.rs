@@ -55,7 +55,7 @@ pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
                     let _ = crate::events::notify_cq_id(cq);
                 }
                 Event::Async(a) => crate::events::post_engine_async(a),
-                Event::Gsi => crate::gsi::wake(),
+                Event::Gsi => crate::events::wake_gsi(),
             });
             Device::open_group(member, cfg, sink).map_err(|err| {
                 eprintln!("urxe: cannot start the device on {}: {err}", dev.info.addr);

@@ -14,22 +14,8 @@ use crate::context::device;
 use crate::glue::transport;
 use libc::c_int;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 use urxe::wire::mad::MAD_LEN;
-
-/// The eventfd, -1 until `urxe_gsi_fd` made it (read by the engine's event sink).
-static GSI_FD: AtomicI32 = AtomicI32::new(-1);
-
-/// Called by the device's event sink (under the device lock): MADs are queued.
-pub fn wake() {
-    let fd = GSI_FD.load(Ordering::Acquire);
-    if fd >= 0 {
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write from a local u64 to our own eventfd.
-        unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
-    }
-}
 
 fn gsi_fd() -> Result<c_int, i32> {
     static FD: OnceLock<Result<c_int, i32>> = OnceLock::new();
@@ -39,11 +25,11 @@ fn gsi_fd() -> Result<c_int, i32> {
         if fd < 0 {
             return Err(crate::export::errno());
         }
-        GSI_FD.store(fd, Ordering::Release);
+        crate::events::set_gsi_fd(fd);
         // Start the device so that QP1 receives; MADs that came before are read on the first
         // wakeup the reader gives itself (it drains before it waits).
         transport(device()?)?;
-        wake();
+        crate::events::wake_gsi();
         Ok(fd)
     })
 }

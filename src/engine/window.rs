@@ -11,7 +11,10 @@
 //! progress. See docs/DESIGN.md, "The requester's window and retransmission timer".
 
 use super::counters::Counters;
-use super::qp::{ACK_EVERY, MAX_UNACKED_PSNS};
+/// Most PSNs a requester has in flight without an acknowledgement (rxe uses 128 too).
+pub(crate) const MAX_UNACKED_PSNS: i32 = 128;
+/// A long message asks for an ACK every this many packets (at the full window).
+pub(crate) const ACK_EVERY: u32 = 64;
 use super::types::Nanos;
 use crate::wire::Psn;
 
