@@ -2,8 +2,9 @@
 //! our own rdma_cm C program (tests/rdmacm_c/msg_mr.c, built with ASan/UBSan), server and
 //! client in two processes on one host against `LD_LIBRARY_PATH=target/urxe/lib`.
 //!
-//! Until processes can share one address (port 4791 per address), the server runs with
-//! `URXE_ADDR=127.31.0.2` and the client with `URXE_ADDR=127.31.0.3`. The server is given
+//! Most pairs run the server with `URXE_ADDR=127.31.0.2` and the client with
+//! `URXE_ADDR=127.31.0.3` (two hosts' worth of addresses); one runs rping with no setting at
+//! all, both on the user's shared zero-config address. The server is given
 //! [`SETTLE`] to listen (an rdma_cm listener shows nowhere a test could watch); a client that
 //! came too early is refused with REJ 8 ("no listener") and run again (see `pair`).
 //!
@@ -343,4 +344,42 @@ fn rping_cm_exchange_and_flows_pass_urxe_check() {
         assert_contains(&out, "RC RDMA_READ_REQUEST");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With no setting at all, every process of a user shares one loopback address (the
+/// zero-config group): `rping -c -a 127.0.0.1` reaches `rping -s` there. A third process holds
+/// the group's first slot, so the REQ reaches the server only through the group's listener
+/// table (CM steering by service ID), and the REP comes back by the client's comm ID.
+#[test]
+fn rping_with_no_settings_on_the_shared_loopback_address() {
+    ensure_rdmacm();
+    let _serial = heavy_lock();
+    let mut holder = Server::start({
+        let mut c = urxe_cmd(tool("ibv_rc_pingpong"));
+        c.args(["-g", "1", "-p", "18791"]);
+        c
+    });
+    thread::sleep(Duration::from_millis(500));
+    let rping = tool("rping");
+    for attempt in 1..=ATTEMPTS {
+        let mut srv = Server::start({
+            let mut c = urxe_cmd(&rping);
+            c.args(["-s", "-v", "-V", "-C", "100", "-p", "7311"]);
+            c
+        });
+        thread::sleep(SETTLE);
+        let mut cli = urxe_cmd(&rping);
+        cli.args(["-c", "-a", "127.0.0.1", "-v", "-V", "-C", "100", "-p", "7311"]);
+        let c = run_bounded(&mut cli, TIMEOUT).expect("start client");
+        if !c.success() && c.all().contains("error 8") && attempt < ATTEMPTS {
+            srv.stop();
+            continue;
+        }
+        let s = srv.wait(TIMEOUT);
+        holder.stop();
+        assert!(c.success() && s.success(), "rping with no settings failed\n{s}\n{c}");
+        assert_eq!(c.stdout.matches("ping data: rdma-ping-").count(), 100, "{c}");
+        assert!(s.stdout.contains("server ping data: rdma-ping-99"), "{s}");
+        return;
+    }
 }

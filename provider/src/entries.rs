@@ -157,8 +157,10 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     // urxe's own: the GSI calls librdmacm.so.1 uses (provider/src/gsi.rs).
     ("urxe_gsi_comm_id_base", "URXE_PRIVATE_1"),
     ("urxe_gsi_fd", "URXE_PRIVATE_1"),
+    ("urxe_gsi_listen", "URXE_PRIVATE_1"),
     ("urxe_gsi_recv", "URXE_PRIVATE_1"),
     ("urxe_gsi_send", "URXE_PRIVATE_1"),
+    ("urxe_gsi_unlisten", "URXE_PRIVATE_1"),
 ];
 
 /// Version nodes in the order rdma-core defines them; each 1.x node inherits the previous one.

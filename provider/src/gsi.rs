@@ -8,7 +8,8 @@
 //! | `int urxe_gsi_fd(void)` | an eventfd (non-blocking) that becomes readable when MADs arrive for QP1; the reader clears it, then calls `urxe_gsi_recv` until it returns 1. Starts the device. -1 + errno on failure |
 //! | `int urxe_gsi_recv(uint8_t peer[16], uint8_t mad[256])` | 0 with the sender's IP (IPv4-mapped) and the MAD; 1 when none is queued (the normal end of a drain, so not an error `URXE_TRACE` would print); -1 + errno |
 //! | `int urxe_gsi_send(const uint8_t peer[16], const uint8_t mad[256])` | 0, or -1 + errno (ENOMEM: send queue full) |
-//! | `uint32_t urxe_gsi_comm_id_base(void)` | the high byte of this process's CM comm IDs (0: the address is not shared) |
+//! | `uint32_t urxe_gsi_comm_id_base(void)` | this process's CM comm ID base: its group slot in the high byte |
+//! | `int urxe_gsi_listen(uint64_t service_id)` / `urxe_gsi_unlisten` | steer REQ / SIDR_REQ for the service at the shared address to this process (or stop); 0 or -1 + errno |
 
 use crate::context::device;
 use crate::glue::transport;
@@ -91,8 +92,35 @@ export! {
 }
 
 export! {
-    /// `urxe_gsi_comm_id_base`: this process's comm ID base (0 while it owns its address).
+    /// `urxe_gsi_comm_id_base`: this process's comm ID base: its group slot in the high byte
+    /// (every process sharing the address hands out distinct comm IDs, and the group steers
+    /// CM replies by that byte); 0 when the device could not start.
     fn urxe_gsi_comm_id_base() -> u32 as value(0) {
-        0
+        device()
+            .and_then(transport)
+            .ok()
+            .and_then(|t| t.group().map(|m| m.comm_base()))
+            .unwrap_or(0)
+    }
+}
+
+export! {
+    /// `urxe_gsi_listen`: steer CM REQs and SIDR_REQs for `service_id` arriving at the shared
+    /// address to this process (the group's listener table). 0 or -1 + errno.
+    fn urxe_gsi_listen(service_id: u64) -> c_int as neg1 {
+        if let Some(m) = transport(device()?)?.group() {
+            m.listen(service_id).map_err(|e| e.errno())?;
+        }
+        Ok(0)
+    }
+}
+
+export! {
+    /// `urxe_gsi_unlisten`: stop steering `service_id` to this process. 0 or -1 + errno.
+    fn urxe_gsi_unlisten(service_id: u64) -> c_int as neg1 {
+        if let Some(m) = transport(device()?)?.group() {
+            m.unlisten(service_id).map_err(|e| e.errno())?;
+        }
+        Ok(0)
     }
 }

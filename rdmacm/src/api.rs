@@ -213,6 +213,10 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     if let Some(s) = st.listen_service.filter(|s| lib.listeners.get(s) == Some(&k)) {
         let _ = lib.cm.as_mut().map(|cm| cm.unlisten(s));
         lib.listeners.remove(&s);
+        if let Some(d) = lib.dev.as_ref() {
+            // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+            let _ = unsafe { (d.gsi.unlisten)(s) };
+        }
     }
     if let Some(src) = st.src.filter(|_| st.bound) {
         lib.ports.remove(&(st.ps, src.port()));
@@ -311,6 +315,11 @@ fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -
     ))
     .and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
     let port = lib.ids[&k].src.map_or(0, |s| s.port());
+    // A loopback destination seen from a loopback device is this host's urxe: every process of
+    // a user shares the device address (the zero-config group, docs/DESIGN.md), so that is
+    // where the peer's QP1 is (`rping -c -a 127.0.0.1` reaches `rping -s` of the same user).
+    let dst =
+        if dst.ip().is_loopback() && dev_addr.is_loopback() { SocketAddr::new(dev_addr, dst.port()) } else { dst };
     let st = lib.id(id)?;
     st.dst = Some(dst);
     st.src = Some(SocketAddr::new(dev_addr, port));
@@ -379,6 +388,14 @@ rdmacm_export! {
         }
         let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
         lib.cm()?.listen(service).map_err(|e| e.errno())?;
+        // At a shared address, REQs for the service must be steered to this process.
+        let gsi = lib.device()?.gsi;
+        // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+        if unsafe { (gsi.listen)(service) } != 0 {
+            let e = crate::export_errno();
+            let _ = lib.cm.as_mut().map(|cm| cm.unlisten(service));
+            return Err(e);
+        }
         lib.listeners.insert(service, k);
         let st = lib.id(id)?;
         st.listen_service = Some(service);

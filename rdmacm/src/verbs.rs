@@ -224,6 +224,9 @@ pub struct GsiApi {
     pub send: unsafe extern "C" fn(*const u8, *const u8) -> c_int,
     /// `uint32_t urxe_gsi_comm_id_base(void)`: the high byte of this process's comm IDs.
     pub comm_id_base: unsafe extern "C" fn() -> u32,
+    /// `int urxe_gsi_listen(uint64_t)` / `urxe_gsi_unlisten`: CM steering at a shared address.
+    pub listen: unsafe extern "C" fn(u64) -> c_int,
+    pub unlisten: unsafe extern "C" fn(u64) -> c_int,
 }
 
 fn lookup(name: &[u8]) -> Option<*mut c_void> {
@@ -240,6 +243,8 @@ pub fn gsi() -> Option<GsiApi> {
         let recv = lookup(b"urxe_gsi_recv\0")?;
         let send = lookup(b"urxe_gsi_send\0")?;
         let base = lookup(b"urxe_gsi_comm_id_base\0")?;
+        let listen = lookup(b"urxe_gsi_listen\0")?;
+        let unlisten = lookup(b"urxe_gsi_unlisten\0")?;
         // SAFETY: each symbol is the function of the documented signature in urxe's
         // libibverbs.so.1 (bound to URXE_PRIVATE_1, which nothing else defines).
         unsafe {
@@ -248,6 +253,8 @@ pub fn gsi() -> Option<GsiApi> {
                 recv: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut u8, *mut u8) -> c_int>(recv),
                 send: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const u8, *const u8) -> c_int>(send),
                 comm_id_base: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(base),
+                listen: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> c_int>(listen),
+                unlisten: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> c_int>(unlisten),
             })
         }
     })
