@@ -251,6 +251,11 @@ rdmacm_export! {
     }
 }
 
+/// True if something (a urxe group, kernel rxe) holds UDP port 4791 on `ip`.
+fn roce_port_held(ip: IpAddr) -> bool {
+    matches!(UdpSocket::bind(SocketAddr::new(ip, 4791)), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+}
+
 /// True if `ip` is an address of this host (a socket can bind to it).
 fn is_local(ip: IpAddr) -> bool {
     ip.is_unspecified() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
@@ -315,11 +320,16 @@ fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -
     ))
     .and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
     let port = lib.ids[&k].src.map_or(0, |s| s.port());
-    // A loopback destination seen from a loopback device is this host's urxe: every process of
-    // a user shares the device address (the zero-config group, docs/DESIGN.md), so that is
-    // where the peer's QP1 is (`rping -c -a 127.0.0.1` reaches `rping -s` of the same user).
-    let dst =
-        if dst.ip().is_loopback() && dev_addr.is_loopback() { SocketAddr::new(dev_addr, dst.port()) } else { dst };
+    // A loopback destination where no RoCE endpoint holds UDP 4791, seen from a loopback
+    // device, is this host's urxe: every process of a user shares the device address (the
+    // zero-config group, docs/DESIGN.md), so that is where the peer's QP1 is (`rping -c -a
+    // 127.0.0.1` reaches `rping -s` of the same user). A loopback address that another urxe
+    // group (URXE_ADDR) or kernel rxe holds is left as it is.
+    let dst = if dst.ip().is_loopback() && dev_addr.is_loopback() && !roce_port_held(dst.ip()) {
+        SocketAddr::new(dev_addr, dst.port())
+    } else {
+        dst
+    };
     let st = lib.id(id)?;
     st.dst = Some(dst);
     st.src = Some(SocketAddr::new(dev_addr, port));

@@ -41,7 +41,7 @@ say() { printf 'matrix: %s\n' "$*" >&2; }
 # -g 1 / -x 1: GID index 1 = the RoCEv2 IPv4 GID on rxe (urxe: indices 0-3 are all it).
 # The pingpongs run with -c: each side validates every received buffer.
 NAMES=(rc_pingpong_1024 rc_pingpong_4096 uc_pingpong ud_pingpong srq_pingpong send_bw
-       write_bw read_bw atomic_fetch_add atomic_cmp_swap write_lat read_lat)
+       write_bw read_bw atomic_fetch_add atomic_cmp_swap write_lat read_lat send_bw_q8 write_bw_q8)
 # RC=tail: an RC pingpong. These tools end without a final barrier: the client destroys its
 # QPs as soon as it has its last message, so a lost final ACK leaves the server retransmitting
 # into a QP that no longer exists (a property of the tool, not of the transport). Their loss
@@ -64,6 +64,10 @@ def atomic_fetch_add "ib_atomic_bw $PT -A FETCH_AND_ADD -n 20"                 1
 def atomic_cmp_swap  "ib_atomic_bw $PT -A CMP_AND_SWAP -n 20"                  1500 yes 150
 def write_lat        "ib_write_lat $PT -s 64 -n 20"                            1500 yes 80
 def read_lat         "ib_read_lat $PT -s 64 -n 20"                             1500 yes 150
+# Eight QPs at once against a slow (TCG) rxe: the requester must adapt its window and timer
+# instead of re-sending every QP's window on each timeout (issue #15); default timeout.
+def send_bw_q8       "ib_send_bw $PT -q 8 -s 4096 -n 200"                      1500 no
+def write_bw_q8      "ib_write_bw $PT -q 8 -s 4096 -n 200"                     1500 no
 
 # ------------------------------------------------------------------ options
 OUT= SEL= DIRS=hs,vs LOSS=both
@@ -279,7 +283,10 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
   [ "$loss" = 1 ] || drops=-
   [ "$loss" = 1 ] && [ "${RC[$s]}" = tail ] && drops="$drops*"
   [ "$attempt" = 1 ] || result="$result (VM boot retried)"
-  local row="$name|$dlabel|$result|$packets|$retrans|$drops|$check|$((SECONDS - t0))s"
+  local per_drop=-
+  [[ ${drops%\*} =~ ^[1-9][0-9]*$ ]] && [[ $retrans =~ ^[0-9]+$ ]] &&
+    per_drop=$(awk -v r="$retrans" -v d="${drops%\*}" 'BEGIN { printf "%.1f", r / d }')
+  local row="$name|$dlabel|$result|$packets|$retrans|$drops|$per_drop|$check|$((SECONDS - t0))s"
   ROWS+=("$row")
   if [[ $result != pass* ]] || [[ $check != ok* ]]; then
     NFAIL=$((NFAIL + 1))
@@ -287,7 +294,7 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
     tail -n 4 "$srv_log" "$cli_log" >&2 || true
   fi
   local f; IFS='|' read -r -a f <<<"$row"
-  printf '  %-22s %-28s %-6s %5s pkts %3s retrans %3s dropped  check %-14s %s\n' "${f[@]}" >&2
+  printf '  %-22s %-28s %-6s %5s pkts %3s retrans %3s dropped %4s/drop  check %-14s %s\n' "${f[@]}" >&2
 }
 
 say "HOST_SIDE=$HOST_SIDE, ${#CASES[@]} scenarios x ${DIRS//,/+}, loss ${LOSS_PCT}%, output $OUT"
@@ -300,8 +307,8 @@ ELAPSED=$((SECONDS - T0))
 
 # ------------------------------------------------------------------ report
 {
-  echo "| scenario | direction | result | packets | retrans | dropped | check | time |"
-  echo "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |"
+  echo "| scenario | direction | result | packets | retrans | dropped | retrans/drop | check | time |"
+  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
   for r in "${ROWS[@]}"; do echo "| ${r//|/ | } |"; done
 } >"$OUT/table.md"
 {
