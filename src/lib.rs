@@ -9,6 +9,13 @@
 //! - [`check`]: the capture verifier behind `urxe check`.
 //! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
 //! - [`conform`]: scripted RoCEv2 scenarios against a remote peer (`urxe conform`).
+//!
+//! `unsafe` lives only in `transport` (sockets, the fault-safe memory routines, the group's
+//! descriptor passing) and `hostview` (namespace and mount calls); wire, engine, cm, check and
+//! conform forbid it. Everywhere: no unsafe operation without its own block, and every block
+//! names its invariant in a `// SAFETY:` comment.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod check;
 pub mod cm;
