@@ -175,6 +175,12 @@ urxe_resent() {  # prints retransmitted_pkts summed over the urxe processes in t
     awk '/retransmitted_pkts:/ { n += $2; seen = 1 } END { if (seen) print n }'
 }
 
+per_drop() {  # $1 retransmissions, $2 drops: "$1/$2" to one decimal, or - without figures
+  if [[ $1 =~ ^[0-9]+$ ]] && [[ $2 =~ ^[1-9][0-9]*$ ]]; then
+    awk -v r="$1" -v d="$2" 'BEGIN { printf "%.1f", r / d }'
+  else echo -; fi
+}
+
 # ------------------------------------------------------------------ one case
 ROWS=() NFAIL=0
 run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
@@ -292,15 +298,13 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
   local dlabel
   if [ "$dir" = hs ]; then dlabel="$HS_LABEL server, rxe client"; else dlabel="rxe server, $HS_LABEL client"; fi
   [ "$loss" = 1 ] || drops=-
-  # retransmissions per drop: urxe's own counter (urxe mode), else the capture's retrans
-  local per_drop=- nd=${drops%\*} nr=$resent
-  [ "$nr" = - ] && nr=$retrans
-  if [ "$loss" = 1 ] && [[ $nd =~ ^[1-9][0-9]*$ ]] && [[ $nr =~ ^[0-9]+$ ]]; then
-    per_drop=$(awk -v r="$nr" -v d="$nd" 'BEGIN { printf "%.1f", r / d }')
-  fi
+  # retransmissions per drop: urxe's own counter (urxe's side as requester), and the
+  # capture's retrans (whichever side was the requester)
+  local urxe_per_drop all_per_drop
+  urxe_per_drop=$(per_drop "$resent" "${drops%\*}") all_per_drop=$(per_drop "$retrans" "${drops%\*}")
   [ "$loss" = 1 ] && [ "${RC[$s]}" = tail ] && drops="$drops*"
   [ "$attempt" = 1 ] || result="$result (VM boot retried)"
-  local row="$name|$dlabel|$result|$packets|$retrans|$drops|$resent|$per_drop|$check|$((SECONDS - t0))s"
+  local row="$name|$dlabel|$result|$packets|$retrans|$drops|$resent|$urxe_per_drop|$all_per_drop|$check|$((SECONDS - t0))s"
   ROWS+=("$row")
   if [[ $result != pass* ]] || [[ $check != ok* ]]; then
     NFAIL=$((NFAIL + 1))
@@ -308,7 +312,7 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
     tail -n 4 "$srv_log" "$cli_log" >&2 || true
   fi
   local f; IFS='|' read -r -a f <<<"$row"
-  printf '  %-22s %-28s %-6s %5s pkts %3s retrans %3s dropped %3s resent %4s/drop  check %-14s %s\n' "${f[@]}" >&2
+  printf '  %-22s %-28s %-6s %5s pkts %3s retrans %3s dropped %4s resent %4s urxe/drop %4s retrans/drop  check %-14s %s\n' "${f[@]}" >&2
 }
 
 say "HOST_SIDE=$HOST_SIDE, ${#CASES[@]} scenarios x ${DIRS//,/+}, loss ${LOSS_PCT}%, output $OUT"
@@ -321,8 +325,8 @@ ELAPSED=$((SECONDS - T0))
 
 # ------------------------------------------------------------------ report
 {
-  echo "| scenario | direction | result | packets | retrans | dropped | urxe resent | per drop | check | time |"
-  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
+  echo "| scenario | direction | result | packets | retrans | dropped | urxe resent | urxe/drop | retrans/drop | check | time |"
+  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
   for r in "${ROWS[@]}"; do echo "| ${r//|/ | } |"; done
 } >"$OUT/table.md"
 {
@@ -332,7 +336,7 @@ ELAPSED=$((SECONDS - T0))
   echo "- host side: $HOST_SIDE ($([ "$HOST_SIDE" = urxe ] && echo "LD_LIBRARY_PATH=$URXE_LIB_DIR URXE_ADDR=10.77.0.1, urxe0" || echo "rxe VM at 10.77.0.3, rxe0")); peer: rdma_rxe in Debian kernel $(cat "$IX_CACHE/kernel-version" 2>/dev/null) at $VM_IP"
   echo "- tools: rdma-core $(dpkg-query -W -f='${Version}' ibverbs-utils 2>/dev/null), perftest $(dpkg-query -W -f='${Version}' perftest 2>/dev/null); loss variants: ${LOSS_PCT}% random drop of UDP/4791 on br0, both directions"
   echo "- dropped*: pingpong loss rows spare RC ACK packets (opcode 0x11): the pingpong tools have no final barrier, so a lost last ACK would leave the server retransmitting into the client's destroyed QP"
-  echo "- check: $([ "$CHECK_MODE" = urxe ] && echo "\`urxe check\` + tests/interop/lib/roce_pcap.py" || echo "tests/interop/lib/roce_pcap.py (ICRC, lengths, opcodes)") on every captured packet; retrans = request packets whose PSN did not advance (both sides); urxe resent = urxe's retransmitted_pkts (\`urxe stat\` while the tool runs); per drop = urxe resent (or, with no urxe, retrans) / dropped"
+  echo "- check: $([ "$CHECK_MODE" = urxe ] && echo "\`urxe check\` + tests/interop/lib/roce_pcap.py" || echo "tests/interop/lib/roce_pcap.py (ICRC, lengths, opcodes)") on every captured packet; retrans = request packets whose PSN did not advance (both sides); urxe resent = urxe's retransmitted_pkts (\`urxe stat\` while the tool runs); urxe/drop = urxe resent / dropped; retrans/drop = retrans / dropped"
   echo
   cat "$OUT/table.md"
 } >"$OUT/matrix.md"
