@@ -10,11 +10,6 @@ use super::types::*;
 use crate::wire::aeth::Syndrome;
 use crate::wire::psn::{Msn, Psn};
 
-/// Most PSNs a requester has in flight without an acknowledgement (rxe uses 128 too).
-pub(crate) const MAX_UNACKED_PSNS: i32 = 128;
-/// A long message asks for an ACK every this many packets.
-pub(crate) const ACK_EVERY: u32 = 64;
-
 /// Where a send WQE is in its life.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum WqeState {

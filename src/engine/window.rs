@@ -11,12 +11,14 @@
 //! progress. See docs/DESIGN.md, "The requester's window and retransmission timer".
 
 use super::counters::Counters;
-use super::qp::{ACK_EVERY, MAX_UNACKED_PSNS};
 use super::types::Nanos;
 use crate::wire::Psn;
 
-/// The window's ceiling: what the requester kept outstanding before it adapted.
-pub(crate) const MAX_WINDOW: u32 = MAX_UNACKED_PSNS as u32;
+/// The window's ceiling: what the requester kept outstanding before it adapted (the most
+/// PSNs in flight without an acknowledgement; rxe uses 128 too).
+pub(crate) const MAX_WINDOW: u32 = 128;
+/// A long message asks for an ACK at least every this many packets.
+const ACK_EVERY: u32 = 64;
 /// A loss (NAK, RNR) shrinks the window down to this; only a timeout goes below it.
 pub(crate) const MIN_WINDOW: u32 = 8;
 /// After a timer expiry the requester resends this many packets first (the probe).
