@@ -391,7 +391,7 @@ fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> 
 }
 
 /// AckReq policy (RC): on a message's last packet, on READ/atomic requests and every
-/// `ACK_EVERY`th packet.
+/// `SendWindow::ack_every()`th packet (half the window, at most 64).
 fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
     q.req.noack_pkts += 1;
     h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= q.req.win.ack_every());

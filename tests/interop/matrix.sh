@@ -2,6 +2,7 @@
 # tests/interop/matrix.sh — run Debian's unmodified verbs tools between a kernel rdma_rxe
 # VM and the host side, in both directions, capture every case on the bridge, verify every
 # packet, and print the table  scenario | direction | result | packets | retrans | ...
+# (loss rows: drops, urxe's own retransmitted_pkts and retransmissions per drop)
 #
 # usage: matrix.sh [-o OUTDIR] [-s NAME[,NAME...]] [-d hs|vs|hs,vs] [--no-loss|--loss-only] [--list]
 #   -s    scenarios (see --list); NAME+loss selects a loss variant only
@@ -41,7 +42,7 @@ say() { printf 'matrix: %s\n' "$*" >&2; }
 # -g 1 / -x 1: GID index 1 = the RoCEv2 IPv4 GID on rxe (urxe: indices 0-3 are all it).
 # The pingpongs run with -c: each side validates every received buffer.
 NAMES=(rc_pingpong_1024 rc_pingpong_4096 uc_pingpong ud_pingpong srq_pingpong send_bw
-       write_bw read_bw atomic_fetch_add atomic_cmp_swap write_lat read_lat send_bw_q8 write_bw_q8)
+       write_bw read_bw send_bw_q8 write_bw_q8 atomic_fetch_add atomic_cmp_swap write_lat read_lat)
 # RC=tail: an RC pingpong. These tools end without a final barrier: the client destroys its
 # QPs as soon as it has its last message, so a lost final ACK leaves the server retransmitting
 # into a QP that no longer exists (a property of the tool, not of the transport). Their loss
@@ -60,14 +61,14 @@ def srq_pingpong     "ibv_srq_pingpong -d @DEV@ -g 1 -m 1024 -q 4 -s 4096 -n 10 
 def send_bw          "ib_send_bw $PT -s 4096 -n 20"                            1500 yes 60
 def write_bw         "ib_write_bw $PT -s 4096 -n 20"                           1500 yes 60
 def read_bw          "ib_read_bw $PT -s 4096 -n 20"                            1500 yes 60
+# Eight QPs at once (issue #15: a slow peer under this load made a fixed 128-PSN window per
+# QP time out and re-send everything until RETRY_EXC_ERR); the default timeout (-u 14).
+def send_bw_q8       "ib_send_bw $PT -q 8 -s 4096 -n 200"                      1500 yes 20
+def write_bw_q8      "ib_write_bw $PT -q 8 -s 4096 -n 200"                     1500 yes 20
 def atomic_fetch_add "ib_atomic_bw $PT -A FETCH_AND_ADD -n 20"                 1500 yes 150
 def atomic_cmp_swap  "ib_atomic_bw $PT -A CMP_AND_SWAP -n 20"                  1500 yes 150
 def write_lat        "ib_write_lat $PT -s 64 -n 20"                            1500 yes 80
 def read_lat         "ib_read_lat $PT -s 64 -n 20"                             1500 yes 150
-# Eight QPs at once against a slow (TCG) rxe: the requester must adapt its window and timer
-# instead of re-sending every QP's window on each timeout (issue #15); default timeout.
-def send_bw_q8       "ib_send_bw $PT -q 8 -s 4096 -n 200"                      1500 no
-def write_bw_q8      "ib_write_bw $PT -q 8 -s 4096 -n 200"                     1500 no
 
 # ------------------------------------------------------------------ options
 OUT= SEL= DIRS=hs,vs LOSS=both
@@ -166,6 +167,20 @@ if [ "$HOST_SIDE" = urxe ] && [ "${IX_NO_PREFLIGHT:-0}" != 1 ]; then
   fi
 fi
 
+# urxe's own count of retransmitted request packets in the host-side process: `urxe stat`
+# (abstract Unix sockets are per netns, so it runs in $IX_NS) while the tool runs; the last
+# answer before the process ends is kept (a figure at most one poll interval old).
+urxe_resent() {  # prints retransmitted_pkts summed over the urxe processes in the netns
+  ip netns exec "$IX_NS" timeout 5 "$URXE_CHECK" stat 2>/dev/null |
+    awk '/retransmitted_pkts:/ { n += $2; seen = 1 } END { if (seen) print n }'
+}
+
+per_drop() {  # $1 retransmissions, $2 drops: "$1/$2" to one decimal, or - without figures
+  if [[ $1 =~ ^[0-9]+$ ]] && [[ $2 =~ ^[1-9][0-9]*$ ]]; then
+    awk -v r="$1" -v d="$2" 'BEGIN { printf "%.1f", r / d }'
+  else echo -; fi
+}
+
 # ------------------------------------------------------------------ one case
 ROWS=() NFAIL=0
 run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
@@ -213,8 +228,10 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
     fi
   fi
   BG+=("$srv_pid" "$cli_pid")
-  local deadline=$((SECONDS + limit + 90)) stop_at=
+  local deadline=$((SECONDS + limit + 90)) stop_at= resent=- r
+  local poll=0; [ "$loss" = 1 ] && [ "$HOST_SIDE" = urxe ] && [ -x "$URXE_CHECK" ] && poll=1
   while [ -z "$srv_done" ] || [ -z "$cli_done" ]; do
+    if [ "$poll" = 1 ]; then r=$(urxe_resent); [ -n "$r" ] && resent=$r; fi
     if [ -z "$srv_done" ] && ! kill -0 "$srv_pid" 2>/dev/null; then
       wait "$srv_pid" || srv_rc=$?; srv_done=1
       # a failed server: the client cannot succeed any more
@@ -281,12 +298,13 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
   local dlabel
   if [ "$dir" = hs ]; then dlabel="$HS_LABEL server, rxe client"; else dlabel="rxe server, $HS_LABEL client"; fi
   [ "$loss" = 1 ] || drops=-
+  # retransmissions per drop: urxe's own counter (urxe's side as requester), and the
+  # capture's retrans (whichever side was the requester)
+  local urxe_per_drop all_per_drop
+  urxe_per_drop=$(per_drop "$resent" "${drops%\*}") all_per_drop=$(per_drop "$retrans" "${drops%\*}")
   [ "$loss" = 1 ] && [ "${RC[$s]}" = tail ] && drops="$drops*"
   [ "$attempt" = 1 ] || result="$result (VM boot retried)"
-  local per_drop=-
-  [[ ${drops%\*} =~ ^[1-9][0-9]*$ ]] && [[ $retrans =~ ^[0-9]+$ ]] &&
-    per_drop=$(awk -v r="$retrans" -v d="${drops%\*}" 'BEGIN { printf "%.1f", r / d }')
-  local row="$name|$dlabel|$result|$packets|$retrans|$drops|$per_drop|$check|$((SECONDS - t0))s"
+  local row="$name|$dlabel|$result|$packets|$retrans|$drops|$resent|$urxe_per_drop|$all_per_drop|$check|$((SECONDS - t0))s"
   ROWS+=("$row")
   if [[ $result != pass* ]] || [[ $check != ok* ]]; then
     NFAIL=$((NFAIL + 1))
@@ -294,7 +312,7 @@ run_case() {  # $1 scenario, $2 loss 0|1, $3 direction hs|vs, $4 attempt (1)
     tail -n 4 "$srv_log" "$cli_log" >&2 || true
   fi
   local f; IFS='|' read -r -a f <<<"$row"
-  printf '  %-22s %-28s %-6s %5s pkts %3s retrans %3s dropped %4s/drop  check %-14s %s\n' "${f[@]}" >&2
+  printf '  %-22s %-28s %-6s %5s pkts %3s retrans %3s dropped %4s resent %4s urxe/drop %4s retrans/drop  check %-14s %s\n' "${f[@]}" >&2
 }
 
 say "HOST_SIDE=$HOST_SIDE, ${#CASES[@]} scenarios x ${DIRS//,/+}, loss ${LOSS_PCT}%, output $OUT"
@@ -307,8 +325,8 @@ ELAPSED=$((SECONDS - T0))
 
 # ------------------------------------------------------------------ report
 {
-  echo "| scenario | direction | result | packets | retrans | dropped | retrans/drop | check | time |"
-  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"
+  echo "| scenario | direction | result | packets | retrans | dropped | urxe resent | urxe/drop | retrans/drop | check | time |"
+  echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
   for r in "${ROWS[@]}"; do echo "| ${r//|/ | } |"; done
 } >"$OUT/table.md"
 {
@@ -318,7 +336,7 @@ ELAPSED=$((SECONDS - T0))
   echo "- host side: $HOST_SIDE ($([ "$HOST_SIDE" = urxe ] && echo "LD_LIBRARY_PATH=$URXE_LIB_DIR URXE_ADDR=10.77.0.1, urxe0" || echo "rxe VM at 10.77.0.3, rxe0")); peer: rdma_rxe in Debian kernel $(cat "$IX_CACHE/kernel-version" 2>/dev/null) at $VM_IP"
   echo "- tools: rdma-core $(dpkg-query -W -f='${Version}' ibverbs-utils 2>/dev/null), perftest $(dpkg-query -W -f='${Version}' perftest 2>/dev/null); loss variants: ${LOSS_PCT}% random drop of UDP/4791 on br0, both directions"
   echo "- dropped*: pingpong loss rows spare RC ACK packets (opcode 0x11): the pingpong tools have no final barrier, so a lost last ACK would leave the server retransmitting into the client's destroyed QP"
-  echo "- check: $([ "$CHECK_MODE" = urxe ] && echo "\`urxe check\` + tests/interop/lib/roce_pcap.py" || echo "tests/interop/lib/roce_pcap.py (ICRC, lengths, opcodes)") on every captured packet; retrans = request packets whose PSN did not advance"
+  echo "- check: $([ "$CHECK_MODE" = urxe ] && echo "\`urxe check\` + tests/interop/lib/roce_pcap.py" || echo "tests/interop/lib/roce_pcap.py (ICRC, lengths, opcodes)") on every captured packet; retrans = request packets whose PSN did not advance (both sides); urxe resent = urxe's retransmitted_pkts (\`urxe stat\` while the tool runs); urxe/drop = urxe resent / dropped; retrans/drop = retrans / dropped"
   echo
   cat "$OUT/table.md"
 } >"$OUT/matrix.md"
