@@ -199,7 +199,7 @@ impl Device {
     /// the given `post` for each converted WR, and stops at the first error (its own, or the
     /// engine's as `post` returns it); that error is returned as is.
     ///
-    /// A chain of small WRs (at most 4 KiB of payload each) in a burst of posts
+    /// A chain of small WRs (at most `SMALL_POST_BYTES` of payload each) in a burst of posts
     /// may leave its packets for the next call (doorbell batching, see `pacing`).
     pub fn post_send<E>(
         &self,
@@ -207,34 +207,36 @@ impl Device {
         chain: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
     ) -> Result<(), E> {
         self.send_path(|engine, now| {
-            let mut small = true;
+            let mut bytes = Some(0u64);
             let r = chain(&mut |wr| {
-                small &= wr.request_payload_len() <= SMALL_POST_BYTES;
+                let len = wr.request_payload_len();
+                bytes = bytes.filter(|_| len <= SMALL_POST_BYTES).map(|b| b + len);
                 engine.post_send(now, qpn, wr)
             });
-            (r, small)
+            (r, bytes)
         })
     }
 
     /// Type 1 bind through `ibv_bind_mw`: a BIND_MW send WR on `qpn`. Returns the window's new
     /// rkey.
     pub fn bind_mw(&self, qpn: Qpn, wr_id: u64, flags: SendFlags, bind: &MwBind) -> Result<u32, Error> {
-        self.send_path(|engine, now| (engine.bind_mw(now, qpn, wr_id, flags, bind), false))
+        self.send_path(|engine, now| (engine.bind_mw(now, qpn, wr_id, flags, bind), None))
     }
 
-    /// The send path: `f` posts and says whether what it posted is small; its packets leave now
+    /// The send path: `f` posts and says how many payload bytes it posted in small WRs (`None`:
+    /// a WR was larger); its packets leave now
     /// unless `Pacing::post_may_wait` lets them wait for the next post of a burst. A busy
     /// poller always comes back to its CQ; should it stop calling the library altogether, the
     /// progress thread takes over within about a millisecond.
-    fn send_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> (T, bool)) -> T {
+    fn send_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> (T, Option<u64>)) -> T {
         let mut c = self.lock();
         let now = c.now();
         c.pacing.app_returns(now);
         self.hub.signals.app_enters(now);
-        let (r, small) = f(&mut c.engine, now);
-        let burst = c.pacing.post_may_wait(small, self.hub.signals.armed_hint(), now);
+        let (r, bytes) = f(&mut c.engine, now);
+        let burst = c.pacing.post_may_wait(bytes, self.hub.signals.armed_hint(), now);
         if burst {
-            c.pacing.owe(now);
+            c.pacing.owe_post(now, bytes.unwrap_or(0));
             c.counters.tx_deferred_posts += 1;
         } else {
             let sent_all = c.transmit(now);

@@ -48,8 +48,13 @@ pub const IDLE_POLLS_PER_YIELD: u32 = 32;
 pub(super) const APP_ACTIVE_NS: u64 = 1_000_000;
 
 /// Send WRs carrying at most this many payload bytes may wait for the next post of a burst:
-/// they are one small packet each.
-pub(super) const SMALL_POST_BYTES: u64 = 4096;
+/// a few packets each (an 8 KiB message is two at MTU 4096; UCX's rc_verbs sends 64 KiB as
+/// 8 KiB messages). Posted one call each, such messages would leave as one short train per
+/// send call; batched, a burst fills whole GSO trains.
+pub(super) const SMALL_POST_BYTES: u64 = 16_384;
+/// The payload of the posts owed by a burst stays within this many bytes (a few GSO trains),
+/// so that larger messages never hold the pipe empty for long.
+const BURST_MAX_BYTES: u64 = 131_072;
 /// A send post this soon after the previous one returned continues a burst.
 const BURST_GAP_NS: u64 = 5_000;
 /// At most this many posts of a burst wait for the next ...
@@ -88,6 +93,8 @@ pub(super) struct Pacing {
     deferred: u32,
     /// When the first of them was posted (ns).
     deferred_since: u64,
+    /// Payload bytes of the send posts among them.
+    deferred_bytes: u64,
     /// The progress thread holds ACKs among them (it holds once, then sends).
     held_by_thread: bool,
 }
@@ -112,6 +119,7 @@ impl Pacing {
             last_post_end: 0,
             deferred: 0,
             deferred_since: 0,
+            deferred_bytes: 0,
             held_by_thread: false,
         }
     }
@@ -142,9 +150,16 @@ impl Pacing {
         self.deferred += 1;
     }
 
+    /// A send post of `bytes` payload leaves its packets for a later call.
+    pub(super) fn owe_post(&mut self, now: Nanos, bytes: u64) {
+        self.owe(now);
+        self.deferred_bytes = self.deferred_bytes.saturating_add(bytes);
+    }
+
     /// Everything owed is being transmitted now.
     pub(super) fn paid(&mut self) {
         self.deferred = 0;
+        self.deferred_bytes = 0;
         self.held_by_thread = false;
     }
 
@@ -154,12 +169,13 @@ impl Pacing {
         self.deferred == 0 || (self.deferred < max && now.saturating_sub(self.deferred_since) < window)
     }
 
-    /// Doorbell batching: a send post of only small WRs (`small`), continuing a burst while the
-    /// application busy-polls (`armed` false), may leave its packets for the next post; the
-    /// burst leaves as one batch (a UDP GSO train on loopback) at the next poll or verb call,
-    /// after [`BURST_MAX_POSTS`] posts or [`BURST_MAX_NS`], whichever comes first.
-    pub(super) fn post_may_wait(&self, small: bool, armed: bool, now: Nanos) -> bool {
-        small
+    /// Doorbell batching: a send post of only small WRs (`bytes` of payload in all, `None` if
+    /// one WR is larger than [`SMALL_POST_BYTES`]), continuing a burst while the application
+    /// busy-polls (`armed` false), may leave its packets for the next post; the burst leaves as
+    /// one batch (UDP GSO trains on loopback) at the next poll or verb call, after
+    /// [`BURST_MAX_POSTS`] posts, [`BURST_MAX_BYTES`] or [`BURST_MAX_NS`], whichever comes first.
+    pub(super) fn post_may_wait(&self, bytes: Option<u64>, armed: bool, now: Nanos) -> bool {
+        bytes.is_some_and(|b| self.deferred_bytes.saturating_add(b) <= BURST_MAX_BYTES)
             && !armed
             && now.saturating_sub(self.last_post_end) < BURST_GAP_NS
             && self.may_owe_more(now, BURST_MAX_POSTS, BURST_MAX_NS)
@@ -380,17 +396,18 @@ mod tests {
 
     #[test]
     fn a_burst_of_small_posts_waits_within_its_bounds() {
+        let small = Some(64);
         let mut p = Pacing::new();
         p.last_post_end = 1_000;
         // Armed (the application waits elsewhere) or large: never waits.
-        assert!(!p.post_may_wait(true, true, 1_100));
-        assert!(!p.post_may_wait(false, false, 1_100));
+        assert!(!p.post_may_wait(small, true, 1_100));
+        assert!(!p.post_may_wait(None, false, 1_100));
         // Too long after the previous post: a new burst, sent at once.
-        assert!(!p.post_may_wait(true, false, 1_000 + BURST_GAP_NS));
+        assert!(!p.post_may_wait(small, false, 1_000 + BURST_GAP_NS));
         let mut now = 1_100;
         let mut waited = 0;
-        while p.post_may_wait(true, false, now) {
-            p.owe(now);
+        while p.post_may_wait(small, false, now) {
+            p.owe_post(now, 64);
             p.last_post_end = now;
             now += 100;
             waited += 1;
@@ -399,10 +416,28 @@ mod tests {
         assert_eq!(waited, BURST_MAX_POSTS);
         assert_eq!(p.owed_deadline(), Some(1_100 + HOLD_ACK_NS));
         p.paid();
-        assert!(!p.owes() && p.post_may_wait(true, false, now));
+        assert!(!p.owes() && p.post_may_wait(small, false, now));
         // The window: the first owed post waits at most BURST_MAX_NS.
-        p.owe(now);
-        assert!(!p.post_may_wait(true, false, now + BURST_MAX_NS));
+        p.owe_post(now, 64);
+        assert!(!p.post_may_wait(small, false, now + BURST_MAX_NS));
+    }
+
+    #[test]
+    fn a_burst_of_medium_posts_waits_within_its_bytes() {
+        let mut p = Pacing::new();
+        let mut now = 1_000;
+        p.last_post_end = now;
+        let mut waited = 0u64;
+        while p.post_may_wait(Some(8192), false, now) {
+            p.owe_post(now, 8192);
+            p.last_post_end = now;
+            now += 100;
+            waited += 1;
+            assert!(waited <= BURST_MAX_POSTS as u64);
+        }
+        assert_eq!(waited, BURST_MAX_BYTES / 8192);
+        p.paid();
+        assert!(p.post_may_wait(Some(SMALL_POST_BYTES), false, now));
     }
 
     #[test]
