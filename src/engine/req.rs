@@ -300,6 +300,7 @@ fn emit_request<M: HostMemory>(
 }
 
 /// At a WQE's first packet: its first PSN and packet count.
+#[inline]
 fn start_wqe(q: &mut Qp, idx: usize) {
     let (mtu, ty, psn) = (q.mtu, q.ty, q.req.psn);
     let w = &mut q.sq.wqes[idx];
@@ -316,6 +317,7 @@ fn start_wqe(q: &mut Qp, idx: usize) {
 
 /// Where the WQE's packets go: the address handle's address and QPN (UD) or the connected
 /// peer. `Err(Some(status))` fails the WR; `Err(None)` sends nothing yet.
+#[inline]
 fn destination<M>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe) -> Result<(IpAddr, Qpn), Option<WcStatus>> {
     match (q.ty, w.ud) {
         (QpType::Ud, Some(u)) => match sh.ahs.get(u.ah) {
@@ -331,6 +333,7 @@ fn destination<M>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe) -> Result<(IpAddr, 
 
 /// The headers of packet `i` (at position `pos`) of the WQE, its payload length and how many
 /// PSNs it consumes (a READ request consumes one per response packet).
+#[inline]
 fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> (Headers, u32, u32) {
     let offset = i * q.mtu;
     let t = match q.ty {
@@ -392,6 +395,7 @@ fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> 
 
 /// AckReq policy (RC): on a message's last packet, on READ/atomic requests and every
 /// `SendWindow::ack_every()`th packet (half the window, at most 64).
+#[inline]
 fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
     q.req.noack_pkts += 1;
     h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= q.req.win.ack_every());
@@ -402,6 +406,7 @@ fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
 
 /// Copies the packet's payload (message offset `offset`) into `out`: from the inline copy, or
 /// gathered from host memory through the WQE's SGEs. False on a bad lkey.
+#[inline]
 fn copy_payload<M: HostMemory>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe, offset: u32, out: &mut [u8]) -> bool {
     if w.inline {
         let src = q.sq.inline_of(w);
@@ -414,6 +419,7 @@ fn copy_payload<M: HostMemory>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe, offset
 
 /// After a packet went out: the next PSN, the retransmission count, the WQE's state when its
 /// last packet left (RC: sent, waiting for its ACK; UC/UD: done) and the ACK timer.
+#[inline]
 fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, consumes: u32, ends: bool) {
     let resend = q.req.psn.before(q.req.high_psn);
     if resend {
