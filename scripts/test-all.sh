@@ -21,6 +21,13 @@ bash provider/build.sh --release
 step "cargo test (release: the application tests time real traffic)"
 cargo test --release --workspace
 step "rdma-core's pyverbs test suite against urxe"
+# The suite's huge-page tests (parent domain, ODP) need reserved 2 MiB pages: reserve 16
+# (32 MiB) if fewer are there. Root only; the host's setting is raised, never lowered.
+if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && \
+   [ "$(cat /proc/sys/vm/nr_hugepages)" -lt 16 ]; then
+  echo 16 > /proc/sys/vm/nr_hugepages
+  echo "reserved $(cat /proc/sys/vm/nr_hugepages) huge pages of 2 MiB for the suite"
+fi
 mkdir -p target/urxe/reports
 /usr/bin/python3 scripts/rdma_core_suite.py --lib target/urxe/lib \
   --out target/urxe/reports/rdma-core-suite.md --log target/urxe/reports/rdma-core-suite.log
