@@ -29,6 +29,14 @@ const RT_WINDOW_NS: u64 = 100_000_000;
 const RT_BUDGET_PCT: u64 = 50;
 const RT_RESUME_PCT: u64 = 10;
 
+/// Packet arrivals that in a row find an application thread holding the device lock after
+/// which the thread stops being woken by packets (disarms): that application is busy in the
+/// library and takes the packets itself (it runs the step left to it), so each further
+/// wakeup would only preempt it. The thread still looks every [`REARM_AFTER_NS`] and re-arms
+/// once nobody has called the library for that long; the application re-arms it when it
+/// starts waiting elsewhere (see `pacing`).
+const BUSY_WAKEUPS_TO_DISARM: u32 = 4;
+
 /// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
 /// deadline that does not move can never make the (possibly real-time) thread spin.
 const MIN_SLEEP: Duration = Duration::from_micros(50);
@@ -133,6 +141,8 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     let mut events = Events::with_capacity(16);
     // Absolute deadline (ns since the epoch) of the engine's next timer.
     let mut deadline: Option<u64> = None;
+    // Consecutive wakeups that found the device lock held (see BUSY_WAKEUPS_TO_DISARM).
+    let mut busy_streak = 0u32;
     loop {
         if hub.stop.load(Ordering::Acquire) {
             return;
@@ -175,11 +185,21 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         }
         let Some(mut c) = try_core(&hub) else {
             WakeCounters::bump(&sig.wake_counters.lock_busy);
+            busy_streak += 1;
+            if busy_streak >= BUSY_WAKEUPS_TO_DISARM && sig.armed() {
+                // Measured with UCX's tag_bw (the application polls four CQs in a loop): armed,
+                // the thread was woken by nearly every datagram (20,000 epoll_wait returns a
+                // second), found the lock held each time and preempted the poller on its CPU.
+                sig.set_rx_armed(false);
+                WakeCounters::bump(&sig.wake_counters.busy_disarms);
+                busy_streak = 0;
+            }
             // The application runs timers and packets now; look again in a while rather than
             // re-waking at a deadline that is already past.
             deadline = Some(sig.now() + REARM_AFTER_NS);
             continue;
         };
+        busy_streak = 0;
         c.counters.progress_wakeups += 1;
         let now = c.now();
         let active = sig.app_away_for(now) < APP_ACTIVE_NS;
