@@ -1,9 +1,9 @@
 //! Socket I/O and batching: datagrams between the UDP sockets and the engine.
 //!
 //! Receive drains the 4791 socket with `recvmmsg` (GRO trains split back into packets) into
-//! [`Engine::handle_datagram`]. Transmit drains [`Engine::poll_transmit`] into one send batch:
-//! packets of one flow of equal size form a UDP GSO train (loopback only), anything else goes
-//! as single datagrams in one `sendmmsg`. One send socket per flow source port, as rxe varies
+//! [`Engine::handle_datagram`]. Transmit drains [`Engine::poll_transmit`] into one send batch
+//! per flow, sent with one `sendmmsg`: runs of equal-sized packets form UDP GSO trains
+//! (loopback only), one message each; elsewhere every packet is its own message. One send socket per flow source port, as rxe varies
 //! the port per QP pair. No policy here about *when* to move packets: that is
 //! [`super::pacing`].
 
@@ -21,13 +21,13 @@ use crate::wire::icrc::IpFields;
 /// Bytes of one packet slot in the send batch.
 const TX_SLOT: usize = MAX_PACKET;
 
-/// The flow a send batch belongs to. With `gso` the batch is a train of `seg`-byte packets
-/// (the last may be shorter) sent in one call; otherwise single datagrams via sendmmsg.
+/// The flow a send batch belongs to. With `gso` the batch leaves as GSO trains (runs of
+/// equal-sized packets, the last of each may be shorter), one message each of one sendmmsg;
+/// otherwise as single datagrams via sendmmsg.
 #[derive(Clone, Copy)]
 struct SendKey {
     sport: u16,
     dst: IpAddr,
-    seg: usize,
     gso: bool,
 }
 
@@ -154,12 +154,12 @@ impl Io {
         let Some(key) = self.send_key else { return true };
         while !self.send.is_empty() {
             let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
-            let n = self.send.len();
             self.open_tx_socket(key.sport);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
-            let res = if n > 1 && key.gso {
-                // Built as a train: equal segments, only the last may be shorter.
-                let r = sock.send_gso(self.send.data(), key.seg as u16, dst_sa).map(|_| n);
+            let res = if key.gso {
+                // Cut into trains at send time: equal segments, only the last may be shorter;
+                // every train is one message of one sendmmsg.
+                let r = sock.send_trains(&mut self.send);
                 if r.is_ok() {
                     counters.tx_gso_sends += 1;
                 }
@@ -187,7 +187,7 @@ impl Io {
                     // Unreachable peer, no route...: the packet is lost as on a wire; RC
                     // retransmission covers it.
                     counters.tx_errors += 1;
-                    self.send.consume(if key.gso { n } else { 1 });
+                    self.send.consume(if key.gso { self.send.train_len(0) } else { 1 });
                 }
             }
         }
@@ -211,25 +211,9 @@ impl Io {
                 return false;
             }
             let Some(t) = engine.poll_transmit(now, &mut self.send.next_buf()[..TX_SLOT]) else { break };
-            let extends = match self.send_key.as_mut() {
-                Some(k) if k.sport == t.src_port && k.dst == t.dst => {
-                    if !k.gso
-                        || (t.len <= k.seg
-                            && self.send.last_len() == Some(k.seg)
-                            && self.send.data().len() + t.len <= MAX_GSO_BYTES
-                            && self.send.len() < MAX_GSO_SEGMENTS)
-                    {
-                        true
-                    } else if self.send.len() == 1 {
-                        // Not a train (e.g. an ACK, then a request): one sendmmsg for both.
-                        k.gso = false;
-                        true
-                    } else {
-                        false
-                    }
-                }
-                _ => false,
-            };
+            // Packets of one flow share the batch whatever their sizes: it leaves as one
+            // sendmmsg, cut into GSO trains where they are allowed.
+            let extends = matches!(self.send_key, Some(k) if k.sport == t.src_port && k.dst == t.dst);
             if !extends && self.send_key.is_some() {
                 // Another flow or the end of a train: send what we have first. The new packet
                 // sits after the batch in the buffer; keep it aside while the batch goes.
@@ -247,8 +231,7 @@ impl Io {
                 }
             }
             if self.send_key.is_none() {
-                self.send_key =
-                    Some(SendKey { sport: t.src_port, dst: t.dst, seg: t.len, gso: self.gso && self.rx.gso_to(t.dst) });
+                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, gso: self.gso && self.rx.gso_to(t.dst) });
             }
             self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
         }

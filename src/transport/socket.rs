@@ -221,6 +221,63 @@ impl RoceSocket {
         Ok(r as usize)
     }
 
+    /// Sends the packets of `batch` as GSO trains (see [`SendBatch::train_len`]), every train
+    /// one message of a single `sendmmsg` with its own `UDP_SEGMENT` (a one-packet train is a
+    /// plain datagram). Packets of different sizes (an RDMA WRITE's first packet carries a
+    /// RETH, a READ response's first and last an AETH) then still leave in one system call.
+    /// Returns how many *packets* went (whole trains).
+    pub fn send_trains(&self, batch: &mut SendBatch) -> io::Result<usize> {
+        let n = batch.len;
+        let mut trains = 0;
+        let mut first = 0;
+        while first < n && trains < batch.hdrs.len() {
+            let count = batch.train_len(first);
+            let start = batch.spans[first].0;
+            let (last_start, last_len) = batch.spans[first + count - 1];
+            batch.iov[trains] = libc::iovec {
+                iov_base: batch.data[start..].as_mut_ptr() as *mut libc::c_void,
+                iov_len: last_start + last_len - start,
+            };
+            batch.train_pkts[trains] = count;
+            // Pointers into `batch`, which is borrowed mutably for the whole call so none of
+            // them moves before sendmmsg below.
+            let mut m: libc::mmsghdr = all_zero();
+            m.msg_hdr.msg_name = &mut batch.addrs[first] as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = batch.addr_lens[first];
+            m.msg_hdr.msg_iov = &mut batch.iov[trains];
+            m.msg_hdr.msg_iovlen = 1;
+            if count > 1 {
+                let cbuf = &mut batch.cmsgs[trains];
+                m.msg_hdr.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+                // SAFETY: CMSG_SPACE is a pure size computation.
+                m.msg_hdr.msg_controllen = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+                // SAFETY: `cbuf` (32 bytes, 8-aligned) has room for CMSG_SPACE(2) = 24 bytes and
+                // msg_control/msg_controllen describe it, so CMSG_FIRSTHDR returns a header inside
+                // it and CMSG_DATA a u16 slot inside it (written unaligned).
+                unsafe {
+                    let c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
+                    (*c).cmsg_level = SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, batch.spans[first].1 as u16);
+                }
+            }
+            batch.hdrs[trains] = m;
+            trains += 1;
+            first += count;
+        }
+        if trains == 0 {
+            return Ok(0);
+        }
+        // SAFETY: `hdrs[..trains]` were filled above with pointers to `batch`'s own addresses,
+        // iovecs, control buffers and data, all alive and unmoved for the call.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), batch.hdrs.as_mut_ptr(), trains as u32, 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(batch.train_pkts[..r as usize].iter().sum())
+    }
+
     /// Receives up to [`RECV_BATCH`] datagrams (each possibly a GRO train) without blocking.
     /// Returns 0 when nothing is queued.
     pub fn recv_batch(&self, b: &mut RecvBatch) -> io::Result<usize> {
@@ -379,6 +436,9 @@ pub struct SendBatch {
     addr_lens: Vec<u32>,
     iov: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Per message of `send_trains`: its `UDP_SEGMENT` control buffer and packet count.
+    cmsgs: Vec<[u64; 4]>,
+    train_pkts: Vec<usize>,
     len: usize,
     used: usize,
 }
@@ -397,6 +457,8 @@ impl SendBatch {
             addr_lens: vec![0; slots],
             iov: (0..slots).map(|_| all_zero()).collect(),
             hdrs: (0..slots).map(|_| all_zero()).collect(),
+            cmsgs: vec![[0; 4]; slots],
+            train_pkts: vec![0; slots],
             len: 0,
             used: 0,
         }
@@ -428,6 +490,26 @@ impl SendBatch {
     pub fn packet(&self, i: usize) -> &[u8] {
         let (start, len) = self.spans[i];
         &self.data[start..start + len]
+    }
+
+    /// How many packets from `first` (< `len()`) form one GSO train: all as long as the first
+    /// but the last, which may be shorter, within the kernel's limits ([`MAX_GSO_BYTES`],
+    /// [`MAX_GSO_SEGMENTS`]).
+    pub fn train_len(&self, first: usize) -> usize {
+        let seg = self.spans[first].1;
+        let (mut count, mut bytes) = (1, seg);
+        while first + count < self.len && count < MAX_GSO_SEGMENTS {
+            let l = self.spans[first + count].1;
+            if l > seg || bytes + l > MAX_GSO_BYTES {
+                break;
+            }
+            count += 1;
+            bytes += l;
+            if l < seg {
+                break;
+            }
+        }
+        count
     }
 
     /// Space to write the next packet into.
@@ -521,6 +603,50 @@ mod tests {
         let got = recv_all(&b, 3);
         assert_eq!(got.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 3, 4]);
         assert!(got.iter().all(|p| p.len() == 64));
+    }
+
+    #[test]
+    fn packets_of_mixed_sizes_leave_as_trains_of_one_sendmmsg_in_order() {
+        // Three 2-packet WRITEs (a first packet 16 bytes longer: the RETH), an ACK, then three
+        // equal packets of which the last is shorter.
+        let sizes = [1016, 1000, 1016, 1000, 1016, 1000, 64, 1000, 1000, 500];
+        let (a, b) = pair();
+        let mut s = SendBatch::new(16, 2048);
+        for (i, &n) in sizes.iter().enumerate() {
+            s.next_buf()[..n].fill(i as u8);
+            s.push(n, b.local_addr());
+        }
+        let trains: Vec<usize> = {
+            let (mut v, mut i) = (Vec::new(), 0);
+            while i < s.len() {
+                v.push(s.train_len(i));
+                i += v[v.len() - 1];
+            }
+            v
+        };
+        assert_eq!(trains, vec![2, 2, 2, 1, 3]);
+        assert_eq!(a.send_trains(&mut s).unwrap(), sizes.len());
+        let got = recv_all(&b, sizes.len());
+        assert_eq!(got.len(), sizes.len());
+        for (i, p) in got.iter().enumerate() {
+            assert_eq!(p.len(), sizes[i], "packet {i}");
+            assert!(p.iter().all(|&x| x == i as u8), "packet {i} intact");
+        }
+    }
+
+    #[test]
+    fn a_train_stops_at_the_kernels_segment_and_byte_limits() {
+        let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut s = SendBatch::new(MAX_GSO_SEGMENTS + 8, 2048);
+        for _ in 0..MAX_GSO_SEGMENTS + 8 {
+            s.push(100, dst);
+        }
+        assert_eq!(s.train_len(0), MAX_GSO_SEGMENTS);
+        let mut s = SendBatch::new(40, 4200);
+        for _ in 0..40 {
+            s.push(4136, dst);
+        }
+        assert_eq!(s.train_len(0), MAX_GSO_BYTES / 4136);
     }
 
     #[test]
