@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
+use urxe::check::capture::{fold, ones_complement_sum};
 use urxe::check::{check_file, Format, Options};
 use urxe::wire::aeth::{AethRepr, CreditCode, Syndrome};
 use urxe::wire::bth::BthRepr;
@@ -34,14 +35,8 @@ fn frame(src: Ipv4Addr, dst: Ipv4Addr, h: &Headers, payload: &[u8]) -> Vec<u8> {
     ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
     ip.extend_from_slice(&src.octets());
     ip.extend_from_slice(&dst.octets());
-    let mut sum = 0u32;
-    for c in ip.chunks(2) {
-        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xFFFF) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let sum = fold(ones_complement_sum(0, &ip));
+    ip[10..12].copy_from_slice(&(!sum).to_be_bytes());
     let mut f = ip;
     f.extend_from_slice(&0xC123u16.to_be_bytes());
     f.extend_from_slice(&4791u16.to_be_bytes());

@@ -288,7 +288,8 @@ fn hostile(
 fn hostile_atomic_writes_and_flushes_are_nakked_counted_and_touch_nothing() {
     let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let fl = ALL_REMOTE | AccessFlags::FLUSH_GLOBAL;
-    let cases: Vec<(&str, QpOpts, AccessFlags, Box<dyn Fn(u64, u32) -> SendWr<'static>>, WcStatus)> = vec![
+    type MakeWr = Box<dyn Fn(u64, u32) -> SendWr<'static>>;
+    let cases: Vec<(&str, QpOpts, AccessFlags, MakeWr, WcStatus)> = vec![
         ("misaligned", QpOpts::default(), rw, Box::new(|w, k| atomic_write(1, w + 4, k, 9)), WcStatus::RemInvReqErr),
         ("past the end", QpOpts::default(), rw, Box::new(|w, k| atomic_write(1, w + 64, k, 9)), WcStatus::RemAccessErr),
         (

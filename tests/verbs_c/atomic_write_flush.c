@@ -111,41 +111,43 @@ static void caps(struct dev *d, struct side *s)
 		ibv_dereg_mr(p);
 }
 
-static void atomic_write(struct side *s, int q, uint64_t id, uint64_t raddr, uint32_t rkey, const uint8_t v[8])
+/* Opens a one-WR batch on QP `q` with `id`, signaled. */
+static struct ibv_qp_ex *begin(struct side *s, int q, uint64_t id)
 {
 	struct ibv_qp_ex *qx = s->qx[q];
 	ibv_wr_start(qx);
 	qx->wr_id = id;
 	qx->wr_flags = IBV_SEND_SIGNALED;
-	ibv_wr_atomic_write(qx, rkey, raddr, v);
+	return qx;
+}
+
+static void end(struct ibv_qp_ex *qx, const char *what)
+{
 	int r = ibv_wr_complete(qx);
 	if (r)
-		die("ibv_wr_complete (atomic write) returned %d", r);
+		die("ibv_wr_complete (%s) returned %d", what, r);
+}
+
+static void atomic_write(struct side *s, int q, uint64_t id, uint64_t raddr, uint32_t rkey, const uint8_t v[8])
+{
+	struct ibv_qp_ex *qx = begin(s, q, id);
+	ibv_wr_atomic_write(qx, rkey, raddr, v);
+	end(qx, "atomic write");
 }
 
 static void flush(struct side *s, int q, uint64_t id, uint64_t raddr, uint32_t rkey, size_t len, uint8_t level)
 {
-	struct ibv_qp_ex *qx = s->qx[q];
-	ibv_wr_start(qx);
-	qx->wr_id = id;
-	qx->wr_flags = IBV_SEND_SIGNALED;
+	struct ibv_qp_ex *qx = begin(s, q, id);
 	wr_flush(qx, rkey, raddr, len, X_FLUSH_GLOBAL, level);
-	int r = ibv_wr_complete(qx);
-	if (r)
-		die("ibv_wr_complete (flush) returned %d", r);
+	end(qx, "flush");
 }
 
 static void rdma_write(struct side *s, int q, uint64_t id, size_t off, uint32_t len, uint64_t raddr, uint32_t rkey)
 {
-	struct ibv_qp_ex *qx = s->qx[q];
-	ibv_wr_start(qx);
-	qx->wr_id = id;
-	qx->wr_flags = IBV_SEND_SIGNALED;
+	struct ibv_qp_ex *qx = begin(s, q, id);
 	ibv_wr_rdma_write(qx, rkey, raddr);
 	ibv_wr_set_sge(qx, s->mr->lkey, (uintptr_t)(s->mem + off), len);
-	int r = ibv_wr_complete(qx);
-	if (r)
-		die("ibv_wr_complete (rdma write) returned %d", r);
+	end(qx, "rdma write");
 }
 
 static void word_of(int is_server, uint8_t v[8])
