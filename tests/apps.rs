@@ -512,6 +512,77 @@ fn c_remote_invalidation_and_index_checks() {
     }
 }
 
+/// ATOMIC WRITE and FLUSH both ways between two processes on their own addresses
+/// (127.46.0.1 and .2), each capturing its traffic: `urxe check` decodes the requests and
+/// their READ RESPONSE ONLY answers in both captures and flags only the hostile misaligned one.
+#[test]
+fn c_atomic_write_and_flush_both_directions_checked_on_the_wire() {
+    let bin = c_program("atomic_write_flush");
+    let dir = std::env::temp_dir().join(format!("urxe-apps-awf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (spcap, cpcap) = (dir.join("server.pcap"), dir.join("client.pcap"));
+    let port = "18951";
+    let mut server = urxe_cmd(&bin);
+    server.arg("server").args(["-p", port]).env("URXE_ADDR", "127.46.0.1").env("URXE_PCAP", &spcap);
+    let mut client = urxe_cmd(&bin);
+    client.arg("client").arg(HOST).args(["-p", port]).env("URXE_ADDR", "127.46.0.2").env("URXE_PCAP", &cpcap);
+    let (s, c) = {
+        let _serial = heavy_lock();
+        run_pair(18951, server, client)
+    };
+    for o in [&s, &c] {
+        assert_lacks(o, "FAIL ");
+        assert_lacks(o, "AddressSanitizer");
+        assert_lacks(o, "runtime error:");
+        assert_contains(o, " 0 failed");
+    }
+    for role in ["server", "client"] {
+        let o = if role == "server" { &s } else { &c };
+        for check in [
+            "device_caps_flush_global_atomic_write_not_persistent",
+            "reg_mr_flush_persistent_eopnotsupp",
+            "atomic_write_completes",
+            "flush_range_completes",
+            "flush_region_completes",
+            "peer_atomic_write_landed",
+            "peer_write_before_flush_landed",
+        ] {
+            assert_check(o, role, check);
+        }
+    }
+    for check in [
+        "misaligned_atomic_write_rem_inv_req_err",
+        "atomic_write_past_region_rem_access_err",
+        "flush_without_flush_access_rem_access_err",
+    ] {
+        assert_check(&c, "client", check);
+    }
+    for check in
+        ["guard_after_region_untouched", "word_untouched_by_misaligned_write", "responder_qp_in_error_after_nak"]
+    {
+        assert_check(&s, "server", check);
+    }
+    for pcap in [&spcap, &cpcap] {
+        let o = Command::new(env!("CARGO_BIN_EXE_urxe")).arg("check").arg(pcap).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        // Every packet passes but the client's deliberately misaligned ATOMIC WRITE, which
+        // `urxe check` names (the responder NAKed it: 3 NAKs for the 3 hostile requests).
+        assert!(!o.status.success(), "urxe check {} passed a misaligned ATOMIC WRITE:\n{out}", pcap.display());
+        let flagged: Vec<&str> = out.lines().filter(|l| l.contains(" [")).collect();
+        assert_eq!(flagged.len(), 1, "{out}");
+        assert!(
+            flagged[0].contains("RC ATOMIC_WRITE") && flagged[0].contains("[ATOMIC WRITE VA is not 8-byte aligned]"),
+            "{out}"
+        );
+        assert!(out.contains(" ok, 1 bad (") && out.contains("naks 3,"), "{out}");
+        assert!(out.contains("RC ATOMIC_WRITE") && out.contains("len=8"), "{out}");
+        assert!(out.contains("RC FLUSH") && out.contains("placement=global level=range"), "{out}");
+        assert!(out.contains("placement=global level=mr"), "{out}");
+        assert!(out.contains("RC RDMA_READ_RESPONSE_ONLY"), "{out}");
+        assert!(out.contains("127.46.0.1") && out.contains("127.46.0.2"), "{out}");
+    }
+}
+
 #[test]
 fn c_programs_compile_with_werror_and_sanitizers() {
     // Compiling needs no library: this holds today and keeps the C sources honest.

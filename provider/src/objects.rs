@@ -189,6 +189,9 @@ pub struct WrBatch {
 #[repr(C)]
 pub struct UrxeQp {
     pub ibv: ibv_qp_ex,
+    /// rdma-core 45's `ibv_qp_ex.wr_flush`, which its struct has right after `ibv_qp_ex` 44's
+    /// end (see `verbs::qp_ex::WrFlushFn`); asserted adjacent below.
+    pub wr_flush: Option<crate::verbs::qp_ex::WrFlushFn>,
     pub qpn: Qpn,
     pub qp_type: QpType,
     /// Created through `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: only then does
@@ -203,6 +206,8 @@ pub struct UrxeQp {
     /// the lock makes a misbehaving application safe, not fast).
     pub batch: Mutex<WrBatch>,
 }
+
+const _: () = assert!(std::mem::offset_of!(UrxeQp, wr_flush) == std::mem::size_of::<ibv_qp_ex>());
 
 #[repr(C)]
 pub struct UrxeSrq {

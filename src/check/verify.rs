@@ -28,6 +28,9 @@ pub enum Problem {
     IpHeader(String),
     /// A GSI (QP1) packet's MAD breaks a rule (Q_Key, length, CM message, rdma_cm header).
     Gsi(GsiProblem),
+    /// An ATOMIC WRITE or FLUSH breaks a rule of IBTA 1.5 §9.4.6-9.4.7 (what the responder
+    /// NAKs as an invalid request).
+    FlushAtomicWrite(&'static str),
 }
 
 impl std::fmt::Display for Problem {
@@ -43,6 +46,7 @@ impl std::fmt::Display for Problem {
             Problem::NotUdOnQp1 => f.write_str("QP1 packet is not a UD SEND"),
             Problem::IpHeader(s) => write!(f, "{s}"),
             Problem::Gsi(g) => write!(f, "{g}"),
+            Problem::FlushAtomicWrite(s) => f.write_str(s),
         }
     }
 }
@@ -127,6 +131,7 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
                 cm = info;
                 problems.extend(gsi.into_iter().map(Problem::Gsi));
             }
+            problems.extend(flush_atomic_write_rules(&p).map(Problem::FlushAtomicWrite));
             Some(p)
         }
         Err(e) => {
@@ -156,6 +161,54 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
         recovered_ip_id: None,
         cm,
     }
+}
+
+/// The rule an ATOMIC WRITE or FLUSH request breaks, if any: ATOMIC WRITE carries exactly 8
+/// bytes to an 8-byte aligned VA with a RETH DMA length of 8; FLUSH's FETH names a placement
+/// type (global visibility and/or persistence, nothing else) and a selectivity level of 0 or
+/// 1. (FLUSH payload and FETH reserved bits are the wire layer's and `ReservedBits`.)
+fn flush_atomic_write_rules(p: &Parsed<'_>) -> Option<&'static str> {
+    match p.info.kind {
+        OpKind::AtomicWrite => {
+            let r = p.headers.reth?;
+            if p.payload.len() != 8 {
+                Some("ATOMIC WRITE payload is not 8 bytes")
+            } else if r.dma_len != 8 {
+                Some("ATOMIC WRITE RETH DMA length is not 8")
+            } else if r.va % 8 != 0 {
+                Some("ATOMIC WRITE VA is not 8-byte aligned")
+            } else {
+                None
+            }
+        }
+        OpKind::Flush => {
+            let f = p.headers.feth?;
+            if f.placement == 0 || f.placement & !3 != 0 {
+                Some("FLUSH FETH placement type undefined")
+            } else if f.level > 1 {
+                Some("FLUSH FETH selectivity level reserved")
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `global`, `persistent`, `global+persistent` (or the raw value) and `range` / `mr`.
+fn feth_str(f: crate::wire::feth::FethRepr) -> String {
+    let placement = match f.placement {
+        1 => "global".to_string(),
+        2 => "persistent".to_string(),
+        3 => "global+persistent".to_string(),
+        x => format!("{x:#x}"),
+    };
+    let level = match f.level {
+        0 => "range".to_string(),
+        1 => "mr".to_string(),
+        x => x.to_string(),
+    };
+    format!("placement={placement} level={level}")
 }
 
 /// For a packet recorded without its IPv4 ID (see [`super::capture::TAP_IP_ID_UNKNOWN`]) whose
@@ -261,6 +314,9 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
             if let Some(a) = p.headers.aeth {
                 s.push_str(&format!(" {} msn={}", syndrome_str(a.syndrome), a.msn.value()));
             }
+            if let Some(f) = p.headers.feth {
+                s.push_str(&format!(" {}", feth_str(f)));
+            }
             if let Some(r) = p.headers.reth {
                 s.push_str(&format!(" va={:#x} rkey={:#x} dlen={}", r.va, r.rkey, r.dma_len));
             }
@@ -320,6 +376,9 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
             b.psn.value()
         ));
         let h = &p.headers;
+        if let Some(x) = h.feth {
+            v.push(format!("    FETH: {} ({:#x}/{})", feth_str(x), x.placement, x.level));
+        }
         if let Some(x) = h.reth {
             v.push(format!("    RETH: va={:#018x} rkey={:#010x} dmalen={}", x.va, x.rkey, x.dma_len));
         }
@@ -414,6 +473,9 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
         f.push(("payload_len".into(), p.payload.len().to_string()));
         f.push(("icrc_value".into(), p.icrc.to_string()));
         let h = &p.headers;
+        if let Some(x) = h.feth {
+            f.push(("feth".into(), format!("{{\"placement\":{},\"level\":{}}}", x.placement, x.level)));
+        }
         if let Some(x) = h.reth {
             f.push(("reth".into(), format!("{{\"va\":{},\"rkey\":{},\"dma_len\":{}}}", x.va, x.rkey, x.dma_len)));
         }
@@ -463,5 +525,14 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
 
 /// Does this opcode start a request the responder must answer (for the flow report)?
 pub fn is_request_kind(k: OpKind) -> bool {
-    matches!(k, OpKind::Send | OpKind::Write | OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd)
+    matches!(
+        k,
+        OpKind::Send
+            | OpKind::Write
+            | OpKind::ReadRequest
+            | OpKind::CompareSwap
+            | OpKind::FetchAdd
+            | OpKind::AtomicWrite
+            | OpKind::Flush
+    )
 }

@@ -22,6 +22,8 @@ fn wc_opcode(k: &WrKind) -> WcOpcode {
         WrKind::AtomicFetchAdd { .. } => WcOpcode::FetchAdd,
         WrKind::LocalInv { .. } => WcOpcode::LocalInv,
         WrKind::BindMw(_) => WcOpcode::BindMw,
+        WrKind::AtomicWrite { .. } => WcOpcode::AtomicWrite,
+        WrKind::Flush { .. } => WcOpcode::Flush,
     }
 }
 
@@ -308,7 +310,9 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, 
     };
     let w = q.sq.wqes[j];
     let is_read = matches!(w.kind, WrKind::RdmaRead { .. });
-    if is_read != (p.info.kind == OpKind::ReadResponse) {
+    // ATOMIC WRITE and FLUSH are answered by an RDMA READ RESPONSE ONLY without payload.
+    let empty_read = matches!(w.kind, WrKind::AtomicWrite { .. } | WrKind::Flush { .. });
+    if (is_read || empty_read) != (p.info.kind == OpKind::ReadResponse) {
         sh.counters.unexpected_responses += 1;
         return;
     }
@@ -340,6 +344,12 @@ fn read_or_atomic_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, 
             return;
         }
         ends
+    } else if empty_read {
+        if p.info.position != Some(Position::Only) || !p.payload.is_empty() {
+            sh.counters.unexpected_responses += 1;
+            return;
+        }
+        true
     } else {
         let Some(ack) = p.headers.atomic_ack_eth else { return };
         if !scatter(sh, q.pd, sges, 0, &ack.orig.to_ne_bytes()) {

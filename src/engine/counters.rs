@@ -47,6 +47,10 @@ pub struct Counters {
     /// SENDs with Invalidate refused because their key names nothing a peer may invalidate
     /// (an MR, a type 1 window, another QP's window, no object).
     pub invalidate_errors: u64,
+    /// FLUSH and ATOMIC WRITE requests NAKed (misaligned or wrong-length ATOMIC WRITE,
+    /// undefined FETH values, a key without the access, a range outside the region); also
+    /// in `naks_sent`.
+    pub flush_atomic_write_naks: u64,
     /// Responses that did not match anything outstanding (ghost/duplicate ACKs, late reads).
     pub unexpected_responses: u64,
     /// Send WRs completed with IBV_WC_RETRY_EXC_ERR (`completer_retry_err`).

@@ -374,6 +374,11 @@ impl Rig {
         if hs.contains(HeaderSet::IETH) {
             h.ieth = Some(IethRepr { rkey: key });
         }
+        if hs.contains(HeaderSet::FETH) {
+            // Any placement type and level, defined or not (the responder must refuse the rest).
+            let f = inp.u8();
+            h.feth = Some(crate::wire::feth::FethRepr { placement: f & 0xF, level: (f >> 4) & 3 });
+        }
         let Ok(hl) = h.emit(buf) else { return 0 };
         let plen = if info.payload {
             match inp.u8() % 4 {

@@ -209,6 +209,11 @@ impl<M: HostMemory> Engine<M> {
         if access.unknown_bits() != 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
             return Err(Error::Invalid);
         }
+        // No persistence domain: FLUSH to persistence is not offered (EOPNOTSUPP, as the
+        // kernel answers for a device without IB_DEVICE_FLUSH_PERSISTENT).
+        if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+            return Err(Error::NotSupported);
+        }
         // Remote write or atomic access requires local write (ibv_reg_mr(3): EINVAL otherwise).
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !access.contains(AccessFlags::LOCAL_WRITE)
@@ -258,6 +263,9 @@ impl<M: HostMemory> Engine<M> {
         if let Some(access) = change.access {
             if access.unknown_bits() != 0 {
                 return Err(Error::Invalid);
+            }
+            if access.contains(AccessFlags::FLUSH_PERSISTENT) {
+                return Err(Error::NotSupported);
             }
             m.access = access;
         }

@@ -50,7 +50,16 @@ impl SendWqe {
         self.first_psn.add(self.npkts.saturating_sub(1))
     }
     pub fn is_rd_atomic(&self) -> bool {
-        matches!(self.kind, WrKind::RdmaRead { .. } | WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. })
+        // ATOMIC WRITE and FLUSH take a responder resource and are answered by a READ
+        // response, like READ and the atomics (IBTA 1.5 §9.4.6/§9.4.7; rxe does the same).
+        matches!(
+            self.kind,
+            WrKind::RdmaRead { .. }
+                | WrKind::AtomicCmpSwp { .. }
+                | WrKind::AtomicFetchAdd { .. }
+                | WrKind::AtomicWrite { .. }
+                | WrKind::Flush { .. }
+        )
     }
     pub fn is_local(&self) -> bool {
         matches!(self.kind, WrKind::LocalInv { .. } | WrKind::BindMw(_))
@@ -136,14 +145,33 @@ pub(crate) enum RdRes {
         psn: Psn,
         orig: u64,
     },
+    /// An ATOMIC WRITE or FLUSH already executed: a duplicate is answered again, never
+    /// executed twice.
+    Executed {
+        psn: Psn,
+    },
 }
 
 /// One thing the responder has to send, in PSN order.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum RespOut {
-    Ack { psn: Psn, syndrome: Syndrome, msn: Msn },
-    AtomicAck { psn: Psn, orig: u64, msn: Msn },
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: Msn,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: Msn,
+    },
     Read(ReadJob),
+    /// The RDMA READ RESPONSE ONLY without payload that acknowledges an ATOMIC WRITE or a
+    /// FLUSH.
+    EmptyRead {
+        psn: Psn,
+        msn: Msn,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]

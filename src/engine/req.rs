@@ -13,6 +13,7 @@ use super::types::*;
 use crate::wire::atomic_eth::AtomicEthRepr;
 use crate::wire::bth::BthRepr;
 use crate::wire::deth::DethRepr;
+use crate::wire::feth::FethRepr;
 use crate::wire::icrc::ROCEV2_PORT;
 use crate::wire::ieth::IethRepr;
 use crate::wire::immdt::ImmDtRepr;
@@ -77,6 +78,15 @@ pub(crate) fn post<M: HostMemory>(
             8
         }
         WrKind::LocalInv { .. } | WrKind::BindMw(_) => 0,
+        // The value travels in the WR, not through SGEs; alignment is the responder's check
+        // (a misaligned address is NAKed there, as rxe does).
+        WrKind::AtomicWrite { .. } => 8,
+        WrKind::Flush { placement, level, .. } => {
+            if !(FethRepr { placement, level }).is_valid() {
+                return Err(Error::Invalid);
+            }
+            0
+        }
         _ => len64 as u32,
     };
     if q.ty == QpType::Ud {
@@ -307,7 +317,10 @@ fn start_wqe(q: &mut Qp, idx: usize) {
     if w.npkts == 0 {
         w.first_psn = psn;
         w.npkts = match w.kind {
-            WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => 1,
+            WrKind::AtomicCmpSwp { .. }
+            | WrKind::AtomicFetchAdd { .. }
+            | WrKind::AtomicWrite { .. }
+            | WrKind::Flush { .. } => 1,
             _ if ty == QpType::Ud => 1,
             _ => npkts_for(w.len, mtu),
         };
@@ -363,6 +376,16 @@ fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> 
             h.bth.opcode = op::RC_FETCH_ADD;
             h.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
         }
+        WrKind::AtomicWrite { remote_addr, rkey, .. } => {
+            h.bth.opcode = op::RC_ATOMIC_WRITE;
+            h.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: 8 });
+            payload_len = 8;
+        }
+        WrKind::Flush { remote_addr, rkey, len, placement, level } => {
+            h.bth.opcode = op::RC_FLUSH;
+            h.feth = Some(FethRepr { placement, level });
+            h.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: len });
+        }
         ref k => {
             h.bth.opcode = data_opcode(t, k, pos);
             payload_len = (w.len - offset).min(q.mtu);
@@ -408,7 +431,10 @@ fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
 /// gathered from host memory through the WQE's SGEs. False on a bad lkey.
 #[inline]
 fn copy_payload<M: HostMemory>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe, offset: u32, out: &mut [u8]) -> bool {
-    if w.inline {
+    if let WrKind::AtomicWrite { value, .. } = w.kind {
+        out.copy_from_slice(&value[..out.len()]);
+        true
+    } else if w.inline {
         let src = q.sq.inline_of(w);
         out.copy_from_slice(&src[offset as usize..offset as usize + out.len()]);
         true
@@ -433,7 +459,11 @@ fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, cons
         q.req.high_psn = q.req.psn;
     }
     let finished = match q.sq.wqes[idx].kind {
-        WrKind::RdmaRead { .. } | WrKind::AtomicCmpSwp { .. } | WrKind::AtomicFetchAdd { .. } => true,
+        WrKind::RdmaRead { .. }
+        | WrKind::AtomicCmpSwp { .. }
+        | WrKind::AtomicFetchAdd { .. }
+        | WrKind::AtomicWrite { .. }
+        | WrKind::Flush { .. } => true,
         _ => ends,
     };
     if finished {

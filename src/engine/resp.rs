@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use super::comp::enter_error;
 use super::dma::scatter;
+use super::mr::KeyError;
 use super::qp::{InMsg, Qp, RdRes, ReadJob, RespOut};
 use super::shared::EngineShared;
 use super::srq::TakenWqe;
@@ -17,6 +18,7 @@ use super::types::*;
 use crate::wire::aeth::{AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
 use crate::wire::atomic_ack_eth::AtomicAckEthRepr;
 use crate::wire::bth::BthRepr;
+use crate::wire::feth::{LEVEL_MR, PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT};
 use crate::wire::icrc::{IpFields, ROCEV2_PORT};
 use crate::wire::opcode::{op, OpKind, Position};
 use crate::wire::packet::finish;
@@ -170,7 +172,10 @@ fn check_opcode_sequence(msg: InMsg, kind: OpKind, pos: Option<Position>) -> Res
     let ok = match (msg, kind) {
         (InMsg::None, OpKind::Send | OpKind::Write) => starts,
         (InMsg::Send { .. }, OpKind::Send) | (InMsg::Write { .. }, OpKind::Write) => !starts,
-        (InMsg::None, OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd) => true,
+        (
+            InMsg::None,
+            OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd | OpKind::AtomicWrite | OpKind::Flush,
+        ) => true,
         _ => false,
     };
     if ok {
@@ -182,7 +187,9 @@ fn check_opcode_sequence(msg: InMsg, kind: OpKind, pos: Option<Position>) -> Res
 
 fn check_qp_access(q: &Qp, kind: OpKind) -> Result<(), RespError> {
     let need = match kind {
-        OpKind::Write => AccessFlags::REMOTE_WRITE,
+        // ATOMIC WRITE needs remote write, as rxe (IBTA 1.5 leaves it to RDMA WRITE's rules);
+        // FLUSH's rights depend on its FETH: `execute_flush` checks them.
+        OpKind::Write | OpKind::AtomicWrite => AccessFlags::REMOTE_WRITE,
         OpKind::ReadRequest => AccessFlags::REMOTE_READ,
         OpKind::CompareSwap | OpKind::FetchAdd => AccessFlags::REMOTE_ATOMIC,
         _ => return Ok(()),
@@ -240,13 +247,25 @@ fn execute<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) 
     let kind = p.info.kind;
     let psn = p.headers.bth.psn;
     check_opcode_sequence(q.resp.msg, kind, p.info.position).inspect_err(|_| sh.counters.opcode_errors += 1)?;
-    check_qp_access(q, kind)?;
+    check_qp_access(q, kind).inspect_err(|_| {
+        if matches!(kind, OpKind::AtomicWrite | OpKind::Flush) {
+            sh.counters.flush_atomic_write_naks += 1;
+        }
+    })?;
     match kind {
         OpKind::Send => execute_send(q, sh, p)?,
         OpKind::Write => execute_write(q, sh, p)?,
         // READ and atomic requests answer with their own responses and move ePSN themselves.
         OpKind::ReadRequest => return execute_read(q, sh, p),
         OpKind::CompareSwap | OpKind::FetchAdd => return execute_atomic(q, sh, p),
+        OpKind::AtomicWrite => {
+            let r = execute_atomic_write(q, sh, p);
+            return counted(sh, r);
+        }
+        OpKind::Flush => {
+            let r = execute_flush(q, sh, p);
+            return counted(sh, r);
+        }
         _ => return Err(RespError::InvalidRequest),
     }
     q.resp.epsn = psn.next();
@@ -391,6 +410,99 @@ fn execute_atomic<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parse
     Ok(())
 }
 
+/// Counts a FLUSH or ATOMIC WRITE the responder refuses with a NAK.
+fn counted<M>(sh: &mut EngineShared<M>, r: Result<(), RespError>) -> Result<(), RespError> {
+    if matches!(r, Err(e) if e != RespError::Drop) {
+        sh.counters.flush_atomic_write_naks += 1;
+    }
+    r
+}
+
+/// Queues the RDMA READ RESPONSE ONLY without payload that acknowledges an executed ATOMIC
+/// WRITE or FLUSH, remembering it as a responder resource so a duplicate is answered again
+/// and never executed twice.
+fn answer_executed(q: &mut Qp, psn: Psn) {
+    save_resource(q, RdRes::Executed { psn });
+    q.resp.msn = q.resp.msn.next();
+    q.resp.out.push_back(RespOut::EmptyRead { psn, msn: q.resp.msn });
+    q.resp.epsn = psn.next();
+}
+
+/// An ATOMIC WRITE (IBTA 1.5 §9.4.7): 8 bytes of payload with a RETH of DMA length 8, to an
+/// 8-byte aligned address the R_Key grants remote write on, stored as one unit. Misaligned or
+/// wrong-length requests are invalid requests (as rxe); nothing is written before every
+/// check passed.
+fn execute_atomic_write<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let psn = p.headers.bth.psn;
+    let r = p.headers.reth.ok_or(RespError::InvalidRequest)?;
+    let Ok(value) = <[u8; 8]>::try_from(p.payload) else {
+        sh.counters.length_errors += 1;
+        return Err(RespError::InvalidRequest);
+    };
+    if r.dma_len != 8 {
+        sh.counters.length_errors += 1;
+        return Err(RespError::InvalidRequest);
+    }
+    if r.va % 8 != 0 {
+        return Err(RespError::InvalidRequest);
+    }
+    let host = check_rkey(sh, q, r.rkey, r.va, 8, AccessFlags::REMOTE_WRITE)?;
+    // An MR whose IOVA and address differ modulo 8 maps an aligned VA to an unaligned host
+    // address: that word cannot be stored atomically either.
+    if host % 8 != 0 {
+        return Err(RespError::InvalidRequest);
+    }
+    if q.resp.out.len() + 1 >= q.resp.out_cap {
+        return Err(RespError::Drop);
+    }
+    sh.mem.atomic_store(host, u64::from_ne_bytes(value)).map_err(|_| RespError::RemoteAccess)?;
+    answer_executed(q, psn);
+    Ok(())
+}
+
+/// A FLUSH (IBTA 1.5 §9.4.6). The FETH must name a defined placement type and selectivity
+/// level; the QP must allow the placement (`IBV_ACCESS_FLUSH_GLOBAL` / `_PERSISTENT` in its
+/// access flags, else an invalid request, as rxe) and the R_Key must grant it over the RETH's
+/// range, or over the whole region at the MR level (else a remote access error).
+///
+/// What a flush means here: requests execute in PSN order and every RDMA WRITE or ATOMIC
+/// WRITE before the FLUSH has been copied into the process's memory by the time the FLUSH is
+/// handled, so global visibility needs only a memory fence before the response. Persistence
+/// is not offered: no memory region can be registered with `IBV_ACCESS_FLUSH_PERSISTENT`
+/// (`reg_mr` refuses it), so a persistent FLUSH is refused by the R_Key check.
+fn execute_flush<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let psn = p.headers.bth.psn;
+    let (Some(f), Some(r)) = (p.headers.feth, p.headers.reth) else {
+        return Err(RespError::InvalidRequest);
+    };
+    if !f.is_valid() {
+        return Err(RespError::InvalidRequest);
+    }
+    let mut need = AccessFlags::EMPTY;
+    if f.placement & PLACEMENT_GLOBAL != 0 {
+        need |= AccessFlags::FLUSH_GLOBAL;
+    }
+    if f.placement & PLACEMENT_PERSISTENT != 0 {
+        need |= AccessFlags::FLUSH_PERSISTENT;
+    }
+    if !q.attr.qp_access_flags.contains(need) {
+        return Err(RespError::InvalidRequest);
+    }
+    let checked = sh.keys.check_rkey(r.rkey, q.pd, q.qpn, r.va, u64::from(r.dma_len), need);
+    match checked {
+        Ok(_) => {}
+        // The whole region is flushed: the RETH's range does not matter.
+        Err(KeyError::Bounds) if f.level == LEVEL_MR => {}
+        Err(_) => return Err(RespError::RemoteAccess),
+    }
+    if q.resp.out.len() + 1 >= q.resp.out_cap {
+        return Err(RespError::Drop);
+    }
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    answer_executed(q, psn);
+    Ok(())
+}
+
 fn save_resource(q: &mut Qp, r: RdRes) {
     if q.resp.res.is_empty() {
         return;
@@ -444,6 +556,14 @@ fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>
             }
             if q.resp.out.len() + 1 < q.resp.out_cap {
                 q.resp.out.push_back(RespOut::Read(job));
+            }
+        }
+        OpKind::AtomicWrite | OpKind::Flush => {
+            // Answered again from the responder resource, never executed twice (an ATOMIC
+            // WRITE replayed after a later write to the same word would undo that write).
+            let done = q.resp.res.iter().any(|x| matches!(*x, RdRes::Executed { psn: s } if s == psn));
+            if done && q.resp.out.len() < q.resp.out_cap {
+                q.resp.out.push_back(RespOut::EmptyRead { psn, msn: q.resp.msn });
             }
         }
         OpKind::CompareSwap | OpKind::FetchAdd => {
@@ -633,6 +753,12 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
                 h.bth.psn = psn;
                 h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
                 h.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+            }
+            RespOut::EmptyRead { psn, msn } => {
+                q.resp.out.pop_front();
+                h.bth.opcode = op::RC_RDMA_READ_RESPONSE_ONLY;
+                h.bth.psn = psn;
+                h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
             }
             RespOut::Read(mut job) => {
                 let n = job.len.div_ceil(q.mtu).max(1);

@@ -13,6 +13,7 @@ pub mod bth;
 pub mod cm;
 pub mod cnp;
 pub mod deth;
+pub mod feth;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod icrc;
@@ -38,7 +39,7 @@ pub enum WireError {
     BadTver(u8),
     /// Not an opcode IBTA defines.
     UnknownOpcode(u8),
-    /// A defined opcode urxe does not implement (RD, XRC, FLUSH, ATOMIC WRITE).
+    /// A defined opcode urxe does not implement (RD, XRC).
     Unsupported(u8),
     /// The packet is not a whole number of 4-byte words.
     NotPadded { len: usize },

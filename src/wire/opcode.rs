@@ -3,8 +3,8 @@
 //! what offsets, whether it may carry payload, and its place in a message.
 //!
 //! The top 3 bits select the transport (RC 000, UC 001, RD 010, UD 011, CNP 100, XRC 101), the
-//! low 5 bits the operation. urxe implements RC, UC, UD and recognises CNP; RD, XRC, FLUSH and
-//! ATOMIC WRITE are recognised and reported as unsupported.
+//! low 5 bits the operation. urxe implements RC (with FLUSH and ATOMIC WRITE), UC, UD and
+//! recognises CNP; RD and XRC are recognised and reported as unsupported.
 
 use std::fmt;
 
@@ -73,8 +73,8 @@ impl Position {
 }
 
 /// The set of extension headers after the BTH, as a bitset. Their order on the wire is fixed
-/// (IBTA §9.2 figure 35): RDETH, DETH, XRCETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt/IETH,
-/// FETH; [`HeaderSet::offset_of`] walks that order.
+/// (IBTA §9.2 figure 35, FETH from release 1.5): RDETH, DETH, XRCETH, FETH, RETH, AtomicETH,
+/// AETH, AtomicAckETH, ImmDt/IETH; [`HeaderSet::offset_of`] walks that order.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct HeaderSet(u16);
 
@@ -83,13 +83,14 @@ impl HeaderSet {
     pub const RDETH: HeaderSet = HeaderSet(1 << 0);
     pub const DETH: HeaderSet = HeaderSet(1 << 1);
     pub const XRCETH: HeaderSet = HeaderSet(1 << 2);
-    pub const RETH: HeaderSet = HeaderSet(1 << 3);
-    pub const ATOMIC_ETH: HeaderSet = HeaderSet(1 << 4);
-    pub const AETH: HeaderSet = HeaderSet(1 << 5);
-    pub const ATOMIC_ACK_ETH: HeaderSet = HeaderSet(1 << 6);
-    pub const IMMDT: HeaderSet = HeaderSet(1 << 7);
-    pub const IETH: HeaderSet = HeaderSet(1 << 8);
-    pub const FETH: HeaderSet = HeaderSet(1 << 9);
+    /// FLUSH's FETH comes before its RETH (IBTA 1.5 §9.2; rxe_opcode.c agrees).
+    pub const FETH: HeaderSet = HeaderSet(1 << 3);
+    pub const RETH: HeaderSet = HeaderSet(1 << 4);
+    pub const ATOMIC_ETH: HeaderSet = HeaderSet(1 << 5);
+    pub const AETH: HeaderSet = HeaderSet(1 << 6);
+    pub const ATOMIC_ACK_ETH: HeaderSet = HeaderSet(1 << 7);
+    pub const IMMDT: HeaderSet = HeaderSet(1 << 8);
+    pub const IETH: HeaderSet = HeaderSet(1 << 9);
     /// A CNP's 16 reserved bytes (RoCEv2 annex A17.9.3), treated as a header.
     pub const CNP_PAD: HeaderSet = HeaderSet(1 << 10);
 
@@ -98,13 +99,13 @@ impl HeaderSet {
         (HeaderSet::RDETH, 4),
         (HeaderSet::DETH, 8),
         (HeaderSet::XRCETH, 4),
+        (HeaderSet::FETH, 4),
         (HeaderSet::RETH, 16),
         (HeaderSet::ATOMIC_ETH, 28),
         (HeaderSet::AETH, 4),
         (HeaderSet::ATOMIC_ACK_ETH, 8),
         (HeaderSet::IMMDT, 4),
         (HeaderSet::IETH, 4),
-        (HeaderSet::FETH, 4),
         (HeaderSet::CNP_PAD, 16),
     ];
 
@@ -151,7 +152,7 @@ impl HeaderSet {
 impl fmt::Debug for HeaderSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const NAMES: [&str; 11] =
-            ["RDETH", "DETH", "XRCETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "FETH", "CNP"];
+            ["RDETH", "DETH", "XRCETH", "FETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNP"];
         let mut l = f.debug_set();
         for (i, (h, _)) in HeaderSet::ORDER.iter().enumerate() {
             if self.contains(*h) {
@@ -387,7 +388,8 @@ const fn fill(mut t: [OpInfo; 256], base: u8, tr: Transport, extra: HeaderSet, s
             } else {
                 HeaderSet::NONE
             };
-            let sup = supported && !matches!(kind, Flush | AtomicWrite);
+            // FLUSH and ATOMIC WRITE are implemented on RC only.
+            let sup = supported && (!matches!(kind, Flush | AtomicWrite) || matches!(tr, Transport::Rc));
             t[(base | low) as usize] = OpInfo {
                 name,
                 transport: tr,
@@ -442,7 +444,8 @@ mod tests {
         assert_eq!(count(Transport::Rd), 22);
         assert_eq!(count(Transport::Xrc), 25);
         let supported = OPCODES.iter().filter(|i| i.supported).count();
-        assert_eq!(supported, 23 + 12 + 2 + 1);
+        // Every RC opcode, FLUSH and ATOMIC WRITE included.
+        assert_eq!(supported, 25 + 12 + 2 + 1);
     }
 
     #[test]
@@ -522,7 +525,15 @@ mod tests {
         let f = Opcode(RC_SEND_FIRST).info();
         assert!(f.payload && f.request && f.supported && f.position == Some(Position::First));
         assert!(!Opcode(RC_ACKNOWLEDGE).info().payload);
-        assert!(!Opcode(RC_FLUSH).info().supported && Opcode(RC_FLUSH).info().is_known());
+        let fl = Opcode(RC_FLUSH).info();
+        assert!(fl.supported && fl.request && !fl.payload && fl.position.is_none());
+        // BTH, FETH, RETH: the FETH sits right after the BTH.
+        assert_eq!(fl.headers.offset_of(HeaderSet::FETH), Some(12));
+        assert_eq!(fl.headers.offset_of(HeaderSet::RETH), Some(16));
+        assert_eq!(fl.header_len(), 32);
+        let aw = Opcode(RC_ATOMIC_WRITE).info();
+        assert!(aw.supported && aw.request && aw.payload && aw.header_len() == 28);
+        assert!(!Opcode(0xBC).info().supported, "XRC FLUSH is recognised only");
         assert!(!Opcode(0x44).info().supported && Opcode(0x44).info().is_known(), "RD is recognised");
         assert!(!Opcode(0xA4).info().supported && Opcode(0xA4).info().is_known(), "XRC is recognised");
         assert!(!Opcode(0x15).info().is_known(), "RESYNC is RD-only");

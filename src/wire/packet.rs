@@ -10,6 +10,7 @@ use super::atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr};
 use super::atomic_eth::{AtomicEth, AtomicEthRepr};
 use super::bth::{Bth, BthRepr, BTH_LEN};
 use super::deth::{Deth, DethRepr};
+use super::feth::{Feth, FethRepr};
 use super::icrc::{icrc, store_icrc, IpFields, ICRC_LEN};
 use super::ieth::{Ieth, IethRepr};
 use super::immdt::{ImmDt, ImmDtRepr};
@@ -33,6 +34,8 @@ pub struct Headers {
     pub ieth: Option<IethRepr>,
     pub atomic_eth: Option<AtomicEthRepr>,
     pub atomic_ack_eth: Option<AtomicAckEthRepr>,
+    /// FLUSH only.
+    pub feth: Option<FethRepr>,
 }
 
 /// A checked packet.
@@ -126,6 +129,11 @@ pub fn parse(p: &[u8]) -> Result<Parsed<'_>, WireError> {
     if let Some(o) = at(HeaderSet::ATOMIC_ACK_ETH) {
         headers.atomic_ack_eth = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(&p[o..])));
     }
+    if let Some(o) = at(HeaderSet::FETH) {
+        let f = Feth::new_unchecked(&p[o..]);
+        reserved_nonzero |= f.reserved() != 0;
+        headers.feth = Some(FethRepr::parse(&f));
+    }
     if let Some(o) = at(HeaderSet::CNP_PAD) {
         reserved_nonzero |= p[o..o + super::cnp::CNP_RESERVED_LEN].iter().any(|&b| b != 0);
     }
@@ -181,6 +189,9 @@ impl Headers {
         }
         if let Some(o) = h.offset_of(HeaderSet::ATOMIC_ACK_ETH) {
             need(self.atomic_ack_eth, "AtomicAckETH")?.emit(&mut AtomicAckEth::new_unchecked(&mut buf[o..]));
+        }
+        if let Some(o) = h.offset_of(HeaderSet::FETH) {
+            need(self.feth, "FETH")?.emit(&mut Feth::new_unchecked(&mut buf[o..]));
         }
         if let Some(o) = h.offset_of(HeaderSet::CNP_PAD) {
             buf[o..o + super::cnp::CNP_RESERVED_LEN].fill(0);
@@ -342,6 +353,7 @@ mod tests {
             ieth: Some(IethRepr { rkey: (s >> 9) as u32 }),
             atomic_eth: Some(AtomicEthRepr { va: s, rkey: 1, swap_add: !s, compare: s ^ 0x55 }),
             atomic_ack_eth: Some(AtomicAckEthRepr { orig: s.wrapping_mul(3) }),
+            feth: Some(FethRepr { placement: (s >> 13) as u8 & 0xF, level: (s >> 17) as u8 & 0x3 }),
         }
     }
 
@@ -369,7 +381,111 @@ mod tests {
         if !set.contains(HeaderSet::ATOMIC_ACK_ETH) {
             h.atomic_ack_eth = None;
         }
+        if !set.contains(HeaderSet::FETH) {
+            h.feth = None;
+        }
         h
+    }
+
+    /// RC FLUSH (IBTA 1.5 §9.2, opcode 0x1C): BTH, FETH, RETH, no payload. Bytes written
+    /// out by hand from the layout: a global-visibility flush of a 4 KiB range.
+    #[test]
+    fn golden_flush_request_bytes() {
+        let h = Headers {
+            bth: BthRepr {
+                opcode: op::RC_FLUSH,
+                dest_qp: 0x11,
+                ack_req: true,
+                psn: Psn::new(0x12_3456),
+                ..Default::default()
+            },
+            feth: Some(FethRepr {
+                placement: crate::wire::feth::PLACEMENT_GLOBAL,
+                level: crate::wire::feth::LEVEL_RANGE,
+            }),
+            reth: Some(RethRepr { va: 0x0000_7F00_DEAD_B000, rkey: 0x0001_2345, dma_len: 0x1000 }),
+            ..Default::default()
+        };
+        let mut buf = [0u8; 64];
+        let hl = h.emit(&mut buf).unwrap();
+        #[rustfmt::skip]
+        let want: [u8; 32] = [
+            // BTH: opcode, SE/M/pad/TVer, P_Key (default 0xFFFF), resv8 + DestQP, AckReq + PSN
+            0x1C, 0x00, 0xFF, 0xFF,  0x00, 0x00, 0x00, 0x11,  0x80, 0x12, 0x34, 0x56,
+            // FETH: 26 reserved bits, selectivity level (bits 5..4) 0, placement type 1
+            0x00, 0x00, 0x00, 0x01,
+            // RETH: VA, R_Key, DMA length
+            0x00, 0x00, 0x7F, 0x00, 0xDE, 0xAD, 0xB0, 0x00,  0x00, 0x01, 0x23, 0x45,  0x00, 0x00, 0x10, 0x00,
+        ];
+        assert_eq!(&buf[..hl], &want[..]);
+        let pkt = build(&h, &[]);
+        assert_eq!(&pkt[..32], &want[..]);
+        let p = parse(&pkt).unwrap();
+        assert_eq!(p.headers.feth, h.feth);
+        assert_eq!(p.headers.reth, h.reth);
+        assert!(p.payload.is_empty() && !p.reserved_nonzero);
+        // A FETH reserved bit is reported, not refused.
+        let mut odd = pkt.clone();
+        odd[12] = 0x40;
+        assert!(parse(&odd).unwrap().reserved_nonzero);
+        // FLUSH carries no payload.
+        let mut bad = build(&h, &[0; 4]);
+        bad[1] &= !0x30;
+        assert_eq!(parse(&bad), Err(WireError::PayloadNotAllowed { len: 4 }));
+        assert_eq!(Headers { feth: None, ..h }.emit(&mut buf), Err(WireError::MissingHeader("FETH")));
+    }
+
+    /// RC ATOMIC WRITE (IBTA 1.5 §9.2, opcode 0x1D): BTH, RETH (DMA length 8), 8 bytes of
+    /// payload written as one unit; the RDMA READ RESPONSE ONLY that acknowledges it and a
+    /// FLUSH carries AETH and no payload.
+    #[test]
+    fn golden_atomic_write_and_its_response_bytes() {
+        let h = Headers {
+            bth: BthRepr {
+                opcode: op::RC_ATOMIC_WRITE,
+                dest_qp: 0x12,
+                ack_req: true,
+                psn: Psn::new(7),
+                ..Default::default()
+            },
+            reth: Some(RethRepr { va: 0x1000, rkey: 0xAB, dma_len: 8 }),
+            ..Default::default()
+        };
+        let value = [1, 2, 3, 4, 5, 6, 7, 8];
+        let pkt = build(&h, &value);
+        #[rustfmt::skip]
+        let want: [u8; 36] = [
+            0x1D, 0x00, 0xFF, 0xFF,  0x00, 0x00, 0x00, 0x12,  0x80, 0x00, 0x00, 0x07,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00,  0x00, 0x00, 0x00, 0xAB,  0x00, 0x00, 0x00, 0x08,
+            1, 2, 3, 4, 5, 6, 7, 8,
+        ];
+        assert_eq!(&pkt[..36], &want[..]);
+        assert_eq!(pkt.len(), 36 + ICRC_LEN, "8 bytes need no pad");
+        let p = parse(&pkt).unwrap();
+        assert_eq!(p.payload, &value[..]);
+        assert_eq!(p.headers.reth, h.reth);
+        let r = Headers {
+            bth: BthRepr {
+                opcode: op::RC_RDMA_READ_RESPONSE_ONLY,
+                dest_qp: 0x11,
+                psn: Psn::new(7),
+                ..Default::default()
+            },
+            aeth: Some(AethRepr {
+                syndrome: Syndrome::Ack { credits: crate::wire::aeth::CreditCode::UNLIMITED },
+                msn: Msn::new(3),
+            }),
+            ..Default::default()
+        };
+        let pkt = build(&r, &[]);
+        #[rustfmt::skip]
+        let want: [u8; 16] = [
+            0x10, 0x00, 0xFF, 0xFF,  0x00, 0x00, 0x00, 0x11,  0x00, 0x00, 0x00, 0x07,
+            0x1F, 0x00, 0x00, 0x03,
+        ];
+        assert_eq!(&pkt[..16], &want[..]);
+        assert_eq!(pkt.len(), 16 + ICRC_LEN);
+        assert!(parse(&pkt).unwrap().payload.is_empty());
     }
 
     proptest! {

@@ -69,7 +69,8 @@ pub fn c_program(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-pub const C_PROGRAMS: [&str; 5] = ["rc_client_server", "ud_client_server", "events", "mr_faults", "invalidate"];
+pub const C_PROGRAMS: [&str; 6] =
+    ["rc_client_server", "ud_client_server", "events", "mr_faults", "invalidate", "atomic_write_flush"];
 
 fn compile_c_programs() -> Result<PathBuf, String> {
     let src = repo_root().join("tests/verbs_c");

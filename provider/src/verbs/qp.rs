@@ -35,6 +35,7 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
     attr.cap = convert::cap_to_c(&cap);
     let mut b = Box::new(UrxeQp {
         ibv: Zeroable::zeroed(),
+        wr_flush: Some(super::qp_ex::wr_flush),
         qpn,
         qp_type: init.qp_type,
         has_qp_ex: attr.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as u32 != 0,

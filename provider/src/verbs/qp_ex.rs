@@ -15,6 +15,19 @@ use crate::objects::*;
 use libc::c_void;
 use urxe::engine::{AccessFlags, MwBind, QpType, SendFlags, SendWr, Sge, UdDest, WrKind};
 
+/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45's `enum ibv_qp_create_send_ops_flags`, after
+/// `IBV_QP_EX_WITH_ATOMIC_WRITE`; not in rdma-core 44's header, so named here).
+pub const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 13;
+/// `IBV_DEVICE_FLUSH_GLOBAL` and `IBV_DEVICE_ATOMIC_WRITE` of `device_cap_flags_ex`
+/// (= the kernel's `IB_UVERBS_DEVICE_FLUSH_GLOBAL`, `_ATOMIC_WRITE`; rdma-core 45). urxe does
+/// not offer `IBV_DEVICE_FLUSH_PERSISTENT` (1 << 39): it has no persistence domain.
+pub const DEVICE_CAPS_FLUSH_ATOMIC_WRITE: u64 = (1 << 38) | (1 << 40);
+
+/// `ibv_wr_flush`'s entry: rdma-core 45 appends `wr_flush` to `struct ibv_qp_ex`, right after
+/// `wr_atomic_write`; rdma-core 44's struct (mirrored by `ibv_qp_ex`) ends before it, so the
+/// slot is the field that follows `ibv` in `UrxeQp`.
+pub type WrFlushFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
+
 /// Point the builder entries of a new QP's `ibv_qp_ex` at the functions below.
 pub(super) fn fill_wr_table(q: &mut ibv_qp_ex) {
     q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
@@ -123,7 +136,42 @@ macro_rules! wr_unsupported {
 }
 wr_unsupported!(wr_send_tso(hdr: *mut c_void, hdr_sz: u16, mss: u16));
 wr_unsupported!(wr_set_xrc_srqn(remote_srqn: u32));
-wr_unsupported!(wr_atomic_write(rkey: u32, remote_addr: u64, atomic_wr: *const c_void));
+
+crate::c_fn! {
+    /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (the verb lets the
+    /// caller reuse them on return) and land at `remote_addr` as one unit.
+    fn wr_atomic_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, atomic_wr: *const c_void) as void {
+        let value = (!atomic_wr.is_null()).then(|| {
+            let mut v = [0u8; 8];
+            // SAFETY: the verb's contract: `atomic_wr` points to 8 readable bytes.
+            unsafe { std::ptr::copy_nonoverlapping(atomic_wr as *const u8, v.as_mut_ptr(), 8) };
+            v
+        });
+        // SAFETY: caller passes a QP of ours.
+        unsafe {
+            with_batch(qp, |s, b| match value {
+                Some(value) => push_wr(s, b, IBV_QP_EX_WITH_ATOMIC_WRITE, WrKind::AtomicWrite { remote_addr, rkey, value }),
+                None => batch_fail(b, libc::EINVAL),
+            })
+        }
+    }
+}
+
+crate::c_fn! {
+    /// `ibv_wr_flush` (rdma-core 45): `type` is `IBV_FLUSH_GLOBAL` (1) and/or
+    /// `IBV_FLUSH_PERSISTENT` (2), `level` `IBV_FLUSH_RANGE` (0) or `IBV_FLUSH_MR` (1); the
+    /// length must fit the RETH's 32 bits.
+    fn wr_flush(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, len: usize, placement: u8, level: u8) as void {
+        let kind = u32::try_from(len).ok().map(|len| WrKind::Flush { remote_addr, rkey, len, placement, level });
+        // SAFETY: caller passes a QP of ours.
+        unsafe {
+            with_batch(qp, |s, b| match kind {
+                Some(kind) => push_wr(s, b, IBV_QP_EX_WITH_FLUSH, kind),
+                None => batch_fail(b, libc::EINVAL),
+            })
+        }
+    }
+}
 
 fn set_last_sges(s: &UrxeQp, b: &mut WrBatch, sges: Result<Vec<Sge>, i32>, inline: bool) {
     let sges = match sges {
@@ -282,6 +330,7 @@ mod tests {
     fn test_qp(send_ops: u64) -> Box<UrxeQp> {
         let mut b = Box::new(UrxeQp {
             ibv: Zeroable::zeroed(),
+            wr_flush: Some(wr_flush),
             qpn: 0x11,
             qp_type: QpType::Rc,
             has_qp_ex: true,
@@ -344,6 +393,49 @@ mod tests {
         // SAFETY: as above.
         let rc = unsafe { wr_complete(p) };
         assert_eq!(rc, libc::EINVAL, "complete without start");
+    }
+
+    #[test]
+    fn atomic_write_and_flush_are_built_from_their_arguments() {
+        let mut q = test_qp(IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_FLUSH);
+        let p = &mut q.ibv as *mut ibv_qp_ex;
+        let v = 0x0102_0304_0506_0708u64.to_ne_bytes();
+        // SAFETY: `p` is a live test QP used by this thread only; `v` holds 8 bytes.
+        unsafe {
+            wr_start(p);
+            wr_atomic_write(p, 5, 0x40, v.as_ptr() as *const c_void);
+            wr_flush(p, 6, 0x80, 64, 1, 0);
+        }
+        {
+            let b = q.batch.lock().unwrap();
+            assert_eq!(b.error, 0);
+            assert_eq!(b.wrs[0].kind, WrKind::AtomicWrite { remote_addr: 0x40, rkey: 5, value: v });
+            assert_eq!(b.wrs[1].kind, WrKind::Flush { remote_addr: 0x80, rkey: 6, len: 64, placement: 1, level: 0 });
+        }
+        // SAFETY: as above; the NULL value is refused before any read.
+        unsafe {
+            wr_start(p);
+            wr_atomic_write(p, 5, 0x40, ptr::null());
+        }
+        assert_eq!(q.batch.lock().unwrap().error, libc::EINVAL);
+        // SAFETY: as above.
+        unsafe {
+            wr_start(p);
+            wr_flush(p, 6, 0x80, 1 << 32, 1, 0); // longer than a RETH can say
+        }
+        assert_eq!(q.batch.lock().unwrap().error, libc::EINVAL);
+        let mut q = test_qp(IBV_QP_EX_WITH_SEND);
+        let p = &mut q.ibv as *mut ibv_qp_ex;
+        // SAFETY: as above.
+        unsafe {
+            wr_start(p);
+            wr_flush(p, 6, 0x80, 8, 1, 0);
+        }
+        assert_eq!(q.batch.lock().unwrap().error, libc::EOPNOTSUPP, "FLUSH not in send_ops_flags");
+        // rdma-core 45's `ibv_wr_flush` reads the entry right after rdma-core 44's struct.
+        // SAFETY: `UrxeQp` is repr(C) with `wr_flush` at that offset (asserted in objects.rs).
+        let slot = unsafe { *((p as *const u8).add(std::mem::size_of::<ibv_qp_ex>()) as *const Option<WrFlushFn>) };
+        assert_eq!(slot.map(|f| f as usize), Some(wr_flush as WrFlushFn as usize));
     }
 
     #[test]

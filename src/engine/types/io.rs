@@ -13,7 +13,26 @@ pub trait HostMemory {
     fn atomic_cmp_swap(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemError>;
     /// 8-byte aligned atomic fetch-and-add; returns the original value.
     fn atomic_fetch_add(&self, addr: u64, add: u64) -> Result<u64, MemError>;
+    /// 8-byte aligned atomic store (ATOMIC WRITE): the 8 bytes become visible as one unit,
+    /// after every write the engine made before. The default is a compare-and-swap loop,
+    /// which is both (a successful swap is one atomic read-modify-write with full ordering);
+    /// each retry means another writer changed the word, so it ends unless the word is
+    /// rewritten without pause, and gives up (`Fault`) after a bounded number of tries.
+    fn atomic_store(&self, addr: u64, value: u64) -> Result<(), MemError> {
+        let mut seen = self.atomic_cmp_swap(addr, 0, 0)?;
+        for _ in 0..ATOMIC_STORE_TRIES {
+            let now = self.atomic_cmp_swap(addr, seen, value)?;
+            if now == seen {
+                return Ok(());
+            }
+            seen = now;
+        }
+        Err(MemError::Fault { addr })
+    }
 }
+
+/// Bound of [`HostMemory::atomic_store`]'s default compare-and-swap loop.
+pub const ATOMIC_STORE_TRIES: u32 = 1 << 16;
 
 /// A host memory access that could not be done. `Fault`: registered memory no longer mapped
 /// with the access needed (unmapped or protected after registration), at `addr`.

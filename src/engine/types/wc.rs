@@ -47,6 +47,7 @@ pub enum WcOpcode {
     BindMw = 5,
     LocalInv = 6,
     Tso = 7,
+    Flush = 8,
     AtomicWrite = 9,
     Recv = 128,
     RecvRdmaWithImm = 129,

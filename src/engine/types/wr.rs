@@ -27,6 +27,7 @@ pub enum WrOpcode {
     SendWithInv = 9,
     Tso = 10,
     Driver1 = 11,
+    Flush = 14,
     AtomicWrite = 15,
 }
 
@@ -45,6 +46,7 @@ impl WrOpcode {
             9 => WrOpcode::SendWithInv,
             10 => WrOpcode::Tso,
             11 => WrOpcode::Driver1,
+            14 => WrOpcode::Flush,
             15 => WrOpcode::AtomicWrite,
             _ => return None,
         })
@@ -67,15 +69,57 @@ pub struct MwBind {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum WrKind {
     Send,
-    SendWithImm { imm_data: u32 },
-    SendWithInv { invalidate_rkey: u32 },
-    RdmaWrite { remote_addr: u64, rkey: u32 },
-    RdmaWriteWithImm { remote_addr: u64, rkey: u32, imm_data: u32 },
-    RdmaRead { remote_addr: u64, rkey: u32 },
-    AtomicCmpSwp { remote_addr: u64, rkey: u32, compare: u64, swap: u64 },
-    AtomicFetchAdd { remote_addr: u64, rkey: u32, add: u64 },
-    LocalInv { invalidate_rkey: u32 },
+    SendWithImm {
+        imm_data: u32,
+    },
+    SendWithInv {
+        invalidate_rkey: u32,
+    },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm_data: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    AtomicCmpSwp {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    AtomicFetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+    LocalInv {
+        invalidate_rkey: u32,
+    },
     BindMw(MwBind),
+    /// ATOMIC WRITE (RC): the 8 bytes of `value` land at `remote_addr` (8-byte aligned) as one
+    /// unit, in the byte order they have here (`ibv_wr_atomic_write` passes a pointer to them).
+    AtomicWrite {
+        remote_addr: u64,
+        rkey: u32,
+        value: [u8; 8],
+    },
+    /// FLUSH (RC): `placement` is the FETH placement type (1 global visibility, 2
+    /// persistence), `level` the selectivity level (0 the range `remote_addr`/`len`, 1 the
+    /// whole region of `rkey`).
+    Flush {
+        remote_addr: u64,
+        rkey: u32,
+        len: u32,
+        placement: u8,
+        level: u8,
+    },
 }
 
 impl WrKind {
@@ -91,6 +135,8 @@ impl WrKind {
             WrKind::AtomicFetchAdd { .. } => WrOpcode::AtomicFetchAndAdd,
             WrKind::LocalInv { .. } => WrOpcode::LocalInv,
             WrKind::BindMw(_) => WrOpcode::BindMw,
+            WrKind::AtomicWrite { .. } => WrOpcode::AtomicWrite,
+            WrKind::Flush { .. } => WrOpcode::Flush,
         }
     }
 }
