@@ -56,6 +56,10 @@ impl SimHost {
     pub fn punch_hole(&self, addr: u64, len: u64) {
         self.holes.borrow_mut().push((addr, len));
     }
+    /// Maps `[addr, addr + len)` again (a hole punched with exactly these bounds).
+    pub fn fill_hole(&self, addr: u64, len: u64) {
+        self.holes.borrow_mut().retain(|&h| h != (addr, len));
+    }
     /// Starts recording the engine's successful accesses.
     pub fn start_log(&self) {
         *self.log.borrow_mut() = Some(Vec::new());
