@@ -81,8 +81,10 @@ pub fn writable(access: AccessFlags) -> bool {
 /// faults each page in as a read (write) access would, breaking copy-on-write for writing,
 /// without changing a byte. Nothing stays pinned: the application may still unmap the range.
 /// EFAULT if part of the range is not mapped, or not with the access asked for, or cannot be
-/// populated (a `VM_IO`/`VM_PFNMAP` mapping); before Linux 5.14 (no MADV_POPULATE_*) each page
-/// is touched through the guarded routines instead (a one-byte read; an atomic add of 0).
+/// populated (a `VM_IO`/`VM_PFNMAP` mapping). Before Linux 5.14 (no MADV_POPULATE_*) each page
+/// is read through the guarded copy instead: pages are faulted in for reading only (a write
+/// fault is left to the access; an atomic add of 0 would do it, but in the syscall fallback
+/// mode an atomic is not guarded against a read-only page).
 pub fn prefetch(addr: u64, len: u64, write: bool) -> Result<(), i32> {
     if len == 0 {
         return Ok(());
@@ -110,20 +112,19 @@ pub fn prefetch(addr: u64, len: u64, write: bool) -> Result<(), i32> {
         }
         return Ok(());
     }
+    touch_pages(addr, first, last, page)
+}
+
+/// The fallback of [`prefetch`]: reads the first byte of `[addr, last)` and each page start
+/// after it (`first` is `addr` rounded down to a page) through the guarded copy.
+fn touch_pages(addr: u64, first: u64, last: u64, page: u64) -> Result<(), i32> {
     let mut at = first;
     while at < last {
-        // Touch the first byte of the range, then each page start after it.
         let p = at.max(addr);
-        let touched = if write {
-            // SAFETY: the registration's owner handed this range to the device for writing;
-            // an atomic add of 0 changes nothing, and a missing page is reported, not raised.
-            unsafe { super::fault::fetch_add((p & !7) as usize as *mut u64, 0) }.map(|_| ())
-        } else {
-            let mut b = 0u8;
-            // SAFETY: a guarded one-byte read into our own local; a missing page is reported.
-            unsafe { super::fault::copy(&mut b, p as usize as *const u8, 1) }
-        };
-        touched.map_err(|_| libc::EFAULT)?;
+        let mut b = 0u8;
+        // SAFETY: a guarded one-byte read of memory the application handed to the device, into
+        // our own local; a missing page is reported, not raised.
+        unsafe { super::fault::copy(&mut b, p as usize as *const u8, 1) }.map_err(|_| libc::EFAULT)?;
         at += page;
     }
     Ok(())
@@ -329,6 +330,19 @@ mod tests {
         assert_eq!(prefetch(p.page(0), ps, true), Ok(()));
         assert_eq!(prefetch(0, 64, false), Err(libc::EFAULT), "NULL");
         assert_eq!(prefetch(u64::MAX - 8, 64, false), Err(libc::EFAULT), "wrapping");
+    }
+
+    #[test]
+    fn prefetch_fallback_touches_each_page_and_refuses_holes() {
+        crate::transport::fault::install();
+        let p = Pages::new();
+        let ps = page_size();
+        assert_eq!(touch_pages(p.page(0) + 9, p.page(0), p.page(3), ps), Ok(()));
+        p.protect(2, libc::PROT_NONE);
+        assert_eq!(touch_pages(p.page(1), p.page(1), p.page(3), ps), Err(libc::EFAULT), "PROT_NONE");
+        p.unmap(1);
+        assert_eq!(touch_pages(p.page(0), p.page(0), p.page(2), ps), Err(libc::EFAULT), "a hole");
+        assert_eq!(touch_pages(p.page(0), p.page(0), p.page(1), ps), Ok(()));
     }
 
     fn lines(maps: &[u8]) -> impl Iterator<Item = &[u8]> {

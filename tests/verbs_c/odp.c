@@ -150,11 +150,19 @@ static void step(struct ibv_qp *qp, struct ibv_cq *cq, const char *name, enum ib
 		check(1, name, "-");
 }
 
+/* Fresh pages far below where the kernel places new mappings (it searches top-down from the
+ * mmap base), so a page this program unmaps stays a hole: an allocation of ASan or of the
+ * library cannot land in it before the check that expects it empty. */
 static void *map(struct ctx *c, size_t pages)
 {
-	void *p = mmap(NULL, pages * c->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	static uintptr_t next = (uintptr_t)0x300000000000ull;
+	void *p = mmap((void *)next, pages * c->page, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p == MAP_FAILED)
+		p = mmap(NULL, pages * c->page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		die("mmap");
+	next += (uintptr_t)16 << 20;
 	return p;
 }
 

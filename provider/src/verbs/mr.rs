@@ -299,7 +299,8 @@ crate::c_fn! {
         let dev = unsafe { dev_of(p.ibv.context) }?;
         // SAFETY: the caller passes `num_sge` readable SGEs.
         let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-        let mut ranges = Vec::with_capacity(sges.len());
+        // Grown as the list is read (never sized from `num_sge` alone).
+        let mut ranges = Vec::new();
         for sge in sges {
             let info = glue::mr_by_key(dev, sge.lkey)?;
             if !info.access.contains(AccessFlags::ON_DEMAND) {
