@@ -89,30 +89,18 @@ impl Setup {
         bring_up(&mut self.net, b, 0, a.qpn, opts.b_psn, opts.a_psn, &opts);
         let sg = [sge(self.local, len, self.peer_mr)];
         self.net.nodes[0].eng.post_send(self.net.now, a.qpn, &send_wr(1, kind, &sg)).unwrap();
-        let mut got = Vec::new();
-        let done = self.net.run_until(500 * MS, |n| {
-            got.extend(n.poll_all(0, a.cq));
-            !got.is_empty()
-        });
-        assert!(done, "no completion for {kind:?} within 500 ms of virtual time");
+        let wc = self.net.first_completion(0, a.cq, 500 * MS);
+        let wc = wc.unwrap_or_else(|| panic!("no completion for {kind:?} within 500 ms of virtual time"));
         self.net.run_idle(5 * MS);
         self.net.nodes[0].eng.destroy_qp(a.qpn).unwrap();
         self.net.nodes[1].eng.destroy_qp(b.qpn).unwrap();
-        got[0].status
+        wc.status
     }
 
     fn target_bytes(&self) -> Vec<u8> {
         let m = self.net.nodes[1].mem();
         m.get(m.base, MEM)
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Verb {
-    Write,
-    Read,
-    CmpSwap,
-    FetchAdd,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -135,7 +123,7 @@ struct Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let verb = prop_oneof![Just(Verb::Write), Just(Verb::Read), Just(Verb::CmpSwap), Just(Verb::FetchAdd)];
+    let verb = proptest::sample::select(Verb::ALL.to_vec());
     let place = prop_oneof![
         4 => (0u64..MEM as u64 + 4096).prop_map(Place::Base),
         4 => ((0usize..2), -5000i64..9000).prop_map(|(h, o)| Place::Hole(h, o)),
@@ -179,7 +167,7 @@ proptest! {
             if i == ops.len() / 2 {
                 s.map_later();
             }
-            let atomic = matches!(o.verb, Verb::CmpSwap | Verb::FetchAdd);
+            let atomic = o.verb.is_atomic();
             let mut va = address(&s, o.place);
             if atomic {
                 va &= !7;
@@ -189,12 +177,7 @@ proptest! {
             let mut src = vec![0u8; len as usize];
             rng.fill(&mut src);
             s.net.nodes[0].mem().set(s.local, &src);
-            let kind = match o.verb {
-                Verb::Write => WrKind::RdmaWrite { remote_addr: va, rkey },
-                Verb::Read => WrKind::RdmaRead { remote_addr: va, rkey },
-                Verb::CmpSwap => WrKind::AtomicCmpSwp { remote_addr: va, rkey, compare: 0, swap: 0x5A5A },
-                Verb::FetchAdd => WrKind::AtomicFetchAdd { remote_addr: va, rkey, add: 3 },
-            };
+            let kind = o.verb.wr(va, rkey);
             let expect_ok = o.key_flip == 0 && s.mapped(va, u64::from(len));
             let status = s.run(kind, len);
             prop_assert_eq!(status == WcStatus::Success, expect_ok,

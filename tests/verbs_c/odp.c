@@ -98,43 +98,12 @@ static void free_pair(struct pair *p)
 	ibv_destroy_cq(p->cq_b);
 }
 
-static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr, uint32_t len, uint32_t lkey, uint64_t raddr,
-		uint32_t rkey, uint64_t wr_id)
-{
-	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)addr, .length = len, .lkey = lkey };
-	struct ibv_send_wr wr, *bad;
-
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-		wr.wr.atomic.remote_addr = raddr;
-		wr.wr.atomic.rkey = rkey;
-		wr.wr.atomic.compare_add = 5;
-	} else {
-		wr.wr.rdma.remote_addr = raddr;
-		wr.wr.rdma.rkey = rkey;
-	}
-	return ibv_post_send(qp, &wr, &bad);
-}
-
-static void post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
-{
-	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)addr, .length = len, .lkey = lkey };
-	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
-	if (ibv_post_recv(qp, &wr, &bad))
-		die("ibv_post_recv");
-}
-
 /* Posts one WR on `qp` and expects its completion on `cq` with `status`; returns 1 if so. */
 static int run(struct ibv_qp *qp, struct ibv_cq *cq, const char *name, enum ibv_wr_opcode op, void *addr, uint32_t len,
 	       uint32_t lkey, uint64_t raddr, uint32_t rkey, enum ibv_wc_status status, uint64_t wr_id)
 {
 	struct ibv_wc wc;
-	int r = post(qp, op, addr, len, lkey, raddr, rkey, wr_id);
+	int r = post_one(qp, op, addr, len, lkey, raddr, rkey, 0, wr_id);
 	if (r) {
 		check(0, name, "ibv_post_send returned %d", r);
 		return 0;
@@ -265,7 +234,7 @@ static void implicit(struct ctx *c)
 		check(v == 105 && memcmp(src, &(uint64_t){ 100 }, 8) == 0, "implicit_fetch_add_on_later_mmap",
 		      "target %" PRIu64 " (want 105)", v);
 	}
-	post_recv(p.b, dst + MSG, MSG, imr->lkey, 10);
+	post_recv_one(p.b, dst + MSG, MSG, imr->lkey, 10);
 	fill(src, MSG, SEED_SEND, 0);
 	if (run(p.a, p.cq_a, "implicit_send_posted", IBV_WR_SEND, src, MSG, imr->lkey, 0, 0, IBV_WC_SUCCESS, 4) &&
 	    expect_wc(p.cq_b, &wc, "implicit_recv_into_later_mmap", IBV_WC_SUCCESS, IBV_WC_RECV, 10)) {
