@@ -281,3 +281,99 @@ fn receives_through_the_implicit_lkey_land_or_fail_cleanly() {
         }
     }
 }
+
+/// The other transports reach memory the same way: a UC WRITE through the implicit rkey lands
+/// in mapped memory and, aimed at a hole, is dropped by the target without touching a byte (UC
+/// has no NAK: the requester completes); an SRQ receive posted through the implicit lkey takes
+/// an RC SEND; a UD datagram gathered and scattered through implicit keys arrives whole. On a
+/// clean link: UC and UD do not recover lost packets.
+#[test]
+fn uc_srq_and_ud_reach_memory_through_the_implicit_keys() {
+    use QpAttrMask as A;
+    let mut s = setup(7);
+    s.net.link = LinkCfg::default();
+    let base = s.net.nodes[1].mem().base;
+    let data: Vec<u8> = (0..2048u32).map(|i| (i * 29 + 3) as u8).collect();
+    s.net.nodes[0].mem().set(s.local, &data);
+
+    // UC: into mapped memory, then into the page unmapped after registration.
+    let uc = QpOpts { ty: QpType::Uc, ..QpOpts::default() };
+    let a = make_qp_in(&mut s.net, 0, s.peer_pd, &uc);
+    let b = make_qp_in(&mut s.net, 1, s.target_pd, &uc);
+    bring_up(&mut s.net, a, 1, b.qpn, uc.a_psn, uc.b_psn, &uc);
+    bring_up(&mut s.net, b, 0, a.qpn, uc.b_psn, uc.a_psn, &uc);
+    let sg = [sge(s.local, 2048, s.peer_mr)];
+    let before = s.target_bytes();
+    for (wr_id, at) in [(1u64, base + 0x90000), (2, base + GONE.0 + 1024)] {
+        let kind = WrKind::RdmaWrite { remote_addr: at, rkey: s.target_mr.rkey };
+        s.net.nodes[0].eng.post_send(s.net.now, a.qpn, &send_wr(wr_id, kind, &sg)).unwrap();
+        let wc = s.net.first_completion(0, a.cq, 100 * MS).expect("UC WRITE completes");
+        assert_eq!((wc.wr_id, wc.status), (wr_id, WcStatus::Success));
+        s.net.run_idle(5 * MS);
+    }
+    let mut want = before;
+    want[0x90000..0x90000 + 2048].copy_from_slice(&data);
+    assert!(s.target_bytes() == want, "UC: only the mapped WRITE changed the target's memory");
+
+    // SRQ: an RC SEND into a receive posted on the SRQ through the implicit lkey.
+    let e = &mut s.net.nodes[1].eng;
+    let (cq, _) = e.create_cq(16).unwrap();
+    let (srq, _) = e.create_srq(s.target_pd, &SrqAttr { max_wr: 4, max_sge: 1, srq_limit: 0 }).unwrap();
+    let cap = QpCap { max_send_wr: 4, max_recv_wr: 0, max_send_sge: 1, max_recv_sge: 0, max_inline_data: 0 };
+    let init = QpInitAttr {
+        pd: s.target_pd,
+        qp_type: QpType::Rc,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        cap,
+        sq_sig_all: true,
+    };
+    let (qpn, _) = e.create_qp(&init).unwrap();
+    let b = End { node: 1, pd: s.target_pd, cq, qpn };
+    let rc = QpOpts::default();
+    let a = make_qp_in(&mut s.net, 0, s.peer_pd, &rc);
+    bring_up(&mut s.net, a, 1, b.qpn, rc.a_psn, rc.b_psn, &rc);
+    bring_up(&mut s.net, b, 0, a.qpn, rc.b_psn, rc.a_psn, &rc);
+    let dst = base + 0xA0000;
+    s.net.nodes[1].eng.post_srq_recv(srq, &RecvWr { wr_id: 30, sg_list: &[sge(dst, 2048, s.target_mr)] }).unwrap();
+    s.net.nodes[0].eng.post_send(s.net.now, a.qpn, &send_wr(3, WrKind::Send, &sg)).unwrap();
+    let wc = s.net.first_completion(1, cq, 500 * MS).expect("SRQ receive completes");
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (30, WcStatus::Success, 2048));
+    assert_eq!(s.net.nodes[1].mem().get(dst, 2048), data);
+
+    // UD: gathered and scattered through the implicit keys (40 bytes of GRH area first).
+    let qkey = 0x1111_1111;
+    let ud = QpOpts { ty: QpType::Ud, ..QpOpts::default() };
+    let mut ends = Vec::new();
+    for (node, pd) in [(0, s.peer_pd), (1, s.target_pd)] {
+        let end = make_qp_in(&mut s.net, node, pd, &ud);
+        let e = &mut s.net.nodes[node].eng;
+        let a = QpAttr { qp_state: QpState::Init, port_num: 1, qkey, ..QpAttr::default() };
+        e.modify_qp(end.qpn, &a, A::STATE | A::PKEY_INDEX | A::PORT | A::QKEY).unwrap();
+        e.modify_qp(end.qpn, &QpAttr { qp_state: QpState::Rtr, ..QpAttr::default() }, A::STATE).unwrap();
+        let rts = QpAttr { qp_state: QpState::Rts, sq_psn: 7, ..QpAttr::default() };
+        e.modify_qp(end.qpn, &rts, A::STATE | A::SQ_PSN).unwrap();
+        ends.push(end);
+    }
+    let (a, b) = (ends[0], ends[1]);
+    let dgid = gid_of(s.net.nodes[1].addr);
+    let route =
+        AhAttr { is_global: true, grh: GlobalRoute { dgid, ..Default::default() }, port_num: 1, ..Default::default() };
+    let ah = s.net.nodes[0].eng.create_ah(a.pd, &route).unwrap();
+    let dst = base + 0xB0000;
+    s.net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 40, sg_list: &[sge(dst, 40 + 512, s.target_mr)] }).unwrap();
+    let sg = [sge(s.local, 512, s.peer_mr)];
+    let wr = SendWr {
+        wr_id: 4,
+        kind: WrKind::Send,
+        flags: SendFlags::SIGNALED,
+        sg_list: &sg,
+        ud: Some(UdDest { ah, remote_qpn: b.qpn, remote_qkey: qkey }),
+    };
+    s.net.nodes[0].eng.post_send(s.net.now, a.qpn, &wr).unwrap();
+    let got = s.net.first_completion(1, b.cq, 100 * MS);
+    let wc = got.expect("the UD datagram arrives");
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (40, WcStatus::Success, 40 + 512));
+    assert_eq!(s.net.nodes[1].mem().get(dst + 40, 512), data[..512]);
+}
