@@ -29,14 +29,6 @@ enum KeyChoice {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Verb {
-    Write,
-    Read,
-    CmpSwap,
-    FetchAdd,
-}
-
-#[derive(Clone, Copy, Debug)]
 struct Op {
     verb: Verb,
     key: KeyChoice,
@@ -60,7 +52,7 @@ fn key_choice() -> impl Strategy<Value = KeyChoice> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    let verb = prop_oneof![Just(Verb::Write), Just(Verb::Read), Just(Verb::CmpSwap), Just(Verb::FetchAdd)];
+    let verb = proptest::sample::select(Verb::ALL.to_vec());
     let off = prop_oneof![4 => 0i64..REGION as i64, 1 => -300i64..(REGION as i64 + 300)];
     let len = prop_oneof![2 => 1u32..128, 1 => 1u32..3000];
     let where_ = (0usize..4, off, any::<bool>(), proptest::option::weighted(0.05, any::<u64>()));
@@ -129,14 +121,6 @@ fn setup(seed: u64) -> Setup {
     Setup { net, regions, target_pd: pd, peer_pd: pd0, local }
 }
 
-fn need(verb: Verb) -> AccessFlags {
-    match verb {
-        Verb::Write => AccessFlags::REMOTE_WRITE,
-        Verb::Read => AccessFlags::REMOTE_READ,
-        Verb::CmpSwap | Verb::FetchAdd => AccessFlags::REMOTE_ATOMIC,
-    }
-}
-
 /// Whether `[addr, addr + len)` lies inside region `r`.
 fn inside(r: &Region, addr: u64, len: u64) -> bool {
     addr.checked_add(len).is_some_and(|end| addr >= r.addr && end <= r.addr + REGION)
@@ -171,18 +155,13 @@ fn run_op(s: &mut Setup, o: &Op) -> (WcStatus, u32, u64, u64) {
         KeyChoice::Live(r) | KeyChoice::Flipped(r, _) => r,
         KeyChoice::Random(_) | KeyChoice::Stale => o.region,
     };
-    let atomic = matches!(o.verb, Verb::CmpSwap | Verb::FetchAdd);
+    let atomic = o.verb.is_atomic();
     let mut va = o.far.unwrap_or_else(|| s.regions[region].addr.wrapping_add_signed(o.off));
     if atomic && o.align {
         va &= !7;
     }
     let len = if atomic { 8 } else { o.len };
-    let kind = match o.verb {
-        Verb::Write => WrKind::RdmaWrite { remote_addr: va, rkey },
-        Verb::Read => WrKind::RdmaRead { remote_addr: va, rkey },
-        Verb::CmpSwap => WrKind::AtomicCmpSwp { remote_addr: va, rkey, compare: 0, swap: 0x5A5A },
-        Verb::FetchAdd => WrKind::AtomicFetchAdd { remote_addr: va, rkey, add: 3 },
-    };
+    let kind = o.verb.wr(va, rkey);
     let sg = [sge(s.local.0, len, s.local.1)];
     let posted = s.net.nodes[0].eng.post_send(s.net.now, a.qpn, &send_wr(1, kind, &sg));
     if atomic && !va.is_multiple_of(8) {
@@ -213,8 +192,8 @@ proptest! {
         for o in &ops {
             let (status, rkey, va, len) = run_op(&mut s, o);
             let region = s.regions.iter().find(|r| r.live && r.rkey == rkey).copied();
-            let right = need(o.verb);
-            let aligned = !matches!(o.verb, Verb::CmpSwap | Verb::FetchAdd) || va.is_multiple_of(8);
+            let right = o.verb.need();
+            let aligned = !o.verb.is_atomic() || va.is_multiple_of(8);
             let expect_ok = region.is_some_and(|r| r.access.contains(right) && inside(&r, va, len))
                 && mapped(&s.regions, va, len)
                 && aligned;

@@ -130,6 +130,7 @@ pub type PdAllocFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, usize
 pub type PdFreeFn = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64);
 pub type AllocDmFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_alloc_dm_attr) -> *mut ibv_dm;
 pub type FreeDmFn = unsafe extern "C" fn(*mut ibv_dm) -> c_int;
+pub type AdviseMrFn = unsafe extern "C" fn(*mut ibv_pd, c_uint, u32, *mut ibv_sge, u32) -> c_int;
 pub type RegDmMrFn = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_dm, u64, usize, c_uint) -> *mut ibv_mr;
 pub type QueryRtValuesFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_values_ex) -> c_int;
 pub type ModifyCqFn = unsafe extern "C" fn(*mut ibv_cq, *mut c_void) -> c_int;
@@ -193,7 +194,7 @@ pub struct ibv_values_ex {
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPortFn>,
-    pub advise_mr: *mut c_void,
+    pub advise_mr: Option<AdviseMrFn>,
     pub alloc_null_mr: *mut c_void,
     pub read_counters: *mut c_void,
     pub attach_counters_point_flow: *mut c_void,
@@ -1145,6 +1146,19 @@ constants! {
     IBV_ACCESS_ZERO_BASED = 1 << 5;
     IBV_ACCESS_ON_DEMAND = 1 << 6;
     IBV_ACCESS_RELAXED_ORDERING = 1 << 20;
+
+    IBV_ADVISE_MR_ADVICE_PREFETCH = 0;
+    IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE = 1;
+    IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT = 2;
+    IBV_ADVISE_MR_FLAG_FLUSH = 1;
+    IBV_ODP_SUPPORT = 1;
+    IBV_ODP_SUPPORT_IMPLICIT = 1 << 1;
+    IBV_ODP_SUPPORT_SEND = 1;
+    IBV_ODP_SUPPORT_RECV = 1 << 1;
+    IBV_ODP_SUPPORT_WRITE = 1 << 2;
+    IBV_ODP_SUPPORT_READ = 1 << 3;
+    IBV_ODP_SUPPORT_ATOMIC = 1 << 4;
+    IBV_ODP_SUPPORT_SRQ_RECV = 1 << 5;
 
     IBV_EVENT_CQ_ERR = 0;
     IBV_EVENT_QP_FATAL = 1;

@@ -60,6 +60,7 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     v.alloc_dm = Some(verbs::dm::alloc_dm_op);
     v.free_dm = Some(verbs::dm::free_dm_op);
     v.reg_dm_mr = Some(verbs::dm::reg_dm_mr_op);
+    v.advise_mr = Some(verbs::mr::advise_mr_op);
     v.create_cq_ex = Some(verbs::cq::create_cq_ex_op);
     v.create_qp_ex = Some(verbs::qp::create_qp_ex_op);
     v.create_srq_ex = Some(verbs::srq::create_srq_ex_op);
@@ -264,6 +265,7 @@ pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
     a.max_dm_size = verbs::dm::MAX_DM_SIZE;
     a.device_cap_flags_ex = DEVICE_CAP_FLAGS | verbs::qp_ex::DEVICE_CAPS_FLUSH_ATOMIC_WRITE;
     a.phys_port_cnt_ex = 1;
+    (a.odp_caps, a.xrc_odp_caps) = verbs::mr::odp_caps(a.orig_attr.device_cap_flags);
     a
 }
 

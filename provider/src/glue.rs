@@ -94,6 +94,11 @@ pub fn query_pd(dev: &UrxeDevice, pd: PdId) -> VerbResult<()> {
 pub fn query_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<MrInfo> {
     transport(dev)?.control(|en, _| en.query_mr(mr)).map_err(errno)
 }
+/// The MR `key` names and its attributes (`ibv_advise_mr`): ENOENT when the key names
+/// nothing, EINVAL when it names a memory window.
+pub fn mr_by_key(dev: &UrxeDevice, key: u32) -> VerbResult<MrInfo> {
+    transport(dev)?.control(|en, _| en.mr_by_key(key).and_then(|mr| en.query_mr(mr))).map_err(errno)
+}
 /// Re-register MR `mr` in place (keys kept).
 pub fn rereg_mr(dev: &UrxeDevice, mr: MrId, change: &MrChange) -> VerbResult<()> {
     transport(dev)?.control(|en, _| en.rereg_mr(mr, change)).map_err(errno)

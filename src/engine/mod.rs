@@ -245,6 +245,16 @@ impl<M: HostMemory> Engine<M> {
         Ok(MrInfo { pd: m.pd, addr: m.addr, len: m.len, iova: m.iova, access: m.access, lkey: key, rkey: key })
     }
 
+    /// The MR `key` names (`ibv_advise_mr` is given lkeys): NotFound when it names nothing
+    /// (a stale or made-up key), Invalid when it names a memory window.
+    pub fn mr_by_key(&self, key: u32) -> Result<MrId, Error> {
+        match self.sh.keys.object_of(key) {
+            Some(Ok(mr)) => Ok(mr),
+            Some(Err(_)) => Err(Error::Invalid),
+            None => Err(Error::NotFound),
+        }
+    }
+
     /// Re-registers MR `mr` in place (`ibv_rereg_mr(3)`): any of a new PD, a new translation
     /// (`addr`, `len`, `iova`; the iova is 0 for a ZERO_BASED MR) and new access flags. The
     /// keys stay; every change is checked before any is made, so a refused call leaves the MR

@@ -243,6 +243,17 @@ impl KeyTable {
         }
     }
 
+    /// Which object `key` names, compared whole: `Some(Ok(mr))` for a valid MR whose key it
+    /// is, `Some(Err(mw))` for a window whose current rkey it is, `None` for nothing.
+    pub fn object_of(&self, key: u32) -> Option<Result<MrId, MwId>> {
+        let idx = self.index_of(key);
+        match self.slots.get(idx as usize)? {
+            (k, Slot::Mr(mr)) if *k == key && mr.valid => Some(Ok(idx)),
+            (_, Slot::Mw(mw)) if mw.rkey == key => Some(Err(idx)),
+            _ => None,
+        }
+    }
+
     /// Checks an lkey for a local access of `len` bytes at `va` by a QP of PD `pd`.
     pub fn check_lkey(&self, lkey: u32, pd: PdId, va: u64, len: u64, need: AccessFlags) -> Result<Resolved, KeyError> {
         let idx = self.index_of(lkey);
@@ -418,6 +429,35 @@ mod tests {
 
     fn mr(pd: PdId, access: AccessFlags) -> Mr {
         Mr { pd, addr: 0x10000, len: 4096, iova: 0x7000_0000, access, valid: true, bound_mws: 0 }
+    }
+
+    #[test]
+    fn implicit_region_translates_every_address_to_itself() {
+        let mut t = KeyTable::new(100, 3);
+        let all = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::ON_DEMAND;
+        let implicit = Mr { pd: 1, addr: 0, len: u64::MAX, iova: 0, access: all, valid: true, bound_mws: 0 };
+        let (id, key) = t.add_mr(implicit).unwrap();
+        for va in [1u64, 0x7fff_0000_1234, u64::MAX - 4096] {
+            let r = t.check_rkey(key, 1, 0x11, va, 4096, AccessFlags::REMOTE_WRITE).unwrap();
+            assert_eq!((r.host, r.mr), (va, id));
+            assert_eq!(t.check_lkey(key, 1, va, 4096, AccessFlags::LOCAL_WRITE).unwrap().host, va);
+        }
+        assert_eq!(t.check_rkey(key, 1, 0x11, u64::MAX - 10, 16, AccessFlags::REMOTE_WRITE), Err(KeyError::Bounds));
+        assert_eq!(t.check_rkey(key, 2, 0x11, 4096, 16, AccessFlags::REMOTE_WRITE), Err(KeyError::WrongPd));
+        assert_eq!(t.check_rkey(key, 1, 0x11, 4096, 16, AccessFlags::REMOTE_READ), Err(KeyError::Access));
+    }
+
+    #[test]
+    fn object_of_tells_regions_windows_and_nothing_apart() {
+        let mut t = KeyTable::new(100, 5);
+        let (mr_id, mr_key) = t.add_mr(mr(1, AccessFlags::LOCAL_WRITE)).unwrap();
+        let (mw_id, mw_key) = t.add_mw(1, MwType::Type1).unwrap();
+        assert_eq!(t.object_of(mr_key), Some(Ok(mr_id)));
+        assert_eq!(t.object_of(mw_key), Some(Err(mw_id)));
+        assert_eq!(t.object_of(mr_key ^ 1), None, "the random byte counts");
+        assert_eq!(t.object_of(0), None);
+        t.remove(mr_id);
+        assert_eq!(t.object_of(mr_key), None, "a deregistered MR's key names nothing");
     }
 
     #[test]

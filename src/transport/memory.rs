@@ -7,7 +7,11 @@
 //! still unmap or protect it afterwards, so every access goes through [`super::fault`] and a
 //! vanished page is [`MemError::Fault`], never a signal. Memory shared with the application is
 //! never turned into a Rust reference (`&[u8]`): the application may write it concurrently, so
-//! we copy with raw copies (vm-memory's rule).
+//! we copy with raw copies (vm-memory's rule). An on-demand-paging MR was not checked at
+//! registration and the implicit one (`ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND)`)
+//! covers every address of the process: for those the guarded access is the only check, and
+//! with the implicit MR the application has handed the peer the whole process, as it does with
+//! a NIC's implicit ODP.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -29,7 +33,8 @@ impl ProcessMemory {
     /// The holder passes to the [`HostMemory`] methods only address ranges the application
     /// handed to the verbs layer for access (registered memory regions, checked by the engine
     /// against key, PD, bounds and access flags): never memory that Rust code of this process
-    /// owns or references. Such a range may be unmapped or protected by the time it is accessed
+    /// owns or references — unless the application registered it itself (the implicit ODP MR
+    /// covers the whole address space: the application's choice, as with a NIC's DMA). Such a range may be unmapped or protected by the time it is accessed
     /// (that is reported as [`MemError::Fault`]); it must not be memory the Rust abstract machine
     /// considers borrowed.
     pub unsafe fn new() -> Self {

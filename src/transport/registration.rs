@@ -50,6 +50,103 @@ pub fn check(addr: u64, len: u64, access: AccessFlags) -> Result<(), i32> {
     covered(lines, first, last, access.intersects(WRITABLE))
 }
 
+/// Whether `(addr, len)` is the implicit on-demand-paging MR, `ibv_reg_mr(pd, NULL, SIZE_MAX,
+/// IBV_ACCESS_ON_DEMAND | ...)`: the whole address space of the process.
+pub fn is_implicit(addr: u64, len: u64) -> bool {
+    addr == 0 && len == u64::MAX
+}
+
+/// What `ibv_reg_mr` checks for an on-demand-paging MR (`IBV_ACCESS_ON_DEMAND`). Nothing is
+/// pinned or faulted in, so, as the kernel's `ib_umem_odp_get`, the mappings are not looked at:
+/// the range may have holes or be mapped later, and every access is checked when it happens
+/// ([`super::fault`]). Only a range whose end, or page-rounded end, wraps is refused (EINVAL);
+/// the implicit MR ([`is_implicit`]) is the one range that reaches the top.
+pub fn check_on_demand(addr: u64, len: u64) -> Result<(), i32> {
+    if is_implicit(addr, len) {
+        return Ok(());
+    }
+    let end = addr.checked_add(len).ok_or(libc::EINVAL)?;
+    end.checked_add(page_size() - 1).ok_or(libc::EINVAL)?;
+    Ok(())
+}
+
+/// Whether an MR with `access` is writable as the kernel counts it (`ib_access_writable`):
+/// such an MR is pinned, or prefetched, for writing.
+pub fn writable(access: AccessFlags) -> bool {
+    access.intersects(WRITABLE)
+}
+
+/// Faults the pages of `[addr, addr + len)` in, as `ibv_advise_mr`'s PREFETCH (`write` false)
+/// and PREFETCH_WRITE (`write` true) ask: `madvise(MADV_POPULATE_READ / _WRITE)`, which
+/// faults each page in as a read (write) access would, breaking copy-on-write for writing,
+/// without changing a byte. Nothing stays pinned: the application may still unmap the range.
+/// EFAULT if part of the range is not mapped, or not with the access asked for, or cannot be
+/// populated (a `VM_IO`/`VM_PFNMAP` mapping). Before Linux 5.14 (no MADV_POPULATE_*) each page
+/// is read through the guarded copy instead: pages are faulted in for reading only (a write
+/// fault is left to the access; an atomic add of 0 would do it, but in the syscall fallback
+/// mode an atomic is not guarded against a read-only page).
+pub fn prefetch(addr: u64, len: u64, write: bool) -> Result<(), i32> {
+    if len == 0 {
+        return Ok(());
+    }
+    let page = page_size();
+    let end = addr.checked_add(len).ok_or(libc::EFAULT)?;
+    let first = addr & !(page - 1);
+    let last = end.checked_add(page - 1).ok_or(libc::EFAULT)? & !(page - 1);
+    let advice = if write { libc::MADV_POPULATE_WRITE } else { libc::MADV_POPULATE_READ };
+    if populate_supported(first) {
+        let mut at = first;
+        while at < last {
+            // One call covers at most 1 GiB, so a huge range is not one uninterruptible call.
+            let n = (last - at).min(1 << 30);
+            // SAFETY: madvise with a populate advice only faults pages in (it changes no
+            // content and no mapping); any address range is safe to pass, bad ones give errors.
+            let r = unsafe { libc::madvise(at as usize as *mut libc::c_void, n as usize, advice) };
+            if r != 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Err(libc::EFAULT);
+            }
+            at += n;
+        }
+        return Ok(());
+    }
+    touch_pages(addr, first, last, page)
+}
+
+/// The fallback of [`prefetch`]: reads the first byte of `[addr, last)` and each page start
+/// after it (`first` is `addr` rounded down to a page) through the guarded copy.
+fn touch_pages(addr: u64, first: u64, last: u64, page: u64) -> Result<(), i32> {
+    let mut at = first;
+    while at < last {
+        let p = at.max(addr);
+        let mut b = 0u8;
+        // SAFETY: a guarded one-byte read of memory the application handed to the device, into
+        // our own local; a missing page is reported, not raised.
+        unsafe { super::fault::copy(&mut b, p as usize as *const u8, 1) }.map_err(|_| libc::EFAULT)?;
+        at += page;
+    }
+    Ok(())
+}
+
+/// Whether the kernel knows MADV_POPULATE_READ (Linux 5.14): a zero-length call on a
+/// page-aligned address succeeds when it does and is EINVAL when it does not.
+fn populate_supported(aligned: u64) -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static KNOWN: AtomicU8 = AtomicU8::new(0);
+    match KNOWN.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            // SAFETY: a zero-length madvise touches nothing.
+            let ok = unsafe { libc::madvise(aligned as usize as *mut libc::c_void, 0, libc::MADV_POPULATE_READ) } == 0;
+            KNOWN.store(if ok { 1 } else { 2 }, Ordering::Relaxed);
+            ok
+        }
+    }
+}
+
 fn page_size() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -193,6 +290,59 @@ mod tests {
         assert_eq!(check(u64::MAX - page_size() + 2, page_size() - 3, RW), Err(libc::EINVAL), "end rounds past 2^64");
         assert_eq!(check(page_size(), (u64::from(u32::MAX) + 1) * page_size(), RW), Err(libc::EINVAL));
         assert_eq!(check(0, 0, RW), Ok(()), "length 0 is the caller's to judge");
+    }
+
+    #[test]
+    fn on_demand_ranges_need_no_mapping_only_no_wrap() {
+        let p = Pages::new();
+        p.unmap(1);
+        let ps = page_size();
+        assert_eq!(check_on_demand(p.page(0), 3 * ps), Ok(()), "a hole is fine: accesses are checked at use");
+        assert_eq!(check_on_demand(0, 1 << 20), Ok(()), "NULL is fine: it may be mapped later");
+        assert_eq!(check_on_demand(0, u64::MAX), Ok(()), "the implicit MR");
+        assert!(is_implicit(0, u64::MAX) && !is_implicit(4096, u64::MAX - 4096) && !is_implicit(0, 1 << 40));
+        assert_eq!(check_on_demand(u64::MAX - 10, 100), Err(libc::EINVAL));
+        assert_eq!(check_on_demand(ps, u64::MAX - ps), Err(libc::EINVAL), "end at 2^64 - 1 rounds past it");
+    }
+
+    #[test]
+    fn writable_is_the_kernels_set() {
+        assert!(writable(AccessFlags::LOCAL_WRITE) && writable(AccessFlags::MW_BIND));
+        assert!(writable(AccessFlags::REMOTE_ATOMIC) && writable(AccessFlags::REMOTE_WRITE));
+        assert!(!writable(AccessFlags::REMOTE_READ | AccessFlags::ON_DEMAND));
+    }
+
+    #[test]
+    fn prefetch_faults_mapped_pages_in_and_refuses_holes() {
+        crate::transport::fault::install();
+        let p = Pages::new();
+        let ps = page_size();
+        assert_eq!(prefetch(p.page(0) + 7, 3 * ps - 7, true), Ok(()));
+        assert_eq!(prefetch(p.page(0), 3 * ps, false), Ok(()));
+        assert_eq!(prefetch(p.page(0), 0, true), Ok(()), "nothing to do");
+        p.protect(2, libc::PROT_READ);
+        assert_eq!(prefetch(p.page(2), ps, false), Ok(()), "read-only pages prefetch for reading");
+        assert_eq!(prefetch(p.page(2), ps, true), Err(libc::EFAULT), "not for writing");
+        p.protect(2, libc::PROT_NONE);
+        assert_eq!(prefetch(p.page(2), 1, false), Err(libc::EFAULT), "PROT_NONE");
+        p.unmap(1);
+        assert_eq!(prefetch(p.page(0), 2 * ps, false), Err(libc::EFAULT), "a hole");
+        assert_eq!(prefetch(p.page(0), ps, true), Ok(()));
+        assert_eq!(prefetch(0, 64, false), Err(libc::EFAULT), "NULL");
+        assert_eq!(prefetch(u64::MAX - 8, 64, false), Err(libc::EFAULT), "wrapping");
+    }
+
+    #[test]
+    fn prefetch_fallback_touches_each_page_and_refuses_holes() {
+        crate::transport::fault::install();
+        let p = Pages::new();
+        let ps = page_size();
+        assert_eq!(touch_pages(p.page(0) + 9, p.page(0), p.page(3), ps), Ok(()));
+        p.protect(2, libc::PROT_NONE);
+        assert_eq!(touch_pages(p.page(1), p.page(1), p.page(3), ps), Err(libc::EFAULT), "PROT_NONE");
+        p.unmap(1);
+        assert_eq!(touch_pages(p.page(0), p.page(0), p.page(2), ps), Err(libc::EFAULT), "a hole");
+        assert_eq!(touch_pages(p.page(0), p.page(0), p.page(1), ps), Ok(()));
     }
 
     fn lines(maps: &[u8]) -> impl Iterator<Item = &[u8]> {

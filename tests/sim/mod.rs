@@ -56,6 +56,10 @@ impl SimHost {
     pub fn punch_hole(&self, addr: u64, len: u64) {
         self.holes.borrow_mut().push((addr, len));
     }
+    /// Maps `[addr, addr + len)` again (a hole punched with exactly these bounds).
+    pub fn fill_hole(&self, addr: u64, len: u64) {
+        self.holes.borrow_mut().retain(|&h| h != (addr, len));
+    }
     /// Starts recording the engine's successful accesses.
     pub fn start_log(&self) {
         *self.log.borrow_mut() = Some(Vec::new());
@@ -377,6 +381,17 @@ impl Net {
         self.queue.push(Reverse((Slot(at, self.seq), i)));
     }
 
+    /// Runs (at most `max_ns` of virtual time) until `node`'s `cq` yields a completion; the
+    /// first one, if any.
+    pub fn first_completion(&mut self, node: usize, cq: CqId, max_ns: u64) -> Option<WorkCompletion> {
+        let mut got = Vec::new();
+        self.run_until(max_ns, |n| {
+            got.extend(n.poll_all(node, cq));
+            !got.is_empty()
+        });
+        got.first().copied()
+    }
+
     /// Collects every packet the engines want to send and puts it on the link.
     pub fn pump_tx(&mut self) {
         for from in 0..self.nodes.len() {
@@ -535,6 +550,44 @@ impl Net {
             if n < wc.len() {
                 return out;
             }
+        }
+    }
+}
+
+// ---- remote accesses -------------------------------------------------------------------------
+
+/// The four remote memory accesses a hostile-memory test throws at a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Write,
+    Read,
+    CmpSwap,
+    FetchAdd,
+}
+
+impl Verb {
+    pub const ALL: [Verb; 4] = [Verb::Write, Verb::Read, Verb::CmpSwap, Verb::FetchAdd];
+
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Verb::CmpSwap | Verb::FetchAdd)
+    }
+
+    /// The right the target's region must grant.
+    pub fn need(self) -> AccessFlags {
+        match self {
+            Verb::Write => AccessFlags::REMOTE_WRITE,
+            Verb::Read => AccessFlags::REMOTE_READ,
+            Verb::CmpSwap | Verb::FetchAdd => AccessFlags::REMOTE_ATOMIC,
+        }
+    }
+
+    /// The work request: compare-and-swap 0 -> 0x5A5A, fetch-and-add 3.
+    pub fn wr(self, remote_addr: u64, rkey: u32) -> WrKind {
+        match self {
+            Verb::Write => WrKind::RdmaWrite { remote_addr, rkey },
+            Verb::Read => WrKind::RdmaRead { remote_addr, rkey },
+            Verb::CmpSwap => WrKind::AtomicCmpSwp { remote_addr, rkey, compare: 0, swap: 0x5A5A },
+            Verb::FetchAdd => WrKind::AtomicFetchAdd { remote_addr, rkey, add: 3 },
         }
     }
 }

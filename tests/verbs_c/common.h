@@ -296,6 +296,42 @@ static inline void rc_qp_to_rts(struct ibv_qp *qp, const struct peer_info *me, c
 		die("modify QP to RTS");
 }
 
+/* ---- work requests ---- */
+
+/* Posts one signaled work request with one SGE (`flags` added to IBV_SEND_SIGNALED): RDMA
+ * WRITE/READ and SENDs use raddr/rkey as the RDMA target, FETCH_AND_ADD adds 5 at raddr.
+ * Returns ibv_post_send's result. */
+static inline int post_one(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr, uint32_t len, uint32_t lkey,
+			   uint64_t raddr, uint32_t rkey, unsigned flags, uint64_t wr_id)
+{
+	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_send_wr wr, *bad;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED | flags;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 5;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	return ibv_post_send(qp, &wr, &bad);
+}
+
+/* Posts one receive with one SGE; dies if ibv_post_recv refuses it. */
+static inline void post_recv_one(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
+{
+	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)addr, .length = len, .lkey = lkey };
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
+	if (ibv_post_recv(qp, &wr, &bad))
+		die("ibv_post_recv");
+}
+
 /* ---- device ---- */
 
 static inline void gid_str(const union ibv_gid *g, char *out, size_t n)

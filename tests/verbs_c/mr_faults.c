@@ -208,33 +208,15 @@ static void connect_all(struct ctx *c, int fd)
 
 static void post_recv(struct ctx *c, int q, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
 {
-	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)addr, .length = len, .lkey = lkey };
-	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 }, *bad;
-	if (ibv_post_recv(c->qp[q], &wr, &bad))
-		die("ibv_post_recv");
+	post_recv_one(c->qp[q], addr, len, lkey, wr_id);
 }
 
-/* Posts one signaled work request on QP `q`; returns ibv_post_send's result. */
+/* Posts one signaled work request on QP `q` (FETCH_AND_ADD adds 5); returns ibv_post_send's
+ * result. */
 static int post(struct ctx *c, int q, enum ibv_wr_opcode op, void *addr, uint32_t len, uint32_t lkey,
 		uint64_t raddr, uint32_t rkey, unsigned flags, uint64_t wr_id)
 {
-	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)addr, .length = len, .lkey = lkey };
-	struct ibv_send_wr wr, *bad;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = wr_id;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
-	wr.opcode = op;
-	wr.send_flags = IBV_SEND_SIGNALED | flags;
-	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-		wr.wr.atomic.remote_addr = raddr;
-		wr.wr.atomic.rkey = rkey;
-		wr.wr.atomic.compare_add = 1;
-	} else {
-		wr.wr.rdma.remote_addr = raddr;
-		wr.wr.rdma.rkey = rkey;
-	}
-	return ibv_post_send(c->qp[q], &wr, &bad);
+	return post_one(c->qp[q], op, addr, len, lkey, raddr, rkey, flags, wr_id);
 }
 
 /* Expects one completion with `status` (and `opcode` if >= 0) and reports it as one check. */

@@ -1,5 +1,14 @@
 //! Memory regions: `ibv_reg_mr` and its iova / dma-buf variants, `ibv_rereg_mr`,
-//! `ibv_dereg_mr`, and the import verbs (`ibv_import_mr`; device memory is in `dm`).
+//! `ibv_dereg_mr`, the import verbs (`ibv_import_mr`; device memory is in `dm`), and
+//! on-demand paging: `IBV_ACCESS_ON_DEMAND` MRs, the implicit MR over the whole address space,
+//! `ibv_advise_mr` and the ODP capabilities `ibv_query_device_ex` reports.
+//!
+//! urxe pins no MR, so every MR already behaves as ODP does on a NIC: each access is checked
+//! when it happens and a page that is not there is an error completion or a NAK, never a
+//! signal (src/transport/fault.rs). What `IBV_ACCESS_ON_DEMAND` changes is registration: the
+//! range's mappings are not checked (it may have holes, or be mapped later), and
+//! `ibv_reg_mr(pd, NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND | ...)` registers the implicit MR, whose
+//! keys reach any address of the process — what the application asks for, as with a NIC.
 
 use super::{destroy_plain, dev_of, free_plain};
 use crate::abi::*;
@@ -8,6 +17,7 @@ use crate::glue;
 use crate::objects::*;
 use libc::{c_int, c_uint, c_void};
 use urxe::engine::{AccessFlags, MrChange};
+use urxe::transport::registration;
 
 pub(super) fn check_access(access: u32) -> Result<AccessFlags, i32> {
     let a = AccessFlags(access);
@@ -18,10 +28,39 @@ pub(super) fn check_access(access: u32) -> Result<AccessFlags, i32> {
     if a.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC) && !a.contains(AccessFlags::LOCAL_WRITE) {
         return Err(libc::EINVAL);
     }
-    if a.contains(AccessFlags::ON_DEMAND) {
-        return Err(libc::EOPNOTSUPP);
-    }
     Ok(a)
+}
+
+/// The range checks of a registration or of a new translation. An ordinary MR: what the
+/// kernel's `ib_umem_get` answers (the mappings must be there with the access the MR needs). An
+/// ODP MR: only no wrap; the implicit MR (NULL, SIZE_MAX) must be addressed from iova 0.
+fn check_range(addr: u64, len: u64, iova: u64, access: AccessFlags) -> Result<(), i32> {
+    if !access.contains(AccessFlags::ON_DEMAND) {
+        return registration::check(addr, len, access);
+    }
+    if registration::is_implicit(addr, len) && iova != 0 {
+        return Err(libc::EINVAL);
+    }
+    registration::check_on_demand(addr, len)
+}
+
+/// `ibv_odp_caps` and `xrc_odp_caps` for `ibv_query_device_ex`, given the device's capability
+/// flags. Every transport reaches memory the same way (checked at use, nothing pinned), so an
+/// ODP MR may serve every operation the transport has: RC sends, receives, RDMA WRITE/READ,
+/// atomics and SRQ receives; UC sends, receives, WRITEs and SRQ receives; UD sends and (SRQ)
+/// receives; XRC as RC, when the device has XRC.
+pub fn odp_caps(device_cap_flags: c_uint) -> (ibv_odp_caps, u32) {
+    /// `IBV_DEVICE_XRC` of `enum ibv_device_cap_flags`.
+    const DEVICE_XRC: c_uint = 1 << 20;
+    let b = |v: u64| v as u32;
+    let ud = b(IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV);
+    let uc = ud | b(IBV_ODP_SUPPORT_WRITE);
+    let rc = uc | b(IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC);
+    let caps = ibv_odp_caps {
+        general_caps: IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT,
+        per_transport_caps: ibv_odp_caps_per_transport { rc_odp_caps: rc, uc_odp_caps: uc, ud_odp_caps: ud },
+    };
+    (caps, if device_cap_flags & DEVICE_XRC != 0 { rc } else { 0 })
 }
 
 /// # Safety
@@ -39,7 +78,7 @@ unsafe fn reg_mr_common(
     if length == 0 && addr.is_null() {
         return Err(libc::EINVAL);
     }
-    urxe::transport::registration::check(addr as u64, length as u64, access)?;
+    check_range(addr as u64, length as u64, iova, access)?;
     // SAFETY: its context is live.
     let dev = unsafe { dev_of(p.ibv.context) }?;
     let keys = glue::reg_mr(dev, p.id, addr as u64, length as u64, iova, access)?;
@@ -134,14 +173,14 @@ unsafe fn rereg_cmd(
     } else {
         glue::query_mr(dev, m.id)?.access
     };
-    let (base, len) = if flags & REREG_CHANGE_TRANSLATION != 0 {
+    let (base, len, iova) = if flags & REREG_CHANGE_TRANSLATION != 0 {
         change.translation = Some((addr as u64, length as u64, addr as u64));
-        (addr as u64, length as u64)
+        (addr as u64, length as u64, addr as u64)
     } else {
-        (m.ibv.addr as u64, m.ibv.length as u64)
+        (m.ibv.addr as u64, m.ibv.length as u64, glue::query_mr(dev, m.id)?.iova)
     };
     if change.translation.is_some() || change.access.is_some() {
-        urxe::transport::registration::check(base, len, new_access)?;
+        check_range(base, len, iova, new_access)?;
     }
     glue::rereg_mr(dev, m.id, &change)?;
     let p = mr as *mut UrxeMr;
@@ -229,6 +268,66 @@ export! {
     }
 }
 
+crate::c_fn! {
+    /// `verbs_context.advise_mr` (`ibv_advise_mr(3)`): 0 or the errno. Every SGE is checked
+    /// before any page is touched, as the kernel's mlx5 driver checks them: a bad PD or unknown
+    /// flags EINVAL, an advice other than the three prefetches EOPNOTSUPP, no SGE EINVAL; a
+    /// key naming nothing, or an MR that is not ODP, ENOENT; a memory window's key EINVAL; an
+    /// MR of another PD, or PREFETCH_WRITE on an MR that is not writable, EPERM; a range outside
+    /// the MR EFAULT. Then PREFETCH / PREFETCH_WRITE fault the pages in for reading / writing
+    /// (nothing stays pinned): with IBV_ADVISE_MR_FLAG_FLUSH a page that cannot be faulted in
+    /// (not mapped, or not with that access) is EFAULT; without it the call is best effort and
+    /// such a page is left for the access to fail on. PREFETCH_NO_FAULT faults nothing: urxe
+    /// has no translation table to fill, pages present to the CPU are present to the device.
+    fn advise_mr_op(pd: *mut ibv_pd, advice: c_uint, flags: u32, sg_list: *mut ibv_sge, num_sge: u32) -> c_int as errno {
+        // SAFETY: caller passes a PD of ours (or junk we refuse with EINVAL).
+        let p: &UrxePd = unsafe { shell(pd) }.map_err(|_| libc::EINVAL)?;
+        if u64::from(flags) & !IBV_ADVISE_MR_FLAG_FLUSH != 0 {
+            return Err(libc::EINVAL);
+        }
+        let write = match u64::from(advice) {
+            IBV_ADVISE_MR_ADVICE_PREFETCH => Some(false),
+            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Some(true),
+            IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => None,
+            _ => return Err(libc::EOPNOTSUPP),
+        };
+        let sg_list = non_null(sg_list).map_err(|_| libc::EINVAL)?;
+        if num_sge == 0 {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: its context is live.
+        let dev = unsafe { dev_of(p.ibv.context) }?;
+        // SAFETY: the caller passes `num_sge` readable SGEs.
+        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+        // Grown as the list is read (never sized from `num_sge` alone).
+        let mut ranges = Vec::new();
+        for sge in sges {
+            let info = glue::mr_by_key(dev, sge.lkey)?;
+            if !info.access.contains(AccessFlags::ON_DEMAND) {
+                return Err(libc::ENOENT);
+            }
+            if info.pd != p.id || (write == Some(true) && !registration::writable(info.access)) {
+                return Err(libc::EPERM);
+            }
+            let off = sge.addr.checked_sub(info.iova).ok_or(libc::EFAULT)?;
+            if off.checked_add(u64::from(sge.length)).is_none_or(|end| end > info.len) {
+                return Err(libc::EFAULT);
+            }
+            ranges.push((info.addr.checked_add(off).ok_or(libc::EFAULT)?, u64::from(sge.length)));
+        }
+        let Some(write) = write else { return Ok(()) };
+        let sync = u64::from(flags) & IBV_ADVISE_MR_FLAG_FLUSH != 0;
+        for (addr, len) in ranges {
+            if let Err(e) = registration::prefetch(addr, len, write) {
+                if sync {
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +339,27 @@ mod tests {
         assert_eq!(check_access(IBV_ACCESS_REMOTE_ATOMIC as u32), Err(libc::EINVAL));
         assert!(check_access((IBV_ACCESS_REMOTE_READ) as u32).is_ok());
         assert_eq!(check_access(1 << 29), Err(libc::EINVAL));
-        assert_eq!(check_access((IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) as u32), Err(libc::EOPNOTSUPP));
+        assert!(check_access((IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE) as u32).is_ok());
+    }
+
+    #[test]
+    fn odp_ranges_skip_the_mapping_check_but_not_the_wrap_check() {
+        let odp = AccessFlags(IBV_ACCESS_ON_DEMAND as u32) | AccessFlags::LOCAL_WRITE;
+        assert_eq!(check_range(0, u64::MAX, 0, odp), Ok(()), "implicit");
+        assert_eq!(check_range(0, u64::MAX, 4096, odp), Err(libc::EINVAL), "implicit at another iova");
+        assert_eq!(check_range(0, 1 << 20, 0, odp), Ok(()), "NULL, to be mapped later");
+        assert_eq!(check_range(0, 1 << 20, 0, AccessFlags::LOCAL_WRITE), Err(libc::EFAULT), "not ODP");
+        assert_eq!(check_range(u64::MAX - 8, 64, u64::MAX - 8, odp), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn odp_caps_cover_what_each_transport_has() {
+        let (caps, xrc) = odp_caps(0);
+        assert_eq!(caps.general_caps, IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT);
+        assert_eq!(caps.per_transport_caps.rc_odp_caps, 0x3f, "send recv write read atomic srq_recv");
+        assert_eq!(caps.per_transport_caps.uc_odp_caps, 0x27, "no READ or atomics on UC");
+        assert_eq!(caps.per_transport_caps.ud_odp_caps, 0x23, "sends and receives on UD");
+        assert_eq!(xrc, 0, "no XRC, no XRC ODP caps");
+        assert_eq!(odp_caps(1 << 20).1, 0x3f);
     }
 }
