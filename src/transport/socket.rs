@@ -57,6 +57,22 @@ unsafe impl ZeroIsValid for libc::mmsghdr {}
 // SAFETY: a family integer and padding bytes.
 unsafe impl ZeroIsValid for libc::sockaddr_storage {}
 
+/// The index of the interface that holds IPv6 address `addr` (from /proc/net/if_inet6), or 0
+/// (the kernel then picks by route) if none does.
+fn ifindex_v6(addr: std::net::Ipv6Addr) -> u32 {
+    let want: String = addr.octets().iter().map(|b| format!("{b:02x}")).collect();
+    let Ok(text) = std::fs::read_to_string("/proc/net/if_inet6") else { return 0 };
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let a = f.next()?;
+            let idx = u32::from_str_radix(f.next()?, 16).ok()?;
+            (a == want).then_some(idx)
+        })
+        .next()
+        .unwrap_or(0)
+}
+
 /// The all-zero value of a C struct (an empty header to fill in).
 fn all_zero<T: ZeroIsValid>() -> T {
     // SAFETY: `T: ZeroIsValid` promises the all-zero pattern is a valid `T`.
@@ -111,6 +127,32 @@ impl RoceSocket {
         Self::configure(sock)
     }
 
+    /// A receive socket for the IP multicast group `group` on the interface of `local`: bound
+    /// to `group`:4791 with SO_REUSEADDR and SO_REUSEPORT, so that every urxe process of the
+    /// host that joins the group binds its own and the kernel hands each of them a copy of
+    /// every datagram (multicast delivery goes to all sockets bound to the group and port,
+    /// reuseport or not; a socket bound to a unicast address sees none of it).
+    pub fn bind_multicast(group: IpAddr, local: IpAddr) -> io::Result<RoceSocket> {
+        let bound = SocketAddr::new(group, ROCE_PORT);
+        let domain = if group.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_reuse_port(true)?;
+        match (group, local) {
+            (IpAddr::V4(g), IpAddr::V4(l)) => {
+                sock.bind(&SockAddr::from(bound))?;
+                sock.join_multicast_v4(&g, &l)?;
+            }
+            (IpAddr::V6(g), IpAddr::V6(l)) => {
+                sock.set_only_v6(true)?;
+                sock.bind(&SockAddr::from(bound))?;
+                sock.join_multicast_v6(&g, ifindex_v6(l))?;
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+        Self::configure(sock)
+    }
+
     /// Takes over a UDP socket someone else already bound (the provider binds `addr:4791` when
     /// it picks its address, so a conflict shows at device discovery), applying our options.
     pub fn adopt(sock: std::net::UdpSocket) -> io::Result<RoceSocket> {
@@ -129,6 +171,17 @@ impl RoceSocket {
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_TX, 1)?;
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
                 setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            }
+        }
+        // Multicast we send (UD to a group) leaves through the interface of our address, with
+        // the hop limit unicast has, and loops back to the host's other members (as rxe's).
+        match local {
+            SocketAddr::V4(_) => sock.set_multicast_ttl_v4(64)?,
+            SocketAddr::V6(a) => {
+                sock.set_multicast_hops_v6(64)?;
+                if !a.ip().is_unspecified() {
+                    sock.set_multicast_if_v6(ifindex_v6(*a.ip()))?;
+                }
             }
         }
         // Large buffers: even loopback drops when a receive buffer overflows. FORCE works as
