@@ -1,0 +1,193 @@
+//! UD multicast over urxe (`ibv_attach_mcast`, `rdma_join_multicast`), between processes on one
+//! host over loopback, with `LD_LIBRARY_PATH=target/urxe/lib`:
+//! - our C program tests/verbs_c/mcast.c (ASan/UBSan): two QPs of one process and one of
+//!   another attached to a group, delivery to each, none after detach, the error cases;
+//! - Debian's unmodified `mckey` (rdmacm-utils): a sender and two receivers, on three addresses
+//!   and within one shared address, every process captured (`URXE_PCAP`) and the captures
+//!   checked by `urxe check` and counted: each receiver took exactly the sender's messages, all
+//!   UD SENDs to the group's address with destination QPN 0xFFFFFF;
+//! - mckey joining a unicast address fails cleanly.
+//!
+//! Addresses 127.44.0.x, groups 239.44.x.y. Every wait is bounded.
+//!
+//! ```sh
+//! cargo test --release --test mcast -- --nocapture
+//! ```
+
+#[allow(dead_code)]
+#[path = "apps/mod.rs"]
+mod harness;
+
+use harness::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::thread;
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+/// mckey's messages per run (`-C`); it sends them without waiting, so all are in flight at once.
+const COUNT: usize = 40;
+
+/// librdmacm.so.1 next to libibverbs.so.1: both come from provider/build.sh.
+fn libs() -> PathBuf {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    let dir = lib_dir();
+    DONE.get_or_init(|| {
+        if dir.join("librdmacm.so.1").is_file() {
+            return Ok(());
+        }
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo_root().join("provider/build.sh")).arg("--release").current_dir(repo_root());
+        let out = run_bounded(&mut cmd, Duration::from_secs(900)).map_err(|e| e.to_string())?;
+        if out.success() {
+            Ok(())
+        } else {
+            Err(format!("provider/build.sh failed:\n{out}"))
+        }
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("urxe-mcast-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// tests/verbs_c/mcast.c built with the sanitizers, as the other C programs are.
+fn mcast_program() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out_path = scratch("mcast");
+        let mut cmd = Command::new("gcc");
+        cmd.args(["-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined", "-g", "-o"])
+            .arg(&out_path)
+            .arg(repo_root().join("tests/verbs_c/mcast.c"))
+            .arg("-libverbs");
+        let out = run_bounded(&mut cmd, Duration::from_secs(120)).map_err(|e| format!("could not run gcc: {e}"))?;
+        if out.success() {
+            Ok(out_path)
+        } else {
+            Err(format!("gcc failed for tests/verbs_c/mcast.c:\n{out}"))
+        }
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn with_addr(program: impl AsRef<Path>, addr: &str, args: &[&str]) -> Command {
+    libs();
+    let mut c = urxe_cmd(program);
+    c.env("URXE_ADDR", addr).args(args);
+    c
+}
+
+#[test]
+fn verbs_two_qps_of_one_process_and_one_of_another_get_every_message_and_none_after_detach() {
+    let mut cmd = with_addr(mcast_program(), "127.44.0.10", &["239.44.1.1"]);
+    let out = run_bounded(&mut cmd, TIMEOUT).expect("run mcast");
+    eprintln!("{out}");
+    assert!(out.success(), "mcast must exit 0\n{out}");
+    assert_lacks(&out, "FAIL");
+    assert_lacks(&out, "ERROR: AddressSanitizer");
+    assert_contains(&out, "both processes passed");
+    for line in [
+        "A/a1 round 1: 16 messages received and verified",
+        "A/a2 round 1: 16 messages received and verified",
+        "B/b1 round 1: 16 messages received and verified",
+        "A/a1 round 2: 16 messages received and verified",
+        "B/b1 round 2: 16 messages received and verified",
+        "A/a2 after detach: 0 messages",
+        "A/a1 (own) round 3: 16 messages received and verified",
+        "B/b1 round 3: 16 messages received and verified",
+        "A/a1 (own) round 4: 16 messages received and verified",
+        "B/b1 after detach: 0 messages",
+        "PASS A attach_rc_qp_einval",
+        "PASS A attach_unicast_gid_einval",
+        "PASS A detach_unattached_einval",
+        "PASS A destroy_attached_ebusy",
+        "PASS A detach_twice_einval",
+        "PASS A device_mcast_limits",
+    ] {
+        assert_contains(&out, line);
+    }
+}
+
+/// What `urxe check` says about one capture: it passes, and how many UD SENDs to `group`
+/// with destination QPN 0xFFFFFF it lists.
+fn check_capture(pcap: &Path, group: &str) -> usize {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_urxe"));
+    cmd.arg("check").arg(pcap);
+    let out = run_bounded(&mut cmd, TIMEOUT).expect("run urxe check");
+    assert!(out.success() && out.stdout.contains(": PASS:"), "urxe check must pass {}\n{out}", pcap.display());
+    let to_group = format!("> {group}:4791 ");
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(&to_group)).collect();
+    for l in &lines {
+        assert!(
+            l.contains(" UD SEND_ONLY_WITH_IMMEDIATE qp=0xffffff ") && l.contains("qkey=0x1234567") && l.contains("icrc=ok"),
+            "a packet to the group is not a UD SEND to QPN 0xFFFFFF with Q_Key RDMA_UDP_QKEY and a good ICRC: {l}"
+        );
+    }
+    lines.len()
+}
+
+/// One mckey sender and two receivers: `addrs` = (sender, receiver 1, receiver 2).
+fn mckey_run(tag: &str, group: &str, addrs: [&str; 3]) {
+    let mckey = tool("mckey");
+    let count = COUNT.to_string();
+    let pcaps: Vec<PathBuf> = (0..3).map(|i| scratch(&format!("{tag}-{i}.pcap"))).collect();
+    let receivers: Vec<_> = (1..3)
+        .map(|i| {
+            let mut c = with_addr(&mckey, addrs[i], &["-m", group, "-b", addrs[i], "-C", &count]);
+            c.env("URXE_PCAP", &pcaps[i]);
+            thread::spawn(move || run_bounded(&mut c, TIMEOUT).expect("run mckey receiver"))
+        })
+        .collect();
+    // The receivers join within a fraction of a second; the sender waits 3 s after its own
+    // join before it sends (mckey's pause "to give SM chance to configure switches").
+    thread::sleep(Duration::from_millis(500));
+    let mut s = with_addr(&mckey, addrs[0], &["-m", group, "-b", addrs[0], "-s", "-C", &count]);
+    s.env("URXE_PCAP", &pcaps[0]);
+    let sender = run_bounded(&mut s, TIMEOUT).expect("run mckey sender");
+    let recv: Vec<_> = receivers.into_iter().map(|h| h.join().expect("receiver thread")).collect();
+    let all = format!("{sender}\n{}\n{}", recv[0], recv[1]);
+    eprintln!("{all}");
+    let mgid = format!("mckey: joined dgid: ::ffff:{group} mlid 0x0 sl 0");
+    for o in [&sender, &recv[0], &recv[1]] {
+        assert!(o.success(), "every mckey must exit 0\n{all}");
+        assert_contains(o, &mgid);
+        assert_contains(o, "data transfers complete");
+        assert_contains(o, "return status 0");
+    }
+    // A receiver completes only once it has polled `-C` completions for its `-C` receives; its
+    // capture shows exactly the sender's messages arriving. The sender's shows them leaving
+    // and coming back to it (its QP is attached too, as mckey's are: it has no receive posted,
+    // so they are dropped).
+    let sent = check_capture(&pcaps[0], group);
+    assert_eq!(sent, 2 * COUNT, "the sender's capture: {COUNT} sent + {COUNT} looped back\n{all}");
+    for p in &pcaps[1..] {
+        assert_eq!(check_capture(p, group), COUNT, "a receiver's capture ({}) \n{all}", p.display());
+    }
+}
+
+#[test]
+fn mckey_sender_reaches_two_receivers_on_other_addresses() {
+    mckey_run("three", "239.44.1.2", ["127.44.0.11", "127.44.0.12", "127.44.0.13"]);
+}
+
+#[test]
+fn mckey_sender_reaches_two_receivers_sharing_its_address() {
+    mckey_run("shared", "239.44.1.3", ["127.44.0.14"; 3]);
+}
+
+#[test]
+fn mckey_joining_a_unicast_address_fails_cleanly() {
+    let mut c = with_addr(tool("mckey"), "127.44.0.15", &["-m", "127.44.0.16", "-b", "127.44.0.15", "-C", "1"]);
+    let out = run_bounded(&mut c, TIMEOUT).expect("run mckey");
+    eprintln!("{out}");
+    assert!(!out.success() && !out.timed_out && out.signal().is_none(), "mckey must fail, not hang or crash\n{out}");
+    assert_contains(&out, "mckey: failure joining: Invalid argument");
+}
