@@ -127,7 +127,9 @@ fn check_capture(pcap: &Path, group: &str) -> usize {
     let lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(&to_group)).collect();
     for l in &lines {
         assert!(
-            l.contains(" UD SEND_ONLY_WITH_IMMEDIATE qp=0xffffff ") && l.contains("qkey=0x1234567") && l.contains("icrc=ok"),
+            l.contains(" UD SEND_ONLY_WITH_IMMEDIATE qp=0xffffff ")
+                && l.contains("qkey=0x1234567")
+                && l.contains("icrc=ok"),
             "a packet to the group is not a UD SEND to QPN 0xFFFFFF with Q_Key RDMA_UDP_QKEY and a good ICRC: {l}"
         );
     }

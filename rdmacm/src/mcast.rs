@@ -43,7 +43,13 @@ fn ud_param(mgid: [u8; 16], context: *mut c_void) -> rdma_ud_param {
         private_data: context,
         private_data_len: 0,
         ah_attr: ibv_ah_attr {
-            grh: ibv_global_route { dgid: ibv_gid { raw: mgid }, flow_label: 0, sgid_index: 0, hop_limit: HOP_LIMIT, traffic_class: 0 },
+            grh: ibv_global_route {
+                dgid: ibv_gid { raw: mgid },
+                flow_label: 0,
+                sgid_index: 0,
+                hop_limit: HOP_LIMIT,
+                traffic_class: 0,
+            },
             dlid: 0,
             sl: 0,
             src_path_bits: 0,
@@ -62,7 +68,12 @@ fn ud_param(mgid: [u8; 16], context: *mut c_void) -> rdma_ud_param {
 ///
 /// # Safety
 /// `id` is NULL or an ID of ours; `addr` NULL or a sockaddr of its announced family.
-pub unsafe fn join(id: *mut rdma_cm_id, addr: *const libc::sockaddr, context: *mut c_void, send_only: bool) -> Result<(), i32> {
+pub unsafe fn join(
+    id: *mut rdma_cm_id,
+    addr: *const libc::sockaddr,
+    context: *mut c_void,
+    send_only: bool,
+) -> Result<(), i32> {
     // SAFETY: caller contract.
     let group = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?.ip();
     let mut lib = lock();
