@@ -28,6 +28,9 @@ pub enum Problem {
     IpHeader(String),
     /// A GSI (QP1) packet's MAD breaks a rule (Q_Key, length, CM message, rdma_cm header).
     Gsi(GsiProblem),
+    /// Multicast (IBTA §10.5.2.3, RoCEv2: an IP multicast destination) is UD SENDs to the
+    /// multicast QPN 0xFFFFFF, and that QPN is only for multicast.
+    Multicast(&'static str),
 }
 
 impl std::fmt::Display for Problem {
@@ -43,6 +46,7 @@ impl std::fmt::Display for Problem {
             Problem::NotUdOnQp1 => f.write_str("QP1 packet is not a UD SEND"),
             Problem::IpHeader(s) => write!(f, "{s}"),
             Problem::Gsi(g) => write!(f, "{g}"),
+            Problem::Multicast(s) => f.write_str(s),
         }
     }
 }
@@ -96,6 +100,23 @@ impl PacketReport<'_> {
     }
 }
 
+/// Destination QPN of multicast packets.
+const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
+/// The multicast rule a packet to `dst` breaks, if any: to a multicast address only UD SENDs
+/// to QPN 0xFFFFFF; QPN 0xFFFFFF only at a multicast address.
+fn multicast_problem(dst: IpAddr, p: &Parsed<'_>) -> Option<&'static str> {
+    let to_group = dst.is_multicast();
+    let mcast_qpn = p.headers.bth.dest_qp == MULTICAST_QPN;
+    let ud_send = p.info.transport == Transport::Ud && p.info.kind == OpKind::Send;
+    match (to_group, mcast_qpn) {
+        (true, _) if !ud_send => Some("multicast packet is not a UD SEND"),
+        (true, false) => Some("multicast packet's destination QP is not 0xFFFFFF"),
+        (false, true) => Some("destination QP 0xFFFFFF (multicast) at a unicast address"),
+        _ => None,
+    }
+}
+
 /// True for a datagram `check` treats as RoCEv2.
 pub fn is_rocev2(d: &UdpDatagram<'_>) -> bool {
     d.dport == ROCEV2_PORT
@@ -119,6 +140,9 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
             }
             if p.reserved_nonzero {
                 problems.push(Problem::ReservedBits);
+            }
+            if let Some(m) = multicast_problem(d.dst, &p) {
+                problems.push(Problem::Multicast(m));
             }
             if p.headers.bth.dest_qp == 1 && p.info.transport != Transport::Ud {
                 problems.push(Problem::NotUdOnQp1);
@@ -464,4 +488,42 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
 /// Does this opcode start a request the responder must answer (for the flow report)?
 pub fn is_request_kind(k: OpKind) -> bool {
     matches!(k, OpKind::Send | OpKind::Write | OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::bth::BthRepr;
+    use crate::wire::deth::DethRepr;
+    use crate::wire::icrc::IpFields;
+    use crate::wire::opcode::op;
+    use crate::wire::packet::finish;
+    use crate::wire::Headers;
+
+    fn packet(opcode: u8, dest_qp: u32) -> Vec<u8> {
+        let mut h = Headers { bth: BthRepr { opcode, dest_qp, ..BthRepr::default() }, ..Headers::default() };
+        if opcode == op::UD_SEND_ONLY {
+            h.deth = Some(DethRepr { qkey: 0x0123_4567, src_qp: 0x11 });
+        }
+        let mut buf = vec![0u8; 256];
+        let hl = h.emit(&mut buf).unwrap();
+        let ip = IpFields::v4_df("10.0.0.1".parse().unwrap(), "239.1.2.3".parse().unwrap());
+        let n = finish(&mut buf, hl, 8, &ip, 50000, ROCEV2_PORT).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn multicast_is_ud_sends_to_qpn_ffffff_and_that_qpn_is_only_multicast() {
+        let group: IpAddr = "239.1.2.3".parse().unwrap();
+        let host: IpAddr = "10.0.0.2".parse().unwrap();
+        let ud = packet(op::UD_SEND_ONLY, MULTICAST_QPN);
+        assert_eq!(multicast_problem(group, &parse(&ud).unwrap()), None);
+        assert!(multicast_problem(host, &parse(&ud).unwrap()).is_some(), "QPN 0xFFFFFF at a unicast address");
+        let ud_qp = packet(op::UD_SEND_ONLY, 0x12);
+        assert!(multicast_problem(group, &parse(&ud_qp).unwrap()).is_some(), "a group with another QPN");
+        assert_eq!(multicast_problem(host, &parse(&ud_qp).unwrap()), None);
+        let rc = packet(op::RC_SEND_ONLY, MULTICAST_QPN);
+        assert!(multicast_problem(group, &parse(&rc).unwrap()).is_some(), "RC to a group");
+    }
 }
