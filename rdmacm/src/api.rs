@@ -314,12 +314,12 @@ fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -
             if dev_addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
         bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0)))?;
     }
-    // The route the host would take to the peer; the source is the urxe device's address.
-    let probe = UdpSocket::bind(SocketAddr::new(
-        if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) },
-        0,
-    ))
-    .and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
+    // The route the host would take to the peer; the source is the urxe device's address. A
+    // multicast group is reached through the interface of that address (as the kernel
+    // resolves one from the bound source), whether or not a route covers the group.
+    let any = if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+    let from = if dst.ip().is_multicast() && dst.is_ipv4() == dev_addr.is_ipv4() { dev_addr } else { any };
+    let probe = UdpSocket::bind(SocketAddr::new(from, 0)).and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
     let port = lib.ids[&k].src.map_or(0, |s| s.port());
     // A loopback destination where no RoCE endpoint holds UDP 4791, seen from a loopback
     // device, is this host's urxe: every process of a user shares the device address (the
