@@ -6,6 +6,9 @@
 //!   and within one shared address, every process captured (`URXE_PCAP`) and the captures
 //!   checked by `urxe check` and counted: each receiver took exactly the sender's messages, all
 //!   UD SENDs to the group's address with destination QPN 0xFFFFFF;
+//! - tests/rdmacm_c/mcast_join.c (ASan/UBSan): `rdma_join_multicast` on an event channel and
+//!   `rdma_join_multicast_ex` send-only on a synchronous ID, the join events' UD parameters,
+//!   delivery (a send-only member sends but receives nothing), leave, and the error cases;
 //! - mckey joining a unicast address fails cleanly.
 //!
 //! Addresses 127.44.0.x, groups 239.44.x.y. Every wait is bounded.
@@ -57,25 +60,24 @@ fn scratch(name: &str) -> PathBuf {
     d.join(name)
 }
 
-/// tests/verbs_c/mcast.c built with the sanitizers, as the other C programs are.
+/// A C program of ours built with the sanitizers, as the other C programs are.
+fn c_prog(src: &str, libs: &[&str]) -> PathBuf {
+    let name = Path::new(src).file_stem().unwrap().to_string_lossy().into_owned();
+    let out_path = scratch(&name);
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined", "-g", "-o"])
+        .arg(&out_path)
+        .arg(repo_root().join(src))
+        .args(libs);
+    let out = run_bounded(&mut cmd, Duration::from_secs(120)).unwrap_or_else(|e| panic!("could not run gcc: {e}"));
+    assert!(out.success(), "gcc failed for {src}:\n{out}");
+    out_path
+}
+
+/// tests/verbs_c/mcast.c.
 fn mcast_program() -> PathBuf {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out_path = scratch("mcast");
-        let mut cmd = Command::new("gcc");
-        cmd.args(["-Wall", "-Wextra", "-Werror", "-fsanitize=address,undefined", "-g", "-o"])
-            .arg(&out_path)
-            .arg(repo_root().join("tests/verbs_c/mcast.c"))
-            .arg("-libverbs");
-        let out = run_bounded(&mut cmd, Duration::from_secs(120)).map_err(|e| format!("could not run gcc: {e}"))?;
-        if out.success() {
-            Ok(out_path)
-        } else {
-            Err(format!("gcc failed for tests/verbs_c/mcast.c:\n{out}"))
-        }
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("{e}"))
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| c_prog("tests/verbs_c/mcast.c", &["-libverbs"])).clone()
 }
 
 fn with_addr(program: impl AsRef<Path>, addr: &str, args: &[&str]) -> Command {
@@ -183,6 +185,18 @@ fn mckey_sender_reaches_two_receivers_on_other_addresses() {
 #[test]
 fn mckey_sender_reaches_two_receivers_sharing_its_address() {
     mckey_run("shared", "239.44.1.3", ["127.44.0.14"; 3]);
+}
+
+#[test]
+fn rdma_cm_joins_full_and_send_only_members_leave_and_refuse_bad_arguments() {
+    let bin = c_prog("tests/rdmacm_c/mcast_join.c", &["-lrdmacm", "-libverbs"]);
+    let mut cmd = with_addr(bin, "127.44.0.17", &["127.44.0.17", "239.44.1.4"]);
+    let out = run_bounded(&mut cmd, TIMEOUT).expect("run mcast_join");
+    eprintln!("{out}");
+    assert!(out.success(), "mcast_join must exit 0\n{out}");
+    assert_lacks(&out, "FAIL");
+    assert_lacks(&out, "ERROR: AddressSanitizer");
+    assert_contains(&out, "17 checks, 0 failed");
 }
 
 #[test]
