@@ -87,6 +87,42 @@ fn with_addr(program: impl AsRef<Path>, addr: &str, args: &[&str]) -> Command {
     c
 }
 
+/// [`with_addr`] run inside network namespace `ns` (`None`: here).
+fn with_addr_in(ns: Option<&str>, program: impl AsRef<Path>, addr: &str, args: &[&str]) -> Command {
+    let Some(ns) = ns else { return with_addr(program, addr, args) };
+    let mut c = with_addr("ip", addr, &["netns", "exec", ns]);
+    c.arg(program.as_ref()).args(args);
+    c
+}
+
+/// A network namespace with a veth pair whose ends hold the given addresses (deleted on drop).
+struct Netns(String);
+
+impl Netns {
+    fn new(name: &str, a: &str, b: &str) -> Netns {
+        let ns = Netns(format!("{name}-{}", std::process::id()));
+        let ip = |args: &[&str]| {
+            let out = run_bounded(Command::new("ip").args(args), Duration::from_secs(20)).expect("run ip");
+            assert!(out.success(), "ip {args:?} failed (this test needs root)\n{out}");
+        };
+        let n = ns.0.as_str();
+        ip(&["netns", "add", n]);
+        ip(&["-n", n, "link", "set", "lo", "up"]);
+        ip(&["-n", n, "link", "add", "v0", "type", "veth", "peer", "name", "v1"]);
+        ip(&["-n", n, "addr", "add", a, "dev", "v0", "nodad"]);
+        ip(&["-n", n, "addr", "add", b, "dev", "v1", "nodad"]);
+        ip(&["-n", n, "link", "set", "v0", "up"]);
+        ip(&["-n", n, "link", "set", "v1", "up"]);
+        ns
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = run_bounded(Command::new("ip").args(["netns", "del", &self.0]), Duration::from_secs(20));
+    }
+}
+
 #[test]
 fn verbs_two_qps_of_one_process_and_one_of_another_get_every_message_and_none_after_detach() {
     let mut cmd = with_addr(mcast_program(), "127.44.0.10", &["239.44.1.1"]);
@@ -125,7 +161,7 @@ fn check_capture(pcap: &Path, group: &str) -> usize {
     cmd.arg("check").arg(pcap);
     let out = run_bounded(&mut cmd, TIMEOUT).expect("run urxe check");
     assert!(out.success() && out.stdout.contains(": PASS:"), "urxe check must pass {}\n{out}", pcap.display());
-    let to_group = format!("> {group}:4791 ");
+    let to_group = if group.contains(':') { format!("> [{group}]:4791 ") } else { format!("> {group}:4791 ") };
     let lines: Vec<&str> = out.stdout.lines().filter(|l| l.contains(&to_group)).collect();
     for l in &lines {
         assert!(
@@ -140,12 +176,16 @@ fn check_capture(pcap: &Path, group: &str) -> usize {
 
 /// One mckey sender and two receivers: `addrs` = (sender, receiver 1, receiver 2).
 fn mckey_run(tag: &str, group: &str, addrs: [&str; 3]) {
+    mckey_run_in(None, tag, group, addrs)
+}
+
+fn mckey_run_in(ns: Option<&str>, tag: &str, group: &str, addrs: [&str; 3]) {
     let mckey = tool("mckey");
     let count = COUNT.to_string();
     let pcaps: Vec<PathBuf> = (0..3).map(|i| scratch(&format!("{tag}-{i}.pcap"))).collect();
     let receivers: Vec<_> = (1..3)
         .map(|i| {
-            let mut c = with_addr(&mckey, addrs[i], &["-m", group, "-b", addrs[i], "-C", &count]);
+            let mut c = with_addr_in(ns, &mckey, addrs[i], &["-m", group, "-b", addrs[i], "-C", &count]);
             c.env("URXE_PCAP", &pcaps[i]);
             thread::spawn(move || run_bounded(&mut c, TIMEOUT).expect("run mckey receiver"))
         })
@@ -153,13 +193,14 @@ fn mckey_run(tag: &str, group: &str, addrs: [&str; 3]) {
     // The receivers join within a fraction of a second; the sender waits 3 s after its own
     // join before it sends (mckey's pause "to give SM chance to configure switches").
     thread::sleep(Duration::from_millis(500));
-    let mut s = with_addr(&mckey, addrs[0], &["-m", group, "-b", addrs[0], "-s", "-C", &count]);
+    let mut s = with_addr_in(ns, &mckey, addrs[0], &["-m", group, "-b", addrs[0], "-s", "-C", &count]);
     s.env("URXE_PCAP", &pcaps[0]);
     let sender = run_bounded(&mut s, TIMEOUT).expect("run mckey sender");
     let recv: Vec<_> = receivers.into_iter().map(|h| h.join().expect("receiver thread")).collect();
     let all = format!("{sender}\n{}\n{}", recv[0], recv[1]);
     eprintln!("{all}");
-    let mgid = format!("mckey: joined dgid: ::ffff:{group} mlid 0x0 sl 0");
+    let gid = if group.contains(':') { group.to_string() } else { format!("::ffff:{group}") };
+    let mgid = format!("mckey: joined dgid: {gid} mlid 0x0 sl 0");
     for o in [&sender, &recv[0], &recv[1]] {
         assert!(o.success(), "every mckey must exit 0\n{all}");
         assert_contains(o, &mgid);
@@ -185,6 +226,16 @@ fn mckey_sender_reaches_two_receivers_on_other_addresses() {
 #[test]
 fn mckey_sender_reaches_two_receivers_sharing_its_address() {
     mckey_run("shared", "239.44.1.3", ["127.44.0.14"; 3]);
+}
+
+/// IPv6 (a group ff0e::/16, beyond what the kernel's rdma_cm does on RoCE v2) across a veth
+/// pair: the sender on one end, the receivers sharing the other end's address. Each receiver
+/// takes the messages once (its socket is bound to its interface, so the copy that the
+/// sender's end also gets stays out), the sender its own copies once.
+#[test]
+fn mckey_over_ipv6_across_a_veth_pair() {
+    let ns = Netns::new("hmc-v6", "fd44::1/64", "fd44::2/64");
+    mckey_run_in(Some(&ns.0), "v6", "ff0e::44:1", ["fd44::1", "fd44::2", "fd44::2"]);
 }
 
 #[test]

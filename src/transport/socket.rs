@@ -60,17 +60,19 @@ unsafe impl ZeroIsValid for libc::sockaddr_storage {}
 /// The index of the interface that holds IPv6 address `addr` (from /proc/net/if_inet6), or 0
 /// (the kernel then picks by route) if none does.
 fn ifindex_v6(addr: std::net::Ipv6Addr) -> u32 {
+    interface_v6(addr).map_or(0, |(i, _)| i)
+}
+
+/// Index and name of the interface that holds IPv6 address `addr` (/proc/net/if_inet6).
+fn interface_v6(addr: std::net::Ipv6Addr) -> Option<(u32, String)> {
     let want: String = addr.octets().iter().map(|b| format!("{b:02x}")).collect();
-    let Ok(text) = std::fs::read_to_string("/proc/net/if_inet6") else { return 0 };
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let a = f.next()?;
-            let idx = u32::from_str_radix(f.next()?, 16).ok()?;
-            (a == want).then_some(idx)
-        })
-        .next()
-        .unwrap_or(0)
+    let text = std::fs::read_to_string("/proc/net/if_inet6").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let idx = u32::from_str_radix(f.get(1)?, 16).ok()?;
+        let name = f.get(5)?.to_string();
+        (f[0] == want).then_some((idx, name))
+    })
 }
 
 /// The all-zero value of a C struct (an empty header to fill in).
@@ -140,13 +142,25 @@ impl RoceSocket {
         sock.set_reuse_port(true)?;
         match (group, local) {
             (IpAddr::V4(g), IpAddr::V4(l)) => {
+                // Only the group as joined on our interface: without this a socket also takes
+                // the group's datagrams arriving on any other interface where the host joined it.
+                sock.set_multicast_all_v4(false)?;
                 sock.bind(&SockAddr::from(bound))?;
                 sock.join_multicast_v4(&g, &l)?;
             }
             (IpAddr::V6(g), IpAddr::V6(l)) => {
                 sock.set_only_v6(true)?;
+                sock.set_multicast_all_v6(false)?;
+                let (index, name) = interface_v6(l).unwrap_or((0, String::new()));
+                // IPv6 membership does not name the interface a datagram came in on: bind the
+                // socket to our interface so that the group's datagrams from the host's other
+                // interfaces stay out. Best effort: where the process may not (an unprivileged
+                // one on an old kernel), such a host delivers those too.
+                if !name.is_empty() {
+                    let _ = sock.bind_device(Some(name.as_bytes()));
+                }
                 sock.bind(&SockAddr::from(bound))?;
-                sock.join_multicast_v6(&g, ifindex_v6(l))?;
+                sock.join_multicast_v6(&g, index)?;
             }
             _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
         }
@@ -556,6 +570,32 @@ mod tests {
             assert_eq!(p.len(), if i == 9 { 100 } else { 1000 });
             assert!(p.iter().all(|&x| x == i as u8));
         }
+    }
+
+    /// The kernel behaviour the multicast design rests on: every socket bound to a group and
+    /// port 4791 gets its own copy of a datagram sent to the group (several processes of one
+    /// host, of one reuseport group or not), a unicast-bound 4791 socket of a shared address
+    /// gets none, and a socket of another group none either.
+    #[test]
+    fn every_socket_bound_to_a_group_gets_each_datagram_and_unicast_sockets_none() {
+        let local: IpAddr = "127.44.0.30".parse().unwrap();
+        let group: IpAddr = "239.44.9.1".parse().unwrap();
+        let m1 = RoceSocket::bind_multicast(group, local).unwrap();
+        let m2 = RoceSocket::bind_multicast(group, local).unwrap();
+        let other = RoceSocket::bind_multicast("239.44.9.2".parse().unwrap(), local).unwrap();
+        let unicast = RoceSocket::bind_shared(SocketAddr::new(local, ROCE_PORT)).unwrap();
+        let tx = RoceSocket::bind(SocketAddr::new("127.44.0.31".parse().unwrap(), 0)).unwrap();
+        assert!(!tx.gso_to(group), "no GSO to a group");
+        for i in 0..3u8 {
+            tx.send_to(&[i; 48], SocketAddr::new(group, ROCE_PORT)).unwrap();
+        }
+        for m in [&m1, &m2] {
+            assert_eq!(recv_all(m, 3).iter().map(|p| p[0]).collect::<Vec<_>>(), vec![0, 1, 2]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut b = RecvBatch::new();
+        assert_eq!(unicast.recv_batch(&mut b).unwrap(), 0, "a unicast-bound socket gets none");
+        assert_eq!(other.recv_batch(&mut b).unwrap(), 0, "another group's socket gets none");
     }
 
     #[test]
