@@ -14,6 +14,9 @@ use crate::wire::{parse, Parsed, WireError};
 pub enum Problem {
     /// The stored ICRC differs from the computed one.
     IcrcMismatch { stored: u32, computed: u32 },
+    /// Multicast (IBTA §10.5.2.3, RoCEv2: an IP multicast destination) is UD SENDs to the
+    /// multicast QPN 0xFFFFFF, and that QPN is only for multicast.
+    Multicast(&'static str),
     /// The packet does not parse as RoCEv2 (lengths, TVer, opcode, pad).
     Wire(WireError),
     /// UDP checksum present and wrong.
@@ -28,9 +31,6 @@ pub enum Problem {
     IpHeader(String),
     /// A GSI (QP1) packet's MAD breaks a rule (Q_Key, length, CM message, rdma_cm header).
     Gsi(GsiProblem),
-    /// Multicast (IBTA §10.5.2.3, RoCEv2: an IP multicast destination) is UD SENDs to the
-    /// multicast QPN 0xFFFFFF, and that QPN is only for multicast.
-    Multicast(&'static str),
 }
 
 impl std::fmt::Display for Problem {
@@ -39,6 +39,7 @@ impl std::fmt::Display for Problem {
             Problem::IcrcMismatch { stored, computed } => {
                 write!(f, "ICRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
             }
+            Problem::Multicast(s) => f.write_str(s),
             Problem::Wire(e) => write!(f, "{e}"),
             Problem::UdpChecksum => f.write_str("UDP checksum wrong (RoCEv2 senders use 0 or a correct one)"),
             Problem::IpChecksum => f.write_str("IPv4 header checksum wrong"),
@@ -46,7 +47,6 @@ impl std::fmt::Display for Problem {
             Problem::NotUdOnQp1 => f.write_str("QP1 packet is not a UD SEND"),
             Problem::IpHeader(s) => write!(f, "{s}"),
             Problem::Gsi(g) => write!(f, "{g}"),
-            Problem::Multicast(s) => f.write_str(s),
         }
     }
 }
