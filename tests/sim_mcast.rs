@@ -234,6 +234,34 @@ fn detach_stops_delivery_and_the_last_detach_leaves_the_group() {
 }
 
 #[test]
+fn a_qp_that_blocks_its_own_loopback_misses_only_its_own_messages() {
+    let mut f = Fabric::new(2, 6, LinkCfg::default());
+    let (s, bs) = ud_qp(&mut f, 0, QKEY, 64);
+    let (n, bn) = ud_qp(&mut f, 0, QKEY, 64);
+    let (r, br) = ud_qp(&mut f, 1, QKEY, 64);
+    let g = gid_of(GROUP);
+    let rc = make_qp(&mut f.net, 0, &QpOpts::default());
+    let e = &mut f.net.nodes[0].eng;
+    assert_eq!(e.block_self_mcast_loopback(rc.qpn), Err(Error::Invalid), "UD only");
+    e.block_self_mcast_loopback(s.qpn).unwrap();
+    e.attach_mcast(s.qpn, g).unwrap();
+    e.attach_mcast(n.qpn, g).unwrap();
+    f.net.nodes[1].eng.attach_mcast(r.qpn, g).unwrap();
+    send_to_group(&mut f, s, 0, 8);
+    let all: Vec<u32> = (0..8).collect();
+    assert!(received(&mut f, s, bs, s.qpn).is_empty(), "the sender blocks its own loopback");
+    assert_eq!(received(&mut f, n, bn, s.qpn), all, "its neighbour on the same node still gets them");
+    assert_eq!(received(&mut f, r, br, s.qpn), all);
+    // Others' messages still reach it.
+    send_to_group(&mut f, n, 100, 3);
+    assert_eq!(received(&mut f, s, bs, n.qpn), vec![100, 101, 102]);
+    // Detached, it may be destroyed; the setting goes with it.
+    let e = &mut f.net.nodes[0].eng;
+    e.detach_mcast(s.qpn, g).unwrap();
+    e.destroy_qp(s.qpn).unwrap();
+}
+
+#[test]
 fn the_last_detach_of_a_node_reports_the_group_gone_and_its_datagrams_are_dropped() {
     let mut f = Fabric::new(2, 3, LinkCfg::default());
     let (s, _) = ud_qp(&mut f, 0, QKEY, 0);

@@ -135,6 +135,10 @@ pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
 pub fn attach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()> {
     transport(dev)?.attach_mcast(qpn, gid).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` on a new UD QP.
+pub fn block_self_mcast_loopback(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.block_self_mcast_loopback(qpn)).map_err(errno)
+}
 /// `ibv_detach_mcast`.
 pub fn detach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()> {
     transport(dev)?.detach_mcast(qpn, gid).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))

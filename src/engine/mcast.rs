@@ -24,6 +24,9 @@ pub(crate) struct McastTable {
     groups: Vec<(IpAddr, Vec<Qpn>)>,
     /// Attachments over all groups (`max_total_mcast_qp_attach`).
     total: u32,
+    /// QPs created with `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: their own multicast does not come
+    /// back to them.
+    blocked_self: Vec<Qpn>,
 }
 
 impl McastTable {
@@ -90,6 +93,23 @@ impl McastTable {
     /// Whether `qpn` is attached to any group (it cannot be destroyed then: EBUSY, as uverbs).
     pub(crate) fn is_attached(&self, qpn: Qpn) -> bool {
         self.groups.iter().any(|(_, q)| q.contains(&qpn))
+    }
+
+    /// `qpn` does not receive the multicast it sends itself.
+    pub(crate) fn block_self(&mut self, qpn: Qpn) {
+        if !self.blocked_self.contains(&qpn) {
+            self.blocked_self.push(qpn);
+        }
+    }
+
+    /// Whether `qpn` refuses its own multicast.
+    pub(crate) fn blocks_self(&self, qpn: Qpn) -> bool {
+        self.blocked_self.contains(&qpn)
+    }
+
+    /// The QP is gone (destroyed, never attached at that point).
+    pub(crate) fn forget(&mut self, qpn: Qpn) {
+        self.blocked_self.retain(|&q| q != qpn);
     }
 
     /// The groups, for the driver's bookkeeping and tests.

@@ -540,6 +540,7 @@ impl<M: HostMemory> Engine<M> {
         if self.mcast.is_attached(qpn) {
             return Err(Error::Busy);
         }
+        self.mcast.forget(qpn);
         let q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
         self.nqps -= 1;
         self.free_qpns.push_back(qpn);
@@ -720,6 +721,16 @@ impl<M: HostMemory> Engine<M> {
         Ok(self.mcast.detach(group, qpn)?.then_some(group))
     }
 
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: UD QP `qpn` does not receive the multicast it sends
+    /// itself (other QPs of the device still do); EINVAL for another QP type.
+    pub fn block_self_mcast_loopback(&mut self, qpn: Qpn) -> Result<(), Error> {
+        if self.qp(qpn)?.ty != QpType::Ud {
+            return Err(Error::Invalid);
+        }
+        self.mcast.block_self(qpn);
+        Ok(())
+    }
+
     /// The multicast groups that have attached QPs.
     pub fn mcast_groups(&self) -> Vec<std::net::IpAddr> {
         self.mcast.groups().collect()
@@ -786,6 +797,10 @@ impl<M: HostMemory> Engine<M> {
         let mut i = 0;
         while let Some(qpn) = self.mcast.member(d.dst, i) {
             i += 1;
+            let own = d.src == self.sh.cfg.local_addr && p.headers.deth.is_some_and(|h| h.src_qp == qpn);
+            if own && self.mcast.blocks_self(qpn) {
+                continue;
+            }
             let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
             if !recv::check_qp(&mut self.sh.counters, q, d, p) || !p.info.request {
                 continue;

@@ -11,10 +11,13 @@
  *   3. a1 sends: a1 itself (own multicast loops back, as rxe) and b1 get all N.
  *   4. B detaches b1 (its last QP in the group: B leaves the IP group); a1 sends: a1 gets N,
  *      b1 nothing.
+ *   5. a3, created with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, attaches and sends: a1 gets all N,
+ *      a3 none of its own.
  * Every receive is checked: status, opcode, length, GRH flag and the IPv4 header in the GRH
  * area (destination = the group), source QPN, payload bytes. Error cases: a non-UD QP and a
  * unicast GID are EINVAL, detaching what is not attached is EINVAL, attaching twice is a
- * no-op, destroying an attached QP is EBUSY, query_device reports multicast limits.
+ * no-op, destroying an attached QP is EBUSY, BLOCK_SELF_MCAST_LB on an RC QP is EINVAL,
+ * query_device reports multicast limits.
  * Processes talk over two pipes; every wait is bounded.
  */
 #include "common.h"
@@ -24,7 +27,7 @@
 #define N 16
 #define MSG 200
 #define SLOT (MSG + 40)
-#define NSLOT (4 * N)
+#define NSLOT (6 * N)
 #define QKEY 0x11223344u
 #define MCAST_QPN 0xffffffu
 #define WAIT_MS 10000
@@ -73,9 +76,10 @@ static uint32_t await(char c)
 	return v;
 }
 
-static void make_ep(struct ep *e)
+/* A UD endpoint; `create_flags` != 0 creates its QP with ibv_create_qp_ex and those flags. */
+static void make_ep_flags(struct ep *e, uint32_t create_flags)
 {
-	struct ibv_qp_init_attr ia;
+	struct ibv_qp_init_attr_ex ia;
 	struct ibv_qp_attr a;
 
 	e->scq = ibv_create_cq(d.ctx, NSLOT, NULL, NULL, 0);
@@ -94,9 +98,15 @@ static void make_ep(struct ep *e)
 	ia.cap.max_recv_wr = NSLOT;
 	ia.cap.max_send_sge = 1;
 	ia.cap.max_recv_sge = 1;
-	e->qp = ibv_create_qp(pd, &ia);
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ia.pd = pd;
+	if (create_flags) {
+		ia.comp_mask |= IBV_QP_INIT_ATTR_CREATE_FLAGS;
+		ia.create_flags = create_flags;
+	}
+	e->qp = ibv_create_qp_ex(d.ctx, &ia);
 	if (!e->qp)
-		die("ibv_create_qp(UD)");
+		die("ibv_create_qp_ex(UD, create_flags 0x%x)", create_flags);
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_INIT;
 	a.port_num = 1;
@@ -116,6 +126,11 @@ static void make_ep(struct ep *e)
 		if (ibv_post_recv(e->qp, &wr, &bad))
 			die("ibv_post_recv");
 	}
+}
+
+static void make_ep(struct ep *e)
+{
+	make_ep_flags(e, 0);
 }
 
 static void free_ep(struct ep *e)
@@ -197,13 +212,15 @@ static void recv_round(struct ep *e, const char *who, unsigned seed, uint32_t sr
 	printf("%s round %u: %u messages received and verified\n", who, seed, got - bad);
 }
 
-/* Nothing may arrive on `e` for QUIET_MS. */
-static void recv_none(struct ep *e, const char *who)
+/* Nothing may arrive on `e` for QUIET_MS (`what`: why, for the check's name and the output). */
+static void recv_none(struct ep *e, const char *who, const char *what)
 {
 	struct ibv_wc wc;
+	char name[64];
 	int r = poll_one(e->rcq, &wc, QUIET_MS);
-	check(r == 0, "none_after_detach", "%s got a completion after detaching (status %d)", who, r > 0 ? (int)wc.status : -1);
-	printf("%s after detach: %d messages\n", who, r > 0 ? 1 : 0);
+	snprintf(name, sizeof(name), "none_%s", what);
+	check(r == 0, name, "%s got a completion (status %d)", who, r > 0 ? (int)wc.status : -1);
+	printf("%s %s: %d messages\n", who, what, r > 0 ? 1 : 0);
 }
 
 static struct ibv_ah *group_ah(void)
@@ -262,6 +279,22 @@ static void error_cases(struct ep *a1, struct ep *a2)
 	r = ibv_attach_mcast(rc, &mgid, 0);
 	check(r == EINVAL, "attach_rc_qp_einval", "ibv_attach_mcast(RC QP) returned %d", r);
 	ibv_destroy_qp(rc);
+	{
+		struct ibv_qp_init_attr_ex ix;
+		memset(&ix, 0, sizeof(ix));
+		ix.send_cq = a1->scq;
+		ix.recv_cq = a1->rcq;
+		ix.qp_type = IBV_QPT_RC;
+		ix.cap = ia.cap;
+		ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+		ix.pd = pd;
+		ix.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+		rc = ibv_create_qp_ex(d.ctx, &ix);
+		check(rc == NULL && errno == EINVAL, "block_self_lb_rc_einval", "RC QP with BLOCK_SELF_MCAST_LB: %p errno %d",
+		      (void *)rc, errno);
+		if (rc)
+			ibv_destroy_qp(rc);
+	}
 
 	r = ibv_attach_mcast(a1->qp, &d.gid, 0);
 	check(r == EINVAL, "attach_unicast_gid_einval", "ibv_attach_mcast(unicast GID) returned %d", r);
@@ -276,7 +309,7 @@ static void error_cases(struct ep *a1, struct ep *a2)
 
 static int run_a(void)
 {
-	struct ep a1, a2;
+	struct ep a1, a2, a3;
 	struct ibv_ah *ah;
 	uint32_t bs, r;
 
@@ -284,6 +317,7 @@ static int run_a(void)
 	open_all();
 	make_ep(&a1);
 	make_ep(&a2);
+	make_ep_flags(&a3, IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
 	r = (uint32_t)ibv_attach_mcast(a1.qp, &mgid, 0);
 	check(r == 0, "attach_a1", "ibv_attach_mcast returned %u", r);
 	r = (uint32_t)ibv_attach_mcast(a2.qp, &mgid, 0);
@@ -303,7 +337,7 @@ static int run_a(void)
 
 	await('3');
 	recv_round(&a1, "A/a1", 2, bs);
-	recv_none(&a2, "A/a2");
+	recv_none(&a2, "A/a2", "after_detach");
 	send_round(&a1, ah, 3);
 	recv_round(&a1, "A/a1 (own)", 3, a1.qp->qp_num);
 	tell('4', a1.qp->qp_num);
@@ -313,12 +347,22 @@ static int run_a(void)
 	recv_round(&a1, "A/a1 (own)", 4, a1.qp->qp_num);
 	tell('6', 0);
 
+	/* a3 blocks its own multicast loopback: a1 gets a3's messages, a3 none of them. */
+	r = (uint32_t)ibv_attach_mcast(a3.qp, &mgid, 0);
+	check(r == 0, "attach_a3", "ibv_attach_mcast returned %u", r);
+	send_round(&a3, ah, 5);
+	recv_round(&a1, "A/a1 (from a3)", 5, a3.qp->qp_num);
+	recv_none(&a3, "A/a3", "own_blocked");
+	r = (uint32_t)ibv_detach_mcast(a3.qp, &mgid, 0);
+	check(r == 0, "detach_a3", "ibv_detach_mcast returned %u", r);
+
 	await('7');
 	r = (uint32_t)ibv_detach_mcast(a1.qp, &mgid, 0);
 	check(r == 0, "detach_a1", "ibv_detach_mcast returned %u", r);
 	ibv_destroy_ah(ah);
 	free_ep(&a1);
 	free_ep(&a2);
+	free_ep(&a3);
 	close_all();
 	return finish();
 }
@@ -354,7 +398,7 @@ static int run_b(void)
 	tell('5', 0);
 
 	await('6');
-	recv_none(&b1, "B/b1");
+	recv_none(&b1, "B/b1", "after_detach");
 	ibv_destroy_ah(ah);
 	free_ep(&b1);
 	free_ep(&bs);

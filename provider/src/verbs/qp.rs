@@ -15,6 +15,10 @@ use std::ptr;
 use std::sync::atomic::Ordering;
 use urxe::engine::{QpAttrMask, QpState};
 
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`enum ibv_qp_create_flags`): the UD QP does not
+/// receive the multicast it sends itself.
+pub const IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
+
 /// # Safety
 /// `context` live context of ours; object pointers in `attr` NULL or ours.
 unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*mut UrxeQp, i32> {
@@ -31,7 +35,18 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
         }
     };
     let (init, send_ops) = convert::qp_init_attr_from_c(attr, refs, &dev.info.limits)?;
+    let block_self = attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS as u32 != 0
+        && attr.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
+    if block_self && attr.qp_type != IBV_QPT_UD as u32 {
+        return Err(libc::EINVAL);
+    }
     let (qpn, cap) = glue::create_qp(dev, &init)?;
+    if block_self {
+        if let Err(e) = glue::block_self_mcast_loopback(dev, qpn) {
+            let _ = glue::destroy_qp(dev, qpn);
+            return Err(e);
+        }
+    }
     attr.cap = convert::cap_to_c(&cap);
     let mut b = Box::new(UrxeQp {
         ibv: Zeroable::zeroed(),
