@@ -359,7 +359,9 @@ pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limit
     if a.comp_mask & unsupported != 0 {
         return Err(EOPNOTSUPP);
     }
-    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS as u32 != 0 && a.create_flags != 0 {
+    if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS as u32 != 0
+        && a.create_flags & !crate::verbs::qp::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0
+    {
         return Err(EOPNOTSUPP);
     }
     let qp_type = match QpType::from_u32(a.qp_type) {

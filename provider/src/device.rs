@@ -247,6 +247,9 @@ pub fn device_attr(dev: &UrxeDevice) -> ibv_device_attr {
     a.atomic_cap = IBV_ATOMIC_HCA as u32;
     a.max_mw = clamp(l.max_mw);
     a.max_ah = clamp(l.max_ah);
+    a.max_mcast_grp = clamp(l.max_mcast_grp);
+    a.max_mcast_qp_attach = clamp(l.max_mcast_qp_attach);
+    a.max_total_mcast_qp_attach = clamp(l.max_total_mcast_qp_attach);
     a.max_srq = clamp(l.max_srq);
     a.max_srq_wr = clamp(l.max_srq_wr);
     a.max_srq_sge = clamp(l.max_srq_sge);

@@ -136,6 +136,18 @@ pub fn query_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<QpAttr> {
 pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
     transport(dev)?.control(|en, _| en.destroy_qp(qpn)).map_err(errno)
 }
+/// `ibv_attach_mcast`: UD QP `qpn` joins the multicast group GID `gid`.
+pub fn attach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()> {
+    transport(dev)?.attach_mcast(qpn, gid).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` on a new UD QP.
+pub fn block_self_mcast_loopback(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.block_self_mcast_loopback(qpn)).map_err(errno)
+}
+/// `ibv_detach_mcast`.
+pub fn detach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()> {
+    transport(dev)?.detach_mcast(qpn, gid).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
 /// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
 /// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;
 /// its error (the first WR that failed) is returned as is.

@@ -67,7 +67,8 @@ fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
         }
         let mut lib = lock();
         // A count without an event (one taken by a destroy or a migration): read again.
-        if let Some(b) = lib.channels.get_mut(&ch).and_then(|c| c.queue.pop_front()) {
+        if let Some(mut b) = lib.channels.get_mut(&ch).and_then(|c| c.queue.pop_front()) {
+            crate::mcast::on_retrieved(&mut lib, &mut b);
             let p = Box::into_raw(b);
             lib.outstanding.insert(p as usize);
             return Ok(p);
@@ -313,12 +314,12 @@ fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -
             if dev_addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
         bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0)))?;
     }
-    // The route the host would take to the peer; the source is the urxe device's address.
-    let probe = UdpSocket::bind(SocketAddr::new(
-        if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) },
-        0,
-    ))
-    .and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
+    // The route the host would take to the peer; the source is the urxe device's address. A
+    // multicast group is reached through the interface of that address (as the kernel
+    // resolves one from the bound source), whether or not a route covers the group.
+    let any = if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+    let from = if dst.ip().is_multicast() && dst.is_ipv4() == dev_addr.is_ipv4() { dev_addr } else { any };
+    let probe = UdpSocket::bind(SocketAddr::new(from, 0)).and_then(|s| s.connect(SocketAddr::new(dst.ip(), 4791)));
     let port = lib.ids[&k].src.map_or(0, |s| s.port());
     // A loopback destination where no RoCE endpoint holds UDP 4791, seen from a loopback
     // device, is this host's urxe: every process of a user shares the device address (the
@@ -1149,30 +1150,49 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 // ---- multicast and ECE ------------------------------------------------------------------------
 
 rdmacm_export! {
-    /// urxe has no UD multicast yet: a clean EOPNOTSUPP.
+    /// Joins the group at `addr` as a full member (see [`crate::mcast`]).
     fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> c_int as int {
-        let _ = context;
         key(id)?;
-        key(addr)?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: `addr` is a sockaddr per the man page (NULL is refused).
+        unsafe { crate::mcast::join(id, key(addr)? as *const sockaddr, context, false) }?;
+        sync_wait(id, event::MULTICAST_JOIN)?;
+        Ok(0)
     }
 }
 
 rdmacm_export! {
+    /// `rdma_join_multicast` with join flags: full member, or send-only full member (the QP is
+    /// not attached, so it sends to the group without receiving from it). Both attributes are
+    /// required (EINVAL), unknown ones are EOPNOTSUPP, as librdmacm.
     fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> c_int as int {
-        let _ = context;
+        use crate::mcast::*;
         key(id)?;
         key(attr)?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: the caller's attribute struct.
+        let (comp_mask, join_flags, addr) = unsafe { ((*attr).comp_mask, (*attr).join_flags, (*attr).addr) };
+        if comp_mask & !(JOIN_MC_ATTR_ADDRESS | JOIN_MC_ATTR_JOIN_FLAGS) != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if comp_mask & JOIN_MC_ATTR_ADDRESS == 0
+            || comp_mask & JOIN_MC_ATTR_JOIN_FLAGS == 0
+            || !matches!(join_flags, JOIN_FLAG_FULLMEMBER | JOIN_FLAG_SENDONLY_FULLMEMBER)
+        {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `addr` is a sockaddr per the man page (NULL is refused).
+        unsafe { join(id, key(addr)? as *const sockaddr, context, join_flags == JOIN_FLAG_SENDONLY_FULLMEMBER) }?;
+        sync_wait(id, event::MULTICAST_JOIN)?;
+        Ok(0)
     }
 }
 
 rdmacm_export! {
-    /// Nothing can have been joined.
+    /// Leaves a joined group: EADDRNOTAVAIL if `addr` was not joined on this ID.
     fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
         key(id)?;
-        key(addr)?;
-        Err(libc::EADDRNOTAVAIL)
+        // SAFETY: `addr` is a sockaddr per the man page (NULL is refused).
+        unsafe { crate::mcast::leave(id, key(addr)? as *const sockaddr) }?;
+        Ok(0)
     }
 }
 

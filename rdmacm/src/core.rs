@@ -109,6 +109,8 @@ pub struct Id {
     pub own_cqs: bool,
     pub path_rec: *mut ibv_sa_path_rec,
     pub local_ece: ibv_ece,
+    /// Multicast groups joined (`rdma_join_multicast`).
+    pub mcast: Vec<crate::mcast::Join>,
 }
 
 impl Id {
@@ -133,6 +135,7 @@ impl Id {
             own_cqs: false,
             path_rec: ptr::null_mut(),
             local_ece: ibv_ece::default(),
+            mcast: Vec::new(),
         }
     }
 }

@@ -9,7 +9,7 @@
 //! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
 //! thread, CM events → rdma_cm events), [`api`] (the rdma_cm calls), [`addrinfo`]
-//! (`rdma_getaddrinfo`), [`rsockets`] (the r* calls: not implemented yet, clean errors).
+//! (`rdma_getaddrinfo`), [`mcast`] (multicast joins), [`rsockets`] (the r* calls: not implemented yet, clean errors).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -22,6 +22,7 @@ pub mod core;
 pub mod entries;
 pub mod export;
 pub mod layout;
+pub mod mcast;
 pub mod rsockets;
 pub mod verbs;
 

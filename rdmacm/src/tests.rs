@@ -68,7 +68,10 @@ fn bad_arguments_get_errno_never_a_crash() {
         fails_with(rdma_set_option(id, 9, 9, &mut tos as *mut u8 as *mut c_void, 1), libc::ENOSYS);
         let mut sa: libc::sockaddr_in = std::mem::zeroed();
         sa.sin_family = libc::AF_INET as u16;
-        fails_with(rdma_join_multicast(id, &mut sa as *mut _ as *mut _, ptr::null_mut()), libc::EOPNOTSUPP);
+        // An ID with no address: EINVAL; nothing joined: EADDRNOTAVAIL.
+        fails_with(rdma_join_multicast(id, &mut sa as *mut _ as *mut _, ptr::null_mut()), libc::EINVAL);
+        fails_with(rdma_join_multicast(id, ptr::null_mut(), ptr::null_mut()), libc::EINVAL);
+        fails_with(rdma_leave_multicast(id, &mut sa as *mut _ as *mut _), libc::EADDRNOTAVAIL);
         assert_eq!(rdma_destroy_id(id), 0);
         fails_with(rdma_destroy_id(id), libc::EINVAL);
     }

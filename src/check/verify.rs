@@ -14,6 +14,9 @@ use crate::wire::{parse, Parsed, WireError};
 pub enum Problem {
     /// The stored ICRC differs from the computed one.
     IcrcMismatch { stored: u32, computed: u32 },
+    /// Multicast (IBTA §10.5.2.3, RoCEv2: an IP multicast destination) is UD SENDs to the
+    /// multicast QPN 0xFFFFFF, and that QPN is only for multicast.
+    Multicast(&'static str),
     /// The packet does not parse as RoCEv2 (lengths, TVer, opcode, pad).
     Wire(WireError),
     /// UDP checksum present and wrong.
@@ -39,6 +42,7 @@ impl std::fmt::Display for Problem {
             Problem::IcrcMismatch { stored, computed } => {
                 write!(f, "ICRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
             }
+            Problem::Multicast(s) => f.write_str(s),
             Problem::Wire(e) => write!(f, "{e}"),
             Problem::UdpChecksum => f.write_str("UDP checksum wrong (RoCEv2 senders use 0 or a correct one)"),
             Problem::IpChecksum => f.write_str("IPv4 header checksum wrong"),
@@ -100,6 +104,23 @@ impl PacketReport<'_> {
     }
 }
 
+/// Destination QPN of multicast packets.
+const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
+/// The multicast rule a packet to `dst` breaks, if any: to a multicast address only UD SENDs
+/// to QPN 0xFFFFFF; QPN 0xFFFFFF only at a multicast address.
+fn multicast_problem(dst: IpAddr, p: &Parsed<'_>) -> Option<&'static str> {
+    let to_group = dst.is_multicast();
+    let mcast_qpn = p.headers.bth.dest_qp == MULTICAST_QPN;
+    let ud_send = p.info.transport == Transport::Ud && p.info.kind == OpKind::Send;
+    match (to_group, mcast_qpn) {
+        (true, _) if !ud_send => Some("multicast packet is not a UD SEND"),
+        (true, false) => Some("multicast packet's destination QP is not 0xFFFFFF"),
+        (false, true) => Some("destination QP 0xFFFFFF (multicast) at a unicast address"),
+        _ => None,
+    }
+}
+
 /// True for a datagram `check` treats as RoCEv2.
 pub fn is_rocev2(d: &UdpDatagram<'_>) -> bool {
     d.dport == ROCEV2_PORT
@@ -123,6 +144,9 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
             }
             if p.reserved_nonzero {
                 problems.push(Problem::ReservedBits);
+            }
+            if let Some(m) = multicast_problem(d.dst, &p) {
+                problems.push(Problem::Multicast(m));
             }
             if p.headers.bth.dest_qp == 1 && p.info.transport != Transport::Ud {
                 problems.push(Problem::NotUdOnQp1);
@@ -535,4 +559,42 @@ pub fn is_request_kind(k: OpKind) -> bool {
             | OpKind::AtomicWrite
             | OpKind::Flush
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::bth::BthRepr;
+    use crate::wire::deth::DethRepr;
+    use crate::wire::icrc::IpFields;
+    use crate::wire::opcode::op;
+    use crate::wire::packet::finish;
+    use crate::wire::Headers;
+
+    fn packet(opcode: u8, dest_qp: u32) -> Vec<u8> {
+        let mut h = Headers { bth: BthRepr { opcode, dest_qp, ..BthRepr::default() }, ..Headers::default() };
+        if opcode == op::UD_SEND_ONLY {
+            h.deth = Some(DethRepr { qkey: 0x0123_4567, src_qp: 0x11 });
+        }
+        let mut buf = vec![0u8; 256];
+        let hl = h.emit(&mut buf).unwrap();
+        let ip = IpFields::v4_df("10.0.0.1".parse().unwrap(), "239.1.2.3".parse().unwrap());
+        let n = finish(&mut buf, hl, 8, &ip, 50000, ROCEV2_PORT).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn multicast_is_ud_sends_to_qpn_ffffff_and_that_qpn_is_only_multicast() {
+        let group: IpAddr = "239.1.2.3".parse().unwrap();
+        let host: IpAddr = "10.0.0.2".parse().unwrap();
+        let ud = packet(op::UD_SEND_ONLY, MULTICAST_QPN);
+        assert_eq!(multicast_problem(group, &parse(&ud).unwrap()), None);
+        assert!(multicast_problem(host, &parse(&ud).unwrap()).is_some(), "QPN 0xFFFFFF at a unicast address");
+        let ud_qp = packet(op::UD_SEND_ONLY, 0x12);
+        assert!(multicast_problem(group, &parse(&ud_qp).unwrap()).is_some(), "a group with another QPN");
+        assert_eq!(multicast_problem(host, &parse(&ud_qp).unwrap()), None);
+        let rc = packet(op::RC_SEND_ONLY, MULTICAST_QPN);
+        assert!(multicast_problem(group, &parse(&rc).unwrap()).is_some(), "RC to a group");
+    }
 }

@@ -76,6 +76,11 @@ pub struct Counters {
     pub dup_naks_ignored: u64,
     /// Round-trip samples taken (ACKs of packets sent once).
     pub rtt_samples: u64,
+    /// Multicast datagrams (destination QPN 0xFFFFFF) received for a group a QP is attached to.
+    pub mcast_rcvd: u64,
+    /// Multicast datagrams dropped: no QP attached to the destination group, or a datagram to a
+    /// multicast address whose destination QPN is not 0xFFFFFF.
+    pub mcast_drops: u64,
     /// Gauge: the smoothed round trip of the QP that took the last sample (ns).
     pub srtt_ns: u64,
     /// Gauge: the send window (PSNs) of the QP whose window changed last.

@@ -20,6 +20,7 @@ mod dma;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod gsi;
+pub mod mcast;
 mod mr;
 mod qp;
 mod recv;
@@ -32,6 +33,7 @@ mod window;
 mod xmit;
 
 pub use counters::Counters;
+pub use mcast::MULTICAST_QPN;
 pub use timer::{ack_timeout_nanos, rnr_nanos};
 
 use std::collections::VecDeque;
@@ -83,6 +85,8 @@ pub struct Engine<M: HostMemory> {
     timers: TimerHeap,
     /// QP1 (the connection manager's MADs).
     gsi: gsi::Gsi,
+    /// Multicast groups and their attached UD QPs.
+    mcast: mcast::McastTable,
 }
 
 /// Which QPNs this engine hands out. A process alone on its address uses the whole 24-bit
@@ -135,6 +139,7 @@ impl<M: HostMemory> Engine<M> {
             nqps: 0,
             txq: VecDeque::new(),
             gsi: gsi::Gsi::default(),
+            mcast: mcast::McastTable::default(),
             burst: 0,
             timers: TimerHeap::default(),
         }
@@ -547,8 +552,13 @@ impl<M: HostMemory> Engine<M> {
         Ok((qpn, cap))
     }
 
+    /// EBUSY while the QP is attached to a multicast group (uverbs refuses it too).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
         self.qp(qpn)?;
+        if self.mcast.is_attached(qpn) {
+            return Err(Error::Busy);
+        }
+        self.mcast.forget(qpn);
         let q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
         self.nqps -= 1;
         self.free_qpns.push_back(qpn);
@@ -709,6 +719,52 @@ impl<M: HostMemory> Engine<M> {
         self.sh.clock
     }
 
+    // ---- commands: multicast ---------------------------------------------------------------
+
+    /// `ibv_attach_mcast`: attaches UD QP `qpn` to the group `gid` names (an IP multicast
+    /// address of the device's family: IPv4-mapped 224.0.0.0/4 or IPv6 ff00::/8). Returns the
+    /// group's address if it is new to this device: the driver then joins the IP group (and
+    /// calls [`Engine::detach_mcast`] if it cannot). EINVAL for another QP type or a GID that is
+    /// not multicast, ENOMEM past the `max_*mcast*` limits; attaching twice is a no-op.
+    pub fn attach_mcast(&mut self, qpn: Qpn, gid: [u8; 16]) -> Result<Option<std::net::IpAddr>, Error> {
+        let group = self.mcast_group(qpn, gid)?;
+        let limits = self.sh.cfg.limits;
+        Ok(self.mcast.attach(group, qpn, &limits)?.then_some(group))
+    }
+
+    /// `ibv_detach_mcast`: the group's address if `qpn` was its last QP here (the driver leaves
+    /// the IP group). EINVAL if the QP is not attached to it.
+    pub fn detach_mcast(&mut self, qpn: Qpn, gid: [u8; 16]) -> Result<Option<std::net::IpAddr>, Error> {
+        let group = self.mcast_group(qpn, gid)?;
+        Ok(self.mcast.detach(group, qpn)?.then_some(group))
+    }
+
+    /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB`: UD QP `qpn` does not receive the multicast it sends
+    /// itself (other QPs of the device still do); EINVAL for another QP type.
+    pub fn block_self_mcast_loopback(&mut self, qpn: Qpn) -> Result<(), Error> {
+        if self.qp(qpn)?.ty != QpType::Ud {
+            return Err(Error::Invalid);
+        }
+        self.mcast.block_self(qpn);
+        Ok(())
+    }
+
+    /// The multicast groups that have attached QPs.
+    pub fn mcast_groups(&self) -> Vec<std::net::IpAddr> {
+        self.mcast.groups().collect()
+    }
+
+    fn mcast_group(&self, qpn: Qpn, gid: [u8; 16]) -> Result<std::net::IpAddr, Error> {
+        if self.qp(qpn)?.ty != QpType::Ud {
+            return Err(Error::Invalid);
+        }
+        let group = qp::gid_to_ip(gid);
+        if !mcast::is_multicast(group) || self.sh.tx_ip(group).is_none() {
+            return Err(Error::Invalid);
+        }
+        Ok(group)
+    }
+
     // ---- inputs ------------------------------------------------------------------------
 
     /// One received UDP datagram. Checked as rxe_recv.c does (see `recv`) and dispatched to
@@ -719,6 +775,10 @@ impl<M: HostMemory> Engine<M> {
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
+        if qpn == MULTICAST_QPN || d.dst.is_multicast() {
+            self.handle_multicast(d, &p);
+            return;
+        }
         if qpn == crate::wire::mad::GSI_QPN {
             if self.gsi.receive(d.src, &p) {
                 self.sh.events.push_back(Event::Gsi);
@@ -740,6 +800,32 @@ impl<M: HostMemory> Engine<M> {
             _ => self.sh.counters.opcode_errors += 1,
         }
         self.touch(qpn);
+    }
+
+    /// A datagram to a multicast group (rxe_rcv_mcast_pkt): destination QPN 0xFFFFFF and a
+    /// multicast destination address, both or neither; each UD QP attached to the group takes
+    /// it through the checks a unicast UD packet passes (QP type, state, Q_Key, receive WQE),
+    /// independently of the others.
+    fn handle_multicast(&mut self, d: &Datagram<'_>, p: &wire::Parsed<'_>) {
+        if p.headers.bth.dest_qp != MULTICAST_QPN || !d.dst.is_multicast() || !self.mcast.has_group(d.dst) {
+            self.sh.counters.mcast_drops += 1;
+            return;
+        }
+        self.sh.counters.mcast_rcvd += 1;
+        let mut i = 0;
+        while let Some(qpn) = self.mcast.member(d.dst, i) {
+            i += 1;
+            let own = d.src == self.sh.cfg.local_addr && p.headers.deth.is_some_and(|h| h.src_qp == qpn);
+            if own && self.mcast.blocks_self(qpn) {
+                continue;
+            }
+            let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
+            if !recv::check_qp(&mut self.sh.counters, q, d, p) || !p.info.request {
+                continue;
+            }
+            resp::handle_request(q, &mut self.sh, d, p);
+            self.touch(qpn);
+        }
     }
 
     /// Runs every timer due at `now` (local ACK timeouts, RNR waits).

@@ -355,6 +355,35 @@ impl Device {
         }
     }
 
+    /// `ibv_attach_mcast`: attaches UD QP `qpn` to the multicast group `gid` names
+    /// ([`Engine::attach_mcast`]); the first QP of a group makes us join the IP group on our
+    /// interface with a socket of its own, which the progress thread watches. Errors: the
+    /// engine's errno, or the socket's (the attachment is then undone).
+    pub fn attach_mcast(&self, qpn: Qpn, gid: [u8; 16]) -> io::Result<()> {
+        let mut c = self.lock();
+        let new = c.engine.attach_mcast(qpn, gid).map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+        if let Some(group) = new {
+            let joined = c.join_mcast(group).and_then(|fd| self.hub.signals.watch_mcast(fd));
+            if let Err(e) = joined {
+                c.leave_mcast(group, |_| {});
+                let _ = c.engine.detach_mcast(qpn, gid);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: the last QP of a group to leave closes its socket (leaving the IP
+    /// group).
+    pub fn detach_mcast(&self, qpn: Qpn, gid: [u8; 16]) -> io::Result<()> {
+        let mut c = self.lock();
+        let gone = c.engine.detach_mcast(qpn, gid).map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+        if let Some(group) = gone {
+            c.leave_mcast(group, |fd| self.hub.signals.unwatch_mcast(fd));
+        }
+        Ok(())
+    }
+
     /// Engine and transport counters as `name value` lines, then the wakeup counters.
     pub fn stats_text(&self) -> String {
         let t = self.lock().stats_text();

@@ -68,6 +68,16 @@ impl Core {
         }
     }
 
+    /// Opens the receive socket of a multicast group (see `Io::join_mcast`).
+    pub(super) fn join_mcast(&mut self, group: std::net::IpAddr) -> std::io::Result<std::os::fd::RawFd> {
+        self.io.join_mcast(group)
+    }
+
+    /// Closes the receive socket of a multicast group (see `Io::leave_mcast`).
+    pub(super) fn leave_mcast(&mut self, group: std::net::IpAddr, before_close: impl FnOnce(std::os::fd::RawFd)) {
+        self.io.leave_mcast(group, before_close)
+    }
+
     pub(super) fn stats_text(&self) -> String {
         counters_text(self.engine.counters(), &self.counters)
     }

@@ -48,6 +48,8 @@ pub(super) struct Io {
     tap: Option<super::tap::Tap>,
     /// On a shared address, our slot: datagrams for other slots' QPNs are strays.
     slot: Option<u8>,
+    /// One receive socket per IP multicast group a QP of ours is attached to.
+    mcast: Vec<(IpAddr, RoceSocket)>,
 }
 
 impl Io {
@@ -63,6 +65,7 @@ impl Io {
             gso,
             tap,
             slot: None,
+            mcast: Vec::new(),
         }
     }
 
@@ -75,7 +78,7 @@ impl Io {
         self.local
     }
 
-    /// Receives everything queued on the socket (bounded per call) and feeds the engine. The
+    /// Receives everything queued on the sockets (bounded per call) and feeds the engine. The
     /// clock is read per batch: timers a packet arms (RNR) start from when it was handled.
     pub(super) fn receive(
         &mut self,
@@ -83,9 +86,29 @@ impl Io {
         clock: impl Fn() -> Nanos,
         counters: &mut TransportCounters,
     ) {
+        self.drain(None, engine, &clock, counters);
+        for i in 0..self.mcast.len() {
+            self.drain(Some(i), engine, &clock, counters);
+        }
+    }
+
+    /// Drains one socket: the 4791 socket (`None`) or multicast socket `Some(i)`, whose
+    /// datagrams are addressed to its group rather than to our address (the ICRC covers the
+    /// destination address, and the group names which QPs take the datagram).
+    fn drain(
+        &mut self,
+        mcast: Option<usize>,
+        engine: &mut Engine<ProcessMemory>,
+        clock: &impl Fn() -> Nanos,
+        counters: &mut TransportCounters,
+    ) {
+        let (sock, local) = match mcast {
+            None => (&self.rx, self.local),
+            Some(i) => (&self.mcast[i].1, self.mcast[i].0),
+        };
         for _ in 0..16 {
             let now = clock();
-            let n = match self.rx.recv_batch(&mut self.recv) {
+            let n = match sock.recv_batch(&mut self.recv) {
                 Ok(0) => return,
                 Ok(n) => n,
                 Err(_) => {
@@ -94,7 +117,6 @@ impl Io {
                 }
             };
             counters.rx_batches += 1;
-            let local = self.local;
             for (src, pkt) in self.recv.packets() {
                 let Some(src) = src else {
                     counters.rx_unaddressed += 1;
@@ -102,9 +124,11 @@ impl Io {
                 };
                 counters.rx_datagrams += 1;
                 if let Some(t) = &self.tap {
-                    t.received(src, self.rx.local_addr(), pkt);
+                    t.received(src, sock.local_addr(), pkt);
                 }
-                if let Some(slot) = self.slot {
+                // A shared address's slots split unicast by QPN; every member receives its
+                // own copy of a group's datagrams.
+                if let (Some(slot), None) = (self.slot, mcast) {
                     match group::classify(slot, pkt) {
                         group::Delivery::Mine => {}
                         group::Delivery::Probe => {
@@ -131,6 +155,27 @@ impl Io {
             if n < RECV_BATCH {
                 return;
             }
+        }
+    }
+
+    /// Opens the receive socket of multicast group `group` (see
+    /// [`RoceSocket::bind_multicast`]); its fd, for the progress thread to watch.
+    pub(super) fn join_mcast(&mut self, group: IpAddr) -> io::Result<std::os::fd::RawFd> {
+        if let Some((_, s)) = self.mcast.iter().find(|(g, _)| *g == group) {
+            return Ok(s.raw_fd());
+        }
+        let s = RoceSocket::bind_multicast(group, self.local)?;
+        let fd = s.raw_fd();
+        self.mcast.push((group, s));
+        Ok(fd)
+    }
+
+    /// Closes the receive socket of `group` (leaving the IP group), after handing its fd to
+    /// `before_close` (the progress thread stops watching it).
+    pub(super) fn leave_mcast(&mut self, group: IpAddr, before_close: impl FnOnce(std::os::fd::RawFd)) {
+        if let Some(i) = self.mcast.iter().position(|(g, _)| *g == group) {
+            let (_, s) = self.mcast.remove(i);
+            before_close(s.raw_fd());
         }
     }
 

@@ -27,6 +27,9 @@ use crate::engine::Nanos;
 
 /// mio token of the receive socket.
 pub(super) const RX: Token = Token(0);
+/// Token of the multicast groups' receive sockets (watched whether or not `RX` is armed:
+/// multicast is rare enough that a busy poller does not need the thread kept off it).
+pub(super) const MCAST: Token = Token(2);
 
 /// Consecutive empty polls after which packet arrivals stop waking the progress thread.
 const DISARM_AFTER_EMPTY_POLLS: u32 = 2;
@@ -299,6 +302,17 @@ impl Signals {
     /// How long since an application thread last polled or posted.
     pub(super) fn app_away_for(&self, now: Nanos) -> u64 {
         now.saturating_sub(self.app_active_at.load(Ordering::Acquire))
+    }
+
+    /// The progress thread watches multicast receive socket `fd` from now on.
+    pub(super) fn watch_mcast(&self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        self.registry.register(&mut SourceFd(&fd), MCAST, Interest::READABLE)
+    }
+
+    /// The progress thread stops watching `fd` (before it is closed).
+    pub(super) fn unwatch_mcast(&self, fd: std::os::fd::RawFd) {
+        // Closing the socket removes it from the epoll set anyway.
+        let _ = self.registry.deregister(&mut SourceFd(&fd));
     }
 
     /// Arms or disarms packet-arrival wakeups of the progress thread (one epoll_ctl).

@@ -57,6 +57,24 @@ unsafe impl ZeroIsValid for libc::mmsghdr {}
 // SAFETY: a family integer and padding bytes.
 unsafe impl ZeroIsValid for libc::sockaddr_storage {}
 
+/// The index of the interface that holds IPv6 address `addr` (from /proc/net/if_inet6), or 0
+/// (the kernel then picks by route) if none does.
+fn ifindex_v6(addr: std::net::Ipv6Addr) -> u32 {
+    interface_v6(addr).map_or(0, |(i, _)| i)
+}
+
+/// Index and name of the interface that holds IPv6 address `addr` (/proc/net/if_inet6).
+fn interface_v6(addr: std::net::Ipv6Addr) -> Option<(u32, String)> {
+    let want: String = addr.octets().iter().map(|b| format!("{b:02x}")).collect();
+    let text = std::fs::read_to_string("/proc/net/if_inet6").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let idx = u32::from_str_radix(f.get(1)?, 16).ok()?;
+        let name = f.get(5)?.to_string();
+        (f[0] == want).then_some((idx, name))
+    })
+}
+
 /// The all-zero value of a C struct (an empty header to fill in).
 fn all_zero<T: ZeroIsValid>() -> T {
     // SAFETY: `T: ZeroIsValid` promises the all-zero pattern is a valid `T`.
@@ -111,6 +129,44 @@ impl RoceSocket {
         Self::configure(sock)
     }
 
+    /// A receive socket for the IP multicast group `group` on the interface of `local`: bound
+    /// to `group`:4791 with SO_REUSEADDR and SO_REUSEPORT, so that every urxe process of the
+    /// host that joins the group binds its own and the kernel hands each of them a copy of
+    /// every datagram (multicast delivery goes to all sockets bound to the group and port,
+    /// reuseport or not; a socket bound to a unicast address sees none of it).
+    pub fn bind_multicast(group: IpAddr, local: IpAddr) -> io::Result<RoceSocket> {
+        let bound = SocketAddr::new(group, ROCE_PORT);
+        let domain = if group.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+        let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_reuse_port(true)?;
+        match (group, local) {
+            (IpAddr::V4(g), IpAddr::V4(l)) => {
+                // Only the group as joined on our interface: without this a socket also takes
+                // the group's datagrams arriving on any other interface where the host joined it.
+                sock.set_multicast_all_v4(false)?;
+                sock.bind(&SockAddr::from(bound))?;
+                sock.join_multicast_v4(&g, &l)?;
+            }
+            (IpAddr::V6(g), IpAddr::V6(l)) => {
+                sock.set_only_v6(true)?;
+                sock.set_multicast_all_v6(false)?;
+                let (index, name) = interface_v6(l).unwrap_or((0, String::new()));
+                // IPv6 membership does not name the interface a datagram came in on: bind the
+                // socket to our interface so that the group's datagrams from the host's other
+                // interfaces stay out. Best effort: where the process may not (an unprivileged
+                // one on an old kernel), such a host delivers those too.
+                if !name.is_empty() {
+                    let _ = sock.bind_device(Some(name.as_bytes()));
+                }
+                sock.bind(&SockAddr::from(bound))?;
+                sock.join_multicast_v6(&g, index)?;
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        }
+        Self::configure(sock)
+    }
+
     /// Takes over a UDP socket someone else already bound (the provider binds `addr:4791` when
     /// it picks its address, so a conflict shows at device discovery), applying our options.
     pub fn adopt(sock: std::net::UdpSocket) -> io::Result<RoceSocket> {
@@ -129,6 +185,17 @@ impl RoceSocket {
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_TX, 1)?;
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
                 setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            }
+        }
+        // Multicast we send (UD to a group) leaves through the interface of our address, with
+        // the hop limit unicast has, and loops back to the host's other members (as rxe's).
+        match local {
+            SocketAddr::V4(_) => sock.set_multicast_ttl_v4(64)?,
+            SocketAddr::V6(a) => {
+                sock.set_multicast_hops_v6(64)?;
+                if !a.ip().is_unspecified() {
+                    sock.set_multicast_if_v6(ifindex_v6(*a.ip()))?;
+                }
             }
         }
         // Large buffers: even loopback drops when a receive buffer overflows. FORCE works as
@@ -585,6 +652,32 @@ mod tests {
             assert_eq!(p.len(), if i == 9 { 100 } else { 1000 });
             assert!(p.iter().all(|&x| x == i as u8));
         }
+    }
+
+    /// The kernel behaviour the multicast design rests on: every socket bound to a group and
+    /// port 4791 gets its own copy of a datagram sent to the group (several processes of one
+    /// host, of one reuseport group or not), a unicast-bound 4791 socket of a shared address
+    /// gets none, and a socket of another group none either.
+    #[test]
+    fn every_socket_bound_to_a_group_gets_each_datagram_and_unicast_sockets_none() {
+        let local: IpAddr = "127.44.0.30".parse().unwrap();
+        let group: IpAddr = "239.44.9.1".parse().unwrap();
+        let m1 = RoceSocket::bind_multicast(group, local).unwrap();
+        let m2 = RoceSocket::bind_multicast(group, local).unwrap();
+        let other = RoceSocket::bind_multicast("239.44.9.2".parse().unwrap(), local).unwrap();
+        let unicast = RoceSocket::bind_shared(SocketAddr::new(local, ROCE_PORT)).unwrap();
+        let tx = RoceSocket::bind(SocketAddr::new("127.44.0.31".parse().unwrap(), 0)).unwrap();
+        assert!(!tx.gso_to(group), "no GSO to a group");
+        for i in 0..3u8 {
+            tx.send_to(&[i; 48], SocketAddr::new(group, ROCE_PORT)).unwrap();
+        }
+        for m in [&m1, &m2] {
+            assert_eq!(recv_all(m, 3).iter().map(|p| p[0]).collect::<Vec<_>>(), vec![0, 1, 2]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut b = RecvBatch::new();
+        assert_eq!(unicast.recv_batch(&mut b).unwrap(), 0, "a unicast-bound socket gets none");
+        assert_eq!(other.recv_batch(&mut b).unwrap(), 0, "another group's socket gets none");
     }
 
     #[test]

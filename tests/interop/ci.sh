@@ -1,6 +1,7 @@
 #!/bin/bash
 # tests/interop/ci.sh — the CI entry point: prepare a fresh Debian 12 machine, build urxe,
-# run the interop matrix. Arguments go to matrix.sh. Exit status = matrix.sh's.
+# run the interop matrix, then (HOST_SIDE=urxe) the multicast run mcast.sh. Arguments go to
+# matrix.sh. Exit status = matrix.sh's, or 1 if only mcast.sh failed.
 #   IX_SKIP_BUILD=1   do not build (use an existing target/)
 #   HOST_SIDE=vm      harness self-test without urxe (no build needed)
 set -euo pipefail
@@ -12,4 +13,7 @@ if [ "${HOST_SIDE:-urxe}" = urxe ] && [ "${IX_SKIP_BUILD:-0}" != 1 ]; then
   (cd "$REPO" && cargo build --release)
   [ -x "$REPO/provider/build.sh" ] && (cd "$REPO" && provider/build.sh)
 fi
-exec "$HERE/matrix.sh" "$@"
+rc=0
+"$HERE/matrix.sh" "$@" || rc=$?
+if [ "${HOST_SIDE:-urxe}" = urxe ]; then "$HERE/mcast.sh" || { [ "$rc" != 0 ] || rc=1; }; fi
+exit "$rc"

@@ -1,5 +1,5 @@
 //! Queue pairs: `ibv_create_qp` / `create_qp_ex`, `ibv_qp_to_qp_ex`, `ibv_modify_qp`,
-//! `ibv_query_qp`, `ibv_destroy_qp`, and the QP verbs urxe declines (ECE, multicast). Posting
+//! `ibv_query_qp`, `ibv_destroy_qp`, multicast attach/detach, and the QP verbs urxe declines (ECE). Posting
 //! is [`super::post`]; the `ibv_qp_ex` builder is [`super::qp_ex`].
 
 use super::dev_of;
@@ -14,6 +14,10 @@ use libc::{c_int, c_uint};
 use std::ptr;
 use std::sync::atomic::Ordering;
 use urxe::engine::{QpAttrMask, QpState};
+
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`enum ibv_qp_create_flags`): the UD QP does not
+/// receive the multicast it sends itself.
+pub const IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
 
 /// # Safety
 /// `context` live context of ours; object pointers in `attr` NULL or ours.
@@ -31,7 +35,18 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
         }
     };
     let (init, send_ops) = convert::qp_init_attr_from_c(attr, refs, &dev.info.limits)?;
+    let block_self = attr.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS as u32 != 0
+        && attr.create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0;
+    if block_self && attr.qp_type != IBV_QPT_UD as u32 {
+        return Err(libc::EINVAL);
+    }
     let (qpn, cap) = glue::create_qp(dev, &init)?;
+    if block_self {
+        if let Err(e) = glue::block_self_mcast_loopback(dev, qpn) {
+            let _ = glue::destroy_qp(dev, qpn);
+            return Err(e);
+        }
+    }
     attr.cap = convert::cap_to_c(&cap);
     let mut b = Box::new(UrxeQp {
         ibv: Zeroable::zeroed(),
@@ -208,17 +223,29 @@ export! {
 }
 
 export! {
-    /// `ibv_attach_mcast(3)`: no multicast (max_mcast_grp = 0): EOPNOTSUPP.
+    /// `ibv_attach_mcast(3)`: attaches a UD QP to the multicast group `gid` names (an IP
+    /// multicast address, IPv4-mapped or IPv6, as RoCE maps groups; `lid` is unused on RoCE).
+    /// EINVAL for another QP type or a unicast GID, ENOMEM past the device's multicast limits.
     fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int as errno {
-        non_null(qp)?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: caller passes a QP of ours.
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        let g = non_null(gid as *mut ibv_gid)?;
+        // SAFETY: `gid` is a readable `union ibv_gid`; every view is 16 bytes.
+        let raw = unsafe { (*g).raw };
+        // SAFETY: its context is live.
+        glue::attach_mcast(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, raw)
     }
 }
 
 export! {
-    /// `ibv_detach_mcast(3)`: EOPNOTSUPP.
+    /// `ibv_detach_mcast(3)`: EINVAL if the QP is not attached to the group.
     fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int as errno {
-        non_null(qp)?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: caller passes a QP of ours.
+        let s: &UrxeQp = unsafe { shell(qp) }?;
+        let g = non_null(gid as *mut ibv_gid)?;
+        // SAFETY: `gid` is a readable `union ibv_gid`; every view is 16 bytes.
+        let raw = unsafe { (*g).raw };
+        // SAFETY: its context is live.
+        glue::detach_mcast(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, raw)
     }
 }

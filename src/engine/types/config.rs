@@ -27,6 +27,12 @@ pub struct Limits {
     pub max_ah: u32,
     pub max_mw: u32,
     pub max_msg_size: u32,
+    /// Multicast groups the device's QPs may be attached to at once.
+    pub max_mcast_grp: u32,
+    /// QPs attached to one multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// Attachments over all groups.
+    pub max_total_mcast_qp_attach: u32,
 }
 
 impl Default for Limits {
@@ -52,6 +58,12 @@ impl Default for Limits {
             max_ah: 0x8000,
             max_mw: 0x10000,
             max_msg_size: 1 << 31,
+            // rxe_param.h: RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH, RXE_MAX_TOT_MCAST_QP_ATTACH.
+            // Each group is one socket of the process, so the group count stays below a
+            // default open-file limit.
+            max_mcast_grp: 512,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 0x70000,
         }
     }
 }

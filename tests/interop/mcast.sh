@@ -1,0 +1,157 @@
+#!/bin/bash
+# tests/interop/mcast.sh — UD multicast between urxe and kernel rdma_rxe: Debian's unmodified
+# `mckey` (rdma_join_multicast, UD SENDs to QPN 0xFFFFFF) in both directions:
+#   hs: urxe (netns, 10.77.0.1) sends to the group, mckey on the rxe VM receives;
+#   vs: the rxe VM sends, two urxe mckey processes on 10.77.0.1 (one shared address) receive.
+# Each receiver exits 0 only after it took all COUNT messages; the bridge is captured and must
+# pass `urxe check` with exactly COUNT UD SENDs to the group (QPN 0xFFFFFF) from the sender.
+#
+# The VM image of setup.sh has no rdma_cm: this script adds rdma_ucm (and what it needs) and
+# mckey with its libraries as a second initramfs archive appended to the image's
+# (the kernel unpacks both), in its own cache directory; setup.sh's image stays as it is.
+#
+# usage: mcast.sh [-o OUTDIR]        exit status: 0 = both directions passed
+# env: URXE_LIB_DIR (<repo>/target/urxe/lib), URXE_CHECK (<repo>/target/release/urxe),
+#      IX_NS, IX_RUN, IX_CACHE as the other lab scripts; MC_COUNT (20), MC_GROUP (239.77.0.1)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export IX_NS=${IX_NS:-urxe-ix}
+export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
+BASE_CACHE=${IX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe-interop}
+URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
+URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
+OUT=$REPO/target/interop/mcast-$(date -u +%Y%m%dT%H%M%SZ)
+[ "${1:-}" = -o ] && OUT=${2:?-o needs a directory}
+VM_IP=10.77.0.2 HOST_IP=10.77.0.1 LIMIT=90
+COUNT=${MC_COUNT:-20} GROUP=${MC_GROUP:-239.77.0.1}
+die() { printf 'mcast: ERROR: %s\n' "$*" >&2; exit 2; }
+say() { printf 'mcast: %s\n' "$*" >&2; }
+[ "$(id -u)" = 0 ] || die "must run as root"
+[ -f "$URXE_LIB_DIR/librdmacm.so.1" ] || die "no $URXE_LIB_DIR/librdmacm.so.1 (provider/build.sh)"
+[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
+[ -f "$BASE_CACHE/initrd.gz" ] || die "no VM image in $BASE_CACHE: run tests/interop/setup.sh"
+command -v mckey >/dev/null || die "mckey missing (rdmacm-utils)"
+mkdir -p "$OUT/logs" "$OUT/pcaps"
+
+# ---------------------------------------------------------------- the image with rdma_cm
+CACHE=$IX_RUN/mcast-cache
+build_image() {
+  local kver deb work root ko rel
+  kver=$(cat "$BASE_CACHE/kernel-version")
+  deb=$(ls "$BASE_CACHE"/debs/linux-image-"$kver"_*.deb 2>/dev/null | head -n1)
+  [ -n "$deb" ] || die "no kernel package for $kver in $BASE_CACHE/debs"
+  work=$(mktemp -d); root=$work/root
+  mkdir -p "$root/etc" "$work/k"
+  dpkg-deb -x "$deb" "$work/k"
+  depmod -b "$work/k" "$kver"
+  gzip -dc "$BASE_CACHE/initrd.gz" | (cd "$work" && cpio -i --quiet --to-stdout etc/modules.order) >"$root/etc/modules.order"
+  [ -s "$root/etc/modules.order" ] || die "the base image has no etc/modules.order"
+  while read -r ko; do
+    rel=${ko#"$work/k"/lib/modules/$kver/}
+    grep -qxF "$rel" "$root/etc/modules.order" && continue
+    mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
+    cp "$ko" "$root/lib/modules/$kver/$rel"
+    echo "$rel" >>"$root/etc/modules.order"
+  done < <(modprobe -d "$work/k" -S "$kver" --show-depends rdma_ucm | awk '$1=="insmod"{print $2}')
+  grep -q rdma_ucm "$root/etc/modules.order" || die "rdma_ucm not found in $deb"
+  # mckey and the libraries it loads, Debian's (not urxe's: LD_LIBRARY_PATH is dropped).
+  local f
+  for f in "$(readlink -f "$(command -v mckey)")" $(env -u LD_LIBRARY_PATH ldd "$(command -v mckey)" | grep -o '/[^ ]*' | sort -u); do
+    mkdir -p "$root$(dirname "$f")"; cp -L "$f" "$root$f"
+  done
+  mkdir -p "$root/usr/bin"; cp -L "$(command -v mckey)" "$root/usr/bin/mckey"
+  mkdir -p "$CACHE"
+  (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) | gzip -1 >"$work/extra.gz"
+  cat "$BASE_CACHE/initrd.gz" "$work/extra.gz" >"$CACHE/initrd.gz"
+  for f in vmlinuz vmlinux kernel-version; do
+    [ -e "$BASE_CACHE/$f" ] && ln -sf "$BASE_CACHE/$f" "$CACHE/$f"
+  done
+  sha256sum "$BASE_CACHE/initrd.gz" "$0" | cut -d' ' -f1 >"$CACHE/stamp"
+  say "image: modules $(sed 's/\.ko.*//;s,.*/,,' "$root/etc/modules.order" | tr '\n' ' ')"
+  rm -rf "$work"
+}
+want_stamp=$(sha256sum "$BASE_CACHE/initrd.gz" "$0" | cut -d' ' -f1)
+if [ "$(cat "$CACHE/stamp" 2>/dev/null)" != "$want_stamp" ] || [ ! -f "$CACHE/initrd.gz" ]; then
+  say "building the VM image with rdma_cm in $CACHE"
+  build_image
+fi
+
+# ---------------------------------------------------------------- the lab
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  "$HERE/lab.sh" down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+"$HERE/lab.sh" down >/dev/null 2>&1 || true
+"$HERE/lab.sh" up >/dev/null
+"$HERE/lab.sh" loss 0 >/dev/null
+
+in_ns() { ip netns exec "$IX_NS" env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR=$HOST_IP "$@"; }
+vm() { IX_CACHE=$CACHE IX_VM_TIMEOUT=$((LIMIT + 60)) "$HERE/vm.sh" r "$VM_IP" "$1"; }
+
+run_dir() {  # $1 = hs | vs
+  local dir=$1 cap="$OUT/pcaps/$1.pcap" rc=0 vm_rc=0 i pids=() vmpid
+  local mk="mckey -m $GROUP -C $COUNT"
+  ip netns exec "$IX_NS" dumpcap -q -P -i br0 -f 'udp port 4791' -a "duration:$((LIMIT + 90))" \
+    -w "$cap" >"$OUT/logs/$dir.dumpcap.log" 2>&1 &
+  local dc=$!
+  PIDS+=("$dc")
+  for i in $(seq 1 50); do [ -s "$cap" ] && break; sleep 0.1; done
+  if [ "$dir" = hs ]; then
+    # The VM receives; urxe sends once the VM's receiver has joined (it says so in its output,
+    # which only shows at the end: wait for the guest to be ready, then for its join).
+    rm -f "$IX_RUN/vm-r/share/ready"
+    vm "timeout $LIMIT $mk -b $VM_IP" >"$OUT/logs/$dir.vm.log" 2>&1 &
+    vmpid=$!
+    PIDS+=("$vmpid")
+    for i in $(seq 1 600); do [ -f "$IX_RUN/vm-r/share/ready" ] && break; sleep 0.2; done
+    [ -f "$IX_RUN/vm-r/share/ready" ] || say "$dir: the VM did not get ready"
+    sleep 5   # mckey's join in a TCG guest (its own sender side pauses 3 s more)
+    in_ns timeout -k 5 "$LIMIT" $mk -b "$HOST_IP" -s >"$OUT/logs/$dir.urxe0.log" 2>&1 || rc=1
+  else
+    # Two urxe receivers on one shared address, then the VM sends.
+    for i in 0 1; do
+      in_ns timeout -k 5 "$((LIMIT + 60))" $mk -b "$HOST_IP" >"$OUT/logs/$dir.urxe$i.log" 2>&1 &
+      pids+=($!)
+    done
+    PIDS+=("${pids[@]}")
+    sleep 2
+    vm "timeout $LIMIT $mk -b $VM_IP -s" >"$OUT/logs/$dir.vm.log" 2>&1 &
+    vmpid=$!
+    PIDS+=("$vmpid")
+  fi
+  wait "$vmpid" || vm_rc=$?
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || { rc=1; say "$dir: urxe receiver $i failed"; }; done
+  sleep 0.5
+  kill -INT "$dc" 2>/dev/null || true
+  wait "$dc" 2>/dev/null || true
+  local src=$HOST_IP checked sent bad
+  [ "$dir" = vs ] && src=$VM_IP
+  checked=$("$URXE_CHECK" check "$cap" 2>&1 || true)
+  sent=$(grep -c "^[0-9]* $src:[0-9]* > $GROUP:4791 UD SEND_ONLY_WITH_IMMEDIATE qp=0xffffff .*qkey=0x1234567" <<<"$checked" || true)
+  bad=$(grep -c "> $GROUP:4791" <<<"$checked" || true)
+  local summary verdict=pass
+  summary=$(tail -n 1 <<<"$checked")
+  [ "$vm_rc" = 0 ] || verdict="FAIL (rxe side rc $vm_rc)"
+  [ "$rc" = 0 ] || verdict="FAIL (urxe side)"
+  [[ $summary == *PASS* ]] || verdict="FAIL (urxe check: $summary)"
+  [ "$sent" = "$COUNT" ] && [ "$bad" = "$COUNT" ] ||
+    verdict="FAIL ($sent UD SENDs to $GROUP QPN 0xFFFFFF from $src on the wire, $bad to the group, expected $COUNT)"
+  grep -q "data transfers complete" "$OUT/logs/$dir.vm.log" || verdict="FAIL (rxe mckey did not complete)"
+  printf '%s\n' "$checked" >"$OUT/logs/$dir.check.txt"
+  printf 'mcast %s: %s; %s UD SENDs to %s (QPN 0xFFFFFF); urxe check: %s\n' "$dir" "$verdict" "$sent" "$GROUP" "$summary"
+  [ "$verdict" = pass ]
+}
+
+fail=0
+run_dir hs || fail=1
+run_dir vs || fail=1
+if [ "$fail" = 0 ]; then
+  echo "mcast: mckey urxe <-> kernel rxe, both directions: pass"
+else
+  echo "mcast: FAILED (logs in $OUT/logs)"; tail -n 5 "$OUT"/logs/*.log >&2 || true
+fi
+exit $fail
