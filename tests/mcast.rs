@@ -213,9 +213,14 @@ fn mckey_run_in(ns: Option<&str>, tag: &str, group: &str, addrs: [&str; 3]) {
     // A receiver completes only once it has polled `-C` completions for its `-C` receives; its
     // capture shows exactly the sender's messages arriving. The sender's shows them leaving
     // and coming back to it (its QP is attached too, as mckey's are: it has no receive posted,
-    // so they are dropped).
+    // so they are dropped) — those it read before it exited (tests/verbs_c/mcast.c checks the
+    // loopback itself): mckey leaves right after its last
+    // send completes, and copies still queued on its socket then are never read.
     let sent = check_capture(&pcaps[0], group);
-    assert_eq!(sent, 2 * COUNT, "the sender's capture: {COUNT} sent + {COUNT} looped back\n{all}");
+    assert!(
+        (COUNT..=2 * COUNT).contains(&sent),
+        "the sender's capture: {COUNT} sent + up to {COUNT} looped back, got {sent}\n{all}"
+    );
     for p in &pcaps[1..] {
         assert_eq!(check_capture(p, group), COUNT, "a receiver's capture ({}) \n{all}", p.display());
     }
