@@ -228,7 +228,7 @@ fn rig() -> Rig {
             QpType::Uc => {
                 (A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS, A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN, A::SQ_PSN)
             }
-            QpType::Rc => (
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => (
                 A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS,
                 A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER,
                 A::SQ_PSN | A::TIMEOUT | A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC,

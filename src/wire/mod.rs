@@ -23,6 +23,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod reth;
+pub mod xrceth;
 
 pub use packet::{parse, Headers, Parsed};
 pub use psn::{Msn, Psn};
@@ -38,7 +39,7 @@ pub enum WireError {
     BadTver(u8),
     /// Not an opcode IBTA defines.
     UnknownOpcode(u8),
-    /// A defined opcode urxe does not implement (RD, XRC, FLUSH, ATOMIC WRITE).
+    /// A defined opcode urxe does not implement (RD, FLUSH, ATOMIC WRITE).
     Unsupported(u8),
     /// The packet is not a whole number of 4-byte words.
     NotPadded { len: usize },
