@@ -206,12 +206,21 @@ impl Device {
         qpn: Qpn,
         chain: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.post_send_to(qpn, |post| chain(&mut |wr| post(None, wr)))
+    }
+
+    /// [`Device::post_send`] where each WR may name a remote XRC SRQ (an XRC initiator's).
+    pub fn post_send_to<E>(
+        &self,
+        qpn: Qpn,
+        chain: impl FnOnce(&mut dyn FnMut(Option<u32>, &SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.send_path(|engine, now| {
             let mut bytes = Some(0u64);
-            let r = chain(&mut |wr| {
+            let r = chain(&mut |srqn, wr| {
                 let len = wr.request_payload_len();
                 bytes = bytes.filter(|_| len <= SMALL_POST_BYTES).map(|b| b + len);
-                engine.post_send(now, qpn, wr)
+                engine.post_send_to(now, qpn, srqn, wr)
             });
             (r, bytes)
         })
