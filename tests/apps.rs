@@ -308,11 +308,6 @@ fn ibv_xsrq_pingpong_xrc() {
     xsrq_pingpong(18641, &["-n", "20", "-s", "8192", "-m", "1024"]);
 }
 
-#[test]
-fn ibv_xsrq_pingpong_xrc_events() {
-    xsrq_pingpong(18642, &["-e", "-n", "10", "-s", "100"]);
-}
-
 // ------------------------------------------------------------------ perftest: bandwidth
 
 #[test]

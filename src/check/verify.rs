@@ -261,6 +261,9 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
             if let Some(a) = p.headers.aeth {
                 s.push_str(&format!(" {} msn={}", syndrome_str(a.syndrome), a.msn.value()));
             }
+            if let Some(x) = p.headers.xrceth {
+                s.push_str(&format!(" xrcsrq={:#x}", x.srqn));
+            }
             if let Some(r) = p.headers.reth {
                 s.push_str(&format!(" va={:#x} rkey={:#x} dlen={}", r.va, r.rkey, r.dma_len));
             }
@@ -320,6 +323,9 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
             b.psn.value()
         ));
         let h = &p.headers;
+        if let Some(x) = h.xrceth {
+            v.push(format!("    XRCETH: xrcsrq={:#08x}", x.srqn));
+        }
         if let Some(x) = h.reth {
             v.push(format!("    RETH: va={:#018x} rkey={:#010x} dmalen={}", x.va, x.rkey, x.dma_len));
         }
@@ -427,6 +433,9 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
                     x.msn.value()
                 ),
             ));
+        }
+        if let Some(x) = h.xrceth {
+            f.push(("xrc_srqn".into(), x.srqn.to_string()));
         }
         if let Some(x) = h.deth {
             f.push(("deth".into(), format!("{{\"qkey\":{},\"src_qp\":{}}}", x.qkey, x.src_qp)));
