@@ -308,6 +308,14 @@ fn ibv_xsrq_pingpong_xrc() {
     xsrq_pingpong(18641, &["-n", "20", "-s", "8192", "-m", "1024"]);
 }
 
+/// Events mode. The server sends its first message right after connecting, often before the
+/// client's target QP is ready (dropped, counted in bad_state_drops): the retransmission must
+/// happen while both processes sleep in `ibv_get_cq_event`.
+#[test]
+fn ibv_xsrq_pingpong_xrc_events() {
+    xsrq_pingpong(18642, &["-e", "-n", "10", "-s", "100"]);
+}
+
 // ------------------------------------------------------------------ perftest: bandwidth
 
 #[test]

@@ -358,6 +358,18 @@ impl Device {
 
     /// Wakes the progress thread if it sleeps past the engine's new deadline or the socket
     /// has a backlog to drain.
+    /// An application thread is about to wait in the library for a completion event: it runs
+    /// no timer until it returns, so if the engine's next deadline (a retransmission, say) is
+    /// earlier than the progress thread's, ring the thread so it plans for it. (An application
+    /// that posts and then waits on a channel without ever polling would otherwise depend on
+    /// a thread that sleeps until the next packet, which a lost request never brings.)
+    pub fn app_waits(&self) {
+        let due = self.lock().engine.poll_timeout();
+        if due.is_some_and(|d| d < self.hub.signals.thread_deadline.load(Ordering::Acquire)) {
+            self.hub.signals.ring();
+        }
+    }
+
     fn kick_if_needed(&self, c: &mut Core, now: Nanos, sent_all: bool) {
         if self.hub.signals.kick_needed(c.engine.poll_timeout(), now, sent_all) {
             self.hub.signals.ring();
