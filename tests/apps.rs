@@ -20,7 +20,6 @@ mod harness;
 
 use harness::*;
 use std::process::Command;
-use std::time::Duration;
 
 // ------------------------------------------------------------------ helpers
 

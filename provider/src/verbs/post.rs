@@ -115,7 +115,7 @@ crate::c_fn! {
                     // An XRC initiator's WR names the remote XRC SRQ in `qp_type.xrc` (a
                     // union of plain integers in the readable WR: the enclosing block's
                     // contract).
-                    let srqn = (s.qp_type == QpType::XrcSend).then(|| w.qp_type.xrc.remote_srqn);
+                    let srqn = (s.qp_type == QpType::XrcSend).then_some(w.qp_type.xrc.remote_srqn);
                     convert::send_wr_from_c(w, sg, &mut buf, s.qp_type, &RESOLVE).and_then(|ew| post(srqn, &ew))
                 })
             }

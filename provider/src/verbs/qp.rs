@@ -40,14 +40,14 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
     };
     attr.cap = convert::cap_to_c(&cap);
     // SAFETY: caller contract (as above).
-    unsafe { new_qp_shell(context, attr, qpn, &init, send_ops, cap, pd, true) }
+    unsafe { new_qp_shell(context, attr, qpn, &init, send_ops, cap, true) }
 }
 
 /// The shell of a new (or newly opened) QP `qpn`; the creator's is registered for the QP's
 /// async events.
 ///
 /// # Safety
-/// `context` live context of ours; `pd` NULL or a live PD of ours.
+/// `context` live context of ours; `attr.pd` (when its mask names it) NULL or a live PD of ours.
 unsafe fn new_qp_shell(
     context: *mut ibv_context,
     attr: &ibv_qp_init_attr_ex,
@@ -55,9 +55,9 @@ unsafe fn new_qp_shell(
     init: &QpInitAttr,
     send_ops: u64,
     cap: QpCap,
-    pd: *mut ibv_pd,
     events_here: bool,
 ) -> Result<*mut UrxeQp, i32> {
+    let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD as u32 != 0 { attr.pd } else { ptr::null_mut() };
     let mut b = Box::new(UrxeQp {
         ibv: Zeroable::zeroed(),
         qpn,
@@ -165,7 +165,7 @@ crate::c_fn! {
             sq_sig_all: false,
         };
         // SAFETY: live context; no PD.
-        let r = unsafe { new_qp_shell(context, &ex, a.qp_num, &init, 0, QpCap::default(), ptr::null_mut(), false) };
+        let r = unsafe { new_qp_shell(context, &ex, a.qp_num, &init, 0, QpCap::default(), false) };
         if r.is_err() {
             let _ = glue::destroy_qp(dev, a.qp_num);
         }
