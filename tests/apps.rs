@@ -40,16 +40,7 @@ fn pingpong_gids(out: &Output) -> (String, String) {
 /// finished their exchanges, both GIDs are the user's shared ::ffff:127.x.y.z, and `-c` found
 /// no bad data.
 fn pingpong(tool_name: &str, port: u16, extra: &[&str]) -> (Output, Output) {
-    let bin = tool(tool_name);
-    let port_s = port.to_string();
-    let mut args: Vec<&str> = vec!["-d", DEV, "-g", "1", "-p", &port_s];
-    args.extend_from_slice(extra);
-    let mut server = urxe_cmd(&bin);
-    server.args(&args);
-    let mut client = urxe_cmd(&bin);
-    client.args(&args).arg(HOST);
-    let _serial = heavy_lock();
-    let (s, c) = run_pair(port, server, client);
+    let (s, c) = run_tool_pair(tool_name, port, extra);
     for o in [&s, &c] {
         assert_contains(o, " iters in ");
         assert_lacks(o, "invalid data");
@@ -59,6 +50,27 @@ fn pingpong(tool_name: &str, port: u16, extra: &[&str]) -> (Output, Output) {
         assert_eq!(local, remote, "server and client of one user share their address and GID, as on a NIC\n{o}");
     }
     (s, c)
+}
+
+/// Runs the Debian tool `tool_name` as server and client (`HOST`) with `-d urxe0 -g 1 -p PORT`
+/// plus `extra`, one heavy test at a time; both must exit 0.
+fn run_tool_pair(tool_name: &str, port: u16, extra: &[&str]) -> (Output, Output) {
+    let port_s = port.to_string();
+    let mut args: Vec<&str> = vec!["-d", DEV, "-g", "1", "-p", &port_s];
+    args.extend_from_slice(extra);
+    run_args_pair(tool_name, port, &args)
+}
+
+/// Runs the Debian tool `tool_name` as server (`args`) and client (`args` + `HOST`) on TCP
+/// port `port`, one heavy test at a time; both must exit 0.
+fn run_args_pair(tool_name: &str, port: u16, args: &[&str]) -> (Output, Output) {
+    let bin = tool(tool_name);
+    let mut server = urxe_cmd(&bin);
+    server.args(args);
+    let mut client = urxe_cmd(&bin);
+    client.args(args).arg(HOST);
+    let _serial = heavy_lock();
+    run_pair(port, server, client)
 }
 
 /// Runs a perftest server and client with `-d urxe0 -p PORT -F -x 1` plus `extra`; checks the
@@ -71,19 +83,13 @@ fn perftest(tool_name: &str, port: u16, extra: &[&str]) -> (Output, Output) {
 /// [`perftest`] with a chosen `-x` GID index, or none (perftest then picks one itself with
 /// `ibv_query_gid` / `ibv_query_gid_ex`, preferring an IPv4-mapped RoCE v2 GID).
 fn perftest_gid(tool_name: &str, port: u16, gid_index: Option<&str>, extra: &[&str]) -> (Output, Output) {
-    let bin = tool(tool_name);
     let port_s = port.to_string();
     let mut args: Vec<&str> = vec!["-d", DEV, "-p", &port_s, "-F"];
     if let Some(x) = gid_index {
         args.extend_from_slice(&["-x", x]);
     }
     args.extend_from_slice(extra);
-    let mut server = urxe_cmd(&bin);
-    server.args(&args);
-    let mut client = urxe_cmd(&bin);
-    client.args(&args).arg(HOST);
-    let _serial = heavy_lock();
-    let (s, c) = run_pair(port, server, client);
+    let (s, c) = run_args_pair(tool_name, port, &args);
     // perftest prints GIDs in decimal: "GID: 00:00:...:00:255:255:127:xx:yy:zz".
     for o in [&s, &c] {
         assert_contains(o, ":255:255:127:");
@@ -273,16 +279,7 @@ fn ibv_srq_pingpong_sixteen_qps() {
 /// their rounds and report success. The tool checks no data itself; the simulator tests
 /// (tests/sim_xrc.rs) check every byte.
 fn xsrq_pingpong(port: u16, extra: &[&str]) {
-    let bin = tool("ibv_xsrq_pingpong");
-    let port_s = port.to_string();
-    let mut args: Vec<&str> = vec!["-d", DEV, "-g", "1", "-p", &port_s];
-    args.extend_from_slice(extra);
-    let mut server = urxe_cmd(&bin);
-    server.args(&args);
-    let mut client = urxe_cmd(&bin);
-    client.args(&args).arg(HOST);
-    let _serial = heavy_lock();
-    let (s, c) = run_pair(port, server, client);
+    let (s, c) = run_tool_pair("ibv_xsrq_pingpong", port, extra);
     for o in [&s, &c] {
         assert_contains(o, "success");
         assert_contains(o, "SRQN");

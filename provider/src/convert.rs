@@ -381,9 +381,7 @@ pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limit
         if a.comp_mask & IBV_QP_INIT_ATTR_XRCD as u32 == 0 {
             return Err(EINVAL);
         }
-        let init =
-            QpInitAttr { pd: 0, qp_type, send_cq: 0, recv_cq: 0, srq: None, cap: QpCap::default(), sq_sig_all: false };
-        return Ok((init, send_ops));
+        return Ok((QpInitAttr::xrc_target(), send_ops));
     }
     // An initiator has no receive side: no receive CQ, SRQ or receive caps.
     let xrc_send = qp_type == QpType::XrcSend;

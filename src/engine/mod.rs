@@ -463,15 +463,7 @@ impl<M: HostMemory> Engine<M> {
             return Err(Error::NoMemory);
         }
         let qpn = self.alloc_qpn()?;
-        let init = QpInitAttr {
-            pd: 0,
-            qp_type: QpType::XrcRecv,
-            send_cq: 0,
-            recv_cq: 0,
-            srq: None,
-            cap: QpCap::default(),
-            sq_sig_all: false,
-        };
+        let init = QpInitAttr::xrc_target();
         let mut q = Qp::new(qpn, &init, QpCap::default(), self.sh.cfg.limits.max_srq_sge.max(1));
         q.xrcd = Some(xrcd);
         self.qps[self.qspace.idx(qpn)] = Some(Box::new(q));

@@ -155,15 +155,7 @@ crate::c_fn! {
         if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT as u32 != 0 {
             ex.qp_context = a.qp_context;
         }
-        let init = QpInitAttr {
-            pd: 0,
-            qp_type: QpType::XrcRecv,
-            send_cq: 0,
-            recv_cq: 0,
-            srq: None,
-            cap: QpCap::default(),
-            sq_sig_all: false,
-        };
+        let init = QpInitAttr::xrc_target();
         // SAFETY: live context; no PD.
         let r = unsafe { new_qp_shell(context, &ex, a.qp_num, &init, 0, QpCap::default(), false) };
         if r.is_err() {

@@ -166,6 +166,22 @@ pub struct QpInitAttr {
     pub sq_sig_all: bool,
 }
 
+impl QpInitAttr {
+    /// What an XRC target QP is created with: no PD, no CQ, no queue (it lives in an XRC
+    /// domain and borrows each of these from the SRQ a message names).
+    pub fn xrc_target() -> QpInitAttr {
+        QpInitAttr {
+            pd: 0,
+            qp_type: QpType::XrcRecv,
+            send_cq: 0,
+            recv_cq: 0,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+}
+
 /// `struct ibv_qp_attr`: every field; `QpAttrMask` says which are meaningful.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct QpAttr {
