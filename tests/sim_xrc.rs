@@ -255,3 +255,56 @@ fn xrc_object_rules() {
     assert_eq!(e.dealloc_xrcd(other), Err(Error::NotFound));
     assert_eq!(e.create_xrc_recv_qp(other), Err(Error::NotFound));
 }
+
+/// A request packet from node 0 to `dest_qp` on node 1, ICRC right.
+fn crafted(net: &Net, opcode: u8, dest_qp: Qpn, psn: u32, xrc_srqn: Option<u32>) -> Packet {
+    use urxe::wire::bth::BthRepr;
+    use urxe::wire::icrc::{IpFields, ROCEV2_PORT};
+    use urxe::wire::xrceth::XrcEthRepr;
+    let bth =
+        BthRepr { opcode, pkey: 0xFFFF, dest_qp, ack_req: true, psn: urxe::wire::Psn::new(psn), ..Default::default() };
+    let h = urxe::wire::Headers { bth, xrceth: xrc_srqn.map(|srqn| XrcEthRepr { srqn }), ..Default::default() };
+    let mut buf = vec![0u8; 128];
+    let hl = h.emit(&mut buf).unwrap();
+    buf[hl..hl + 8].copy_from_slice(b"intruder");
+    let (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) = (net.nodes[0].addr, net.nodes[1].addr) else {
+        unreachable!("IPv4 simulator")
+    };
+    let n = urxe::wire::packet::finish(&mut buf, hl, 8, &IpFields::v4_df(s, d), 0xC001, ROCEV2_PORT).unwrap();
+    buf.truncate(n);
+    Packet { from: 0, to: 1, src_port: 0xC001, data: buf }
+}
+
+#[test]
+fn transports_do_not_mix_rc_to_a_target_xrc_to_an_rc_qp_or_an_initiator() {
+    use urxe::wire::opcode::op;
+    let mut net = Net::new(2, 13, LinkCfg::default());
+    let (_, t) = connected(&mut net);
+    let s = xrc_srq(&mut net, t.xrcd, t.pd, 1, 64);
+    // An RC QP and an XRC initiator on node 1 as well.
+    let rc = make_qp(&mut net, 1, &QpOpts::default());
+    bring_up(&mut net, rc, 0, 0x77, 0, 0, &QpOpts::default());
+    let e = &mut net.nodes[1].eng;
+    let (icq, _) = e.create_cq(16).unwrap();
+    let cap = QpCap { max_send_wr: 4, max_send_sge: 1, ..QpCap::default() };
+    let init =
+        QpInitAttr { pd: t.pd, qp_type: QpType::XrcSend, send_cq: icq, recv_cq: 0, srq: None, cap, sq_sig_all: true };
+    let (ini1, _) = e.create_qp(&init).unwrap();
+    let ini1 = End { node: 1, pd: t.pd, cq: icq, qpn: ini1 };
+    bring_up(&mut net, ini1, 0, 0x78, 0, 0, &QpOpts::default());
+    let before = *net.nodes[1].eng.counters();
+    let expected = QpOpts::default().b_psn;
+    for p in [
+        crafted(&net, op::RC_SEND_ONLY, t.qpn, expected, None),
+        crafted(&net, 0xA4, rc.qpn, 0, Some(s.num)),
+        crafted(&net, 0xA4, ini1.qpn, 0, Some(s.num)),
+    ] {
+        net.inject(p, 0);
+    }
+    net.run_idle(10 * MS);
+    let c = net.nodes[1].eng.counters();
+    assert_eq!(c.opcode_errors - before.opcode_errors, 3, "each packet dropped for its transport");
+    assert_eq!((c.naks_sent, c.xrc_srq_errors), (before.naks_sent, 0));
+    assert!(net.poll_all(1, s.cq).is_empty());
+    assert_eq!(net.nodes[1].eng.query_qp(t.qpn).unwrap().0.qp_state, QpState::Rts);
+}
