@@ -441,6 +441,11 @@ impl<M: HostMemory> Engine<M> {
         if let Some(c) = self.sh.cqs.get_mut(cq) {
             c.refs += 1;
         }
+        if r.0 > 0xFF_FFFF {
+            // Its number would not fit an XRCETH (only with a max_srq above 2^24).
+            self.destroy_srq(r.0)?;
+            return Err(Error::NoMemory);
+        }
         Ok(r)
     }
 

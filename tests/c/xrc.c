@@ -4,9 +4,9 @@
  * target QP over the device's own GID.
  *
  *   - IBV_DEVICE_XRC is advertised;
- *   - ibv_open_xrcd: fd -1 needs O_CREAT; a file's domain is created by O_CREAT (EAGAIN
- *     without), shared by a later open of the same file (EINVAL with O_EXCL); close of a busy
- *     domain is EBUSY;
+ *   - ibv_open_xrcd: fd -1 makes a domain of its own; a file's domain is created by O_CREAT
+ *     (EAGAIN without), shared by a later open of the same file (EINVAL with O_EXCL); FD and
+ *     OFLAGS are required in the mask (EINVAL); close of a busy domain is EBUSY;
  *   - XRC SRQs (ibv_create_srq_ex: PD, XRCD and CQ required), ibv_get_srq_num (EINVAL on a
  *     basic SRQ);
  *   - XRC_RECV QPs created on a domain, XRC_SEND QPs with no receive side, ibv_open_qp
@@ -166,8 +166,13 @@ int main(void)
 	CHECK(dx.orig_attr.device_cap_flags & IBV_DEVICE_XRC);
 
 	/* Domains: fd -1, a file's domain, sharing and the errno of each refusal. */
+	struct ibv_xrcd *lone = open_xrcd(-1, 0);
+	CHECK(lone != NULL);
+	if (lone)
+		CHECK(ibv_close_xrcd(lone) == 0);
+	struct ibv_xrcd_init_attr no_fd = { .comp_mask = IBV_XRCD_INIT_ATTR_OFLAGS, .oflags = O_CREAT };
 	errno = 0;
-	CHECK(open_xrcd(-1, 0) == NULL && errno == EINVAL);
+	CHECK(ibv_open_xrcd(ctx, &no_fd) == NULL && errno == EINVAL);
 	struct ibv_xrcd *other = open_xrcd(-1, O_CREAT);
 	CHECK(other != NULL);
 	char path[] = "/tmp/urxe-xrc-XXXXXX";

@@ -207,10 +207,11 @@ fn inode_of(fd: c_int) -> Result<(u64, u64), i32> {
 }
 
 crate::c_fn! {
-    /// `verbs_context.open_xrcd` (`ibv_open_xrcd(3)`): `fd` -1 makes a domain of its own (with
-    /// O_CREAT, as the kernel wants); a file's domain is created by the first open with
-    /// O_CREAT (EAGAIN without it, as the kernel), shared by later opens of the same file
-    /// (EINVAL with O_EXCL, as the kernel). Shared within this process only (module docs).
+    /// `verbs_context.open_xrcd` (`ibv_open_xrcd(3)`), with the kernel's rules: `fd` -1 makes
+    /// a domain of its own; a file's domain is created by the first open with O_CREAT (EAGAIN
+    /// without it), shared by later opens of the same file (EINVAL with O_EXCL); other oflags
+    /// bits are ignored. Both FD and OFLAGS must be in the mask (EINVAL), nothing else
+    /// (EOPNOTSUPP), as rdma-core's command layer. Shared within this process only (module docs).
     fn open_xrcd_op(context: *mut ibv_context, attr: *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd as ptr {
         // SAFETY: caller passes a context of ours.
         unsafe { ctx_from(context) }?;
@@ -220,17 +221,14 @@ crate::c_fn! {
         // SAFETY: readable caller struct.
         let (mask, fd, oflags) = unsafe { ((*a).comp_mask, (*a).fd, (*a).oflags) };
         let known = (IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS) as u32;
-        if mask & !known != 0 || mask & known != known {
-            return Err(libc::EINVAL);
+        if mask & !known != 0 {
+            return Err(libc::EOPNOTSUPP);
         }
-        if oflags & !(libc::O_CREAT | libc::O_EXCL) != 0 {
+        if mask & known != known {
             return Err(libc::EINVAL);
         }
         let create = oflags & libc::O_CREAT != 0;
         let (id, inode) = if fd == -1 {
-            if !create {
-                return Err(libc::EINVAL);
-            }
             (glue::alloc_xrcd(dev)?, None)
         } else {
             let inode = inode_of(fd)?;
