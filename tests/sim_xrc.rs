@@ -233,6 +233,12 @@ fn xrc_object_rules() {
     assert_eq!(net.nodes[0].eng.post_send_to(now, ini.qpn, Some(1 << 24), &wr), Err(Error::Invalid));
     assert_eq!(net.nodes[1].eng.post_send_to(now, t.qpn, Some(s.num), &wr), Err(Error::Invalid));
     assert_eq!(net.nodes[0].eng.post_recv(ini.qpn, &RecvWr { wr_id: 1, sg_list: &[] }), Err(Error::Invalid));
+    // A local operation names no SRQ: LOCAL_INV of a key that is not a window fails locally.
+    let inv = send_wr(5, WrKind::LocalInv { invalidate_rkey: smr.rkey }, &[]);
+    net.nodes[0].eng.post_send(now, ini.qpn, &inv).unwrap();
+    net.run_idle(MS);
+    let wc = net.poll_all(0, ini.cq);
+    assert_eq!((wc.len(), wc[0].wr_id, wc[0].status), (1, 5, WcStatus::LocProtErr));
     let e = &mut net.nodes[1].eng;
     assert_eq!(e.post_recv(t.qpn, &RecvWr { wr_id: 1, sg_list: &[] }), Err(Error::Invalid));
     // The domain is busy while its SRQ and target QP exist; the SRQ's CQ while the SRQ does.

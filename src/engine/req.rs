@@ -51,10 +51,11 @@ pub(crate) fn post<M: HostMemory>(
         // A target has no send queue.
         (QpType::XrcRecv, _) => false,
     };
-    // An initiator's requests must name the peer's XRC SRQ (24 bits); no other QP's may.
+    // An initiator's requests must name the peer's XRC SRQ (24 bits); no other QP's may. Local
+    // operations (LOCAL_INV, BIND_MW) send nothing and need none.
     let srqn_ok = match (q.ty, remote_srqn) {
         (QpType::XrcSend, Some(n)) => n <= 0xFF_FFFF,
-        (QpType::XrcSend, None) => false,
+        (QpType::XrcSend, None) => matches!(wr.kind, WrKind::LocalInv { .. } | WrKind::BindMw(_)),
         (_, r) => r.is_none(),
     };
     if !ok_kind || !srqn_ok || wr.flags.unknown_bits() != 0 {
