@@ -280,7 +280,12 @@ fn ibv_srq_pingpong_sixteen_qps() {
 /// (tests/sim_xrc.rs) check every byte.
 fn xsrq_pingpong(port: u16, extra: &[&str]) {
     let (s, c) = run_tool_pair("ibv_xsrq_pingpong", port, extra);
-    for o in [&s, &c] {
+    check_xsrq_outputs(&[s, c]);
+}
+
+/// Both sides (or all) ran their rounds, printed their SRQ numbers and share the user's GID.
+fn check_xsrq_outputs(outs: &[Output]) {
+    for o in outs {
         assert_contains(o, "success");
         assert_contains(o, "SRQN");
         assert_lacks(o, "Failed");
@@ -297,6 +302,29 @@ fn xsrq_pingpong(port: u16, extra: &[&str]) {
         assert!(local.as_deref().is_some_and(|g| g.starts_with("::ffff:127.")), "local GID {local:?}\n{o}");
         assert_eq!(local, remote, "server and client of one user share their address and GID\n{o}");
     }
+}
+
+/// One server, two clients (`-c 2`): the server's initiators take turns, so a message for one
+/// client's SRQ may travel on the QP connected to the other client's target.
+#[test]
+fn ibv_xsrq_pingpong_two_clients() {
+    let bin = tool("ibv_xsrq_pingpong");
+    let port = 18643u16;
+    let port_s = port.to_string();
+    let args = ["-d", DEV, "-g", "1", "-p", &port_s, "-n", "10"];
+    let mut server = urxe_cmd(&bin);
+    server.args(args).args(["-c", "2"]);
+    let clients = (0..2)
+        .map(|_| {
+            let mut c = urxe_cmd(&bin);
+            c.args(args).arg(HOST);
+            c
+        })
+        .collect();
+    let _serial = heavy_lock();
+    let (s, mut cs) = run_server_clients(port, server, clients);
+    cs.push(s);
+    check_xsrq_outputs(&cs);
 }
 
 #[test]
