@@ -467,6 +467,16 @@ pub struct ibv_xrcd_init_attr {
     pub oflags: c_int,
 }
 
+/// `struct ibv_qp_open_attr` (`ibv_open_qp(3)`).
+#[repr(C)]
+pub struct ibv_qp_open_attr {
+    pub comp_mask: u32,
+    pub qp_num: u32,
+    pub xrcd: *mut ibv_xrcd,
+    pub qp_context: *mut c_void,
+    pub qp_type: c_uint,
+}
+
 /// `struct ibv_mr`.
 #[repr(C)]
 pub struct ibv_mr {
@@ -1019,6 +1029,7 @@ constants! {
     IBV_DEVICE_MEM_WINDOW = 1 << 17;
     IBV_DEVICE_MEM_MGT_EXTENSIONS = 1 << 21;
     IBV_DEVICE_MEM_WINDOW_TYPE_2B = 1 << 24;
+    IBV_DEVICE_XRC = 1 << 20;
 
     IBV_GID_TYPE_ROCE_V2 = 2;
     IBV_PORT_CM_SUP = 1 << 16;
@@ -1129,6 +1140,12 @@ constants! {
     IBV_SRQ_INIT_ATTR_XRCD = 1 << 2;
     IBV_SRQ_INIT_ATTR_CQ = 1 << 3;
     IBV_SRQ_INIT_ATTR_TM = 1 << 4;
+    IBV_XRCD_INIT_ATTR_FD = 1;
+    IBV_XRCD_INIT_ATTR_OFLAGS = 1 << 1;
+    IBV_QP_OPEN_ATTR_NUM = 1;
+    IBV_QP_OPEN_ATTR_XRCD = 1 << 1;
+    IBV_QP_OPEN_ATTR_CONTEXT = 1 << 2;
+    IBV_QP_OPEN_ATTR_TYPE = 1 << 3;
     IBV_SRQT_BASIC = 0;
     IBV_SRQT_XRC = 1;
     IBV_SRQT_TM = 2;

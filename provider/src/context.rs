@@ -47,7 +47,8 @@ pub const DEVICE_CAP_FLAGS: u64 = IBV_DEVICE_BAD_PKEY_CNTR
     | IBV_DEVICE_SRQ_RESIZE
     | IBV_DEVICE_MEM_WINDOW
     | IBV_DEVICE_MEM_MGT_EXTENSIONS
-    | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    | IBV_DEVICE_MEM_WINDOW_TYPE_2B
+    | IBV_DEVICE_XRC;
 /// Completion timestamps are nanoseconds: a 1 GHz "core clock" (kHz units).
 pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
 const CONTEXT_MAGIC: u64 = 0x7572_7865_6374_7821; // "urxectx!"

@@ -65,7 +65,9 @@ fn opcode_allowed(op: u32, qp_type: QpType) -> bool {
                 | IBV_WR_BIND_MW
                 | IBV_WR_SEND_WITH_INV
         ),
-        QpType::Rc => true,
+        QpType::Rc | QpType::XrcSend => true,
+        // A target has no send queue.
+        QpType::XrcRecv => false,
     }
 }
 
@@ -351,11 +353,8 @@ pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limit
     if a.comp_mask & !KNOWN_QP_INIT_MASK != 0 {
         return Err(EINVAL);
     }
-    let unsupported = (IBV_QP_INIT_ATTR_XRCD
-        | IBV_QP_INIT_ATTR_MAX_TSO_HEADER
-        | IBV_QP_INIT_ATTR_IND_TABLE
-        | IBV_QP_INIT_ATTR_RX_HASH
-        | (1 << 7)) as u32;
+    let unsupported =
+        (IBV_QP_INIT_ATTR_MAX_TSO_HEADER | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH | (1 << 7)) as u32;
     if a.comp_mask & unsupported != 0 {
         return Err(EOPNOTSUPP);
     }
@@ -366,13 +365,7 @@ pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limit
     }
     let qp_type = match QpType::from_u32(a.qp_type) {
         Some(t) => t,
-        None if matches!(
-            a.qp_type as u64,
-            IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER
-        ) =>
-        {
-            return Err(EOPNOTSUPP)
-        }
+        None if matches!(a.qp_type as u64, IBV_QPT_RAW_PACKET | IBV_QPT_DRIVER) => return Err(EOPNOTSUPP),
         None => return Err(EINVAL),
     };
     let send_ops = if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS as u32 != 0 {
@@ -386,10 +379,25 @@ pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limit
     } else {
         0
     };
+    if qp_type == QpType::XrcRecv {
+        // A target has no PD, CQ or queue: it lives in the XRC domain the caller resolves
+        // (IBV_QP_INIT_ATTR_XRCD); nothing else here applies to it.
+        if a.comp_mask & IBV_QP_INIT_ATTR_XRCD as u32 == 0 {
+            return Err(EINVAL);
+        }
+        return Ok((QpInitAttr::xrc_target(), send_ops));
+    }
+    // An initiator has no receive side: no receive CQ, SRQ or receive caps.
+    let xrc_send = qp_type == QpType::XrcSend;
+    let refs = if xrc_send { QpRefs { recv_cq: Some(0), srq: None, ..refs } } else { refs };
     let pd = refs.pd.ok_or(EINVAL)?;
     let send_cq = refs.send_cq.ok_or(EINVAL)?;
     let recv_cq = refs.recv_cq.ok_or(EINVAL)?;
-    let cap = cap_from_c(&a.cap);
+    let mut cap = cap_from_c(&a.cap);
+    if xrc_send {
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
     if cap.max_send_wr > limits.max_qp_wr
         || (refs.srq.is_none() && cap.max_recv_wr > limits.max_qp_wr)
         || cap.max_send_sge > limits.max_sge
@@ -702,7 +710,9 @@ mod tests {
     #[test]
     fn qp_init_attr_bad_input_maps_to_errno() {
         let l = Limits::default();
-        assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_XRC_SEND), REFS, &l).unwrap_err(), EOPNOTSUPP);
+        let (x, _) = qp_init_attr_from_c(&init_ex(IBV_QPT_XRC_SEND), REFS, &l).unwrap();
+        assert_eq!((x.qp_type, x.recv_cq, x.srq, x.cap.max_recv_wr), (QpType::XrcSend, 0, None, 0));
+        assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_XRC_RECV), REFS, &l).unwrap_err(), EINVAL, "no XRCD");
         assert_eq!(qp_init_attr_from_c(&init_ex(IBV_QPT_RAW_PACKET), REFS, &l).unwrap_err(), EOPNOTSUPP);
         assert_eq!(qp_init_attr_from_c(&init_ex(77), REFS, &l).unwrap_err(), EINVAL);
         let mut a = init_ex(IBV_QPT_RC);

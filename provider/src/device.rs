@@ -63,6 +63,7 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     v.advise_mr = Some(verbs::mr::advise_mr_op);
     v.create_cq_ex = Some(verbs::cq::create_cq_ex_op);
     v.create_qp_ex = Some(verbs::qp::create_qp_ex_op);
+    v.open_qp = Some(verbs::qp::open_qp_op);
     v.create_srq_ex = Some(verbs::srq::create_srq_ex_op);
     v.get_srq_num = Some(verbs::srq::get_srq_num_op);
     v.open_xrcd = Some(verbs::srq::open_xrcd_op);

@@ -276,7 +276,12 @@ export! {
         let cq_out = non_null(cq)?;
         let ctx_out = non_null(cq_context)?;
         // SAFETY: caller passes a live channel.
-        let fd = unsafe { (*channel).fd };
+        let (fd, context) = unsafe { ((*channel).fd, (*channel).context) };
+        // The thread may sleep here: timers must not wait for it (see Device::app_waits).
+        // SAFETY: a channel's context is a live context of ours.
+        if let Ok(dev) = unsafe { crate::context::dev_of(context) } {
+            crate::glue::app_waits(dev);
+        }
         loop {
             let serial = u64::from_ne_bytes(read_record::<8>(fd)?);
             // A record for a CQ destroyed since it was written: skip it.

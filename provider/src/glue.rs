@@ -19,6 +19,7 @@ use crate::context::UrxeDevice;
 use urxe::engine::{
     AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrChange, MrId, MrInfo, MwBind, MwId, MwType, PdId,
     QpAttr, QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
+    XrcdId,
 };
 use urxe::transport::Device;
 
@@ -151,12 +152,20 @@ pub fn detach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()>
 /// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
 /// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;
 /// its error (the first WR that failed) is returned as is.
+/// An application thread is about to wait on a completion channel: the running device (if
+/// any) makes sure its progress thread will run the engine's timers meanwhile.
+pub fn app_waits(dev: &UrxeDevice) {
+    if let Some(Ok(t)) = dev.transport.get() {
+        t.app_waits();
+    }
+}
+/// Each WR comes with the remote XRC SRQ number it names (XRC initiators only).
 pub fn post_send_chain(
     dev: &UrxeDevice,
     qpn: Qpn,
-    each: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> VerbResult<()>) -> VerbResult<()>,
+    each: impl FnOnce(&mut dyn FnMut(Option<u32>, &SendWr<'_>) -> VerbResult<()>) -> VerbResult<()>,
 ) -> VerbResult<()> {
-    transport(dev)?.post_send(qpn, |post| each(&mut |wr| post(wr).map_err(errno)))
+    transport(dev)?.post_send_to(qpn, |post| each(&mut |srqn, wr| post(srqn, wr).map_err(errno)))
 }
 pub fn post_recv(dev: &UrxeDevice, qpn: Qpn, wr: &RecvWr<'_>) -> VerbResult<()> {
     transport(dev)?.post_recv(qpn, wr).map_err(errno)
@@ -173,6 +182,33 @@ pub fn query_srq(dev: &UrxeDevice, srq: SrqId) -> VerbResult<SrqAttr> {
 }
 pub fn destroy_srq(dev: &UrxeDevice, srq: SrqId) -> VerbResult<()> {
     transport(dev)?.control(|en, _| en.destroy_srq(srq)).map_err(errno)
+}
+pub fn alloc_xrcd(dev: &UrxeDevice) -> VerbResult<XrcdId> {
+    transport(dev)?.control(|en, _| en.alloc_xrcd()).map_err(errno)
+}
+pub fn dealloc_xrcd(dev: &UrxeDevice, xrcd: XrcdId) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.dealloc_xrcd(xrcd)).map_err(errno)
+}
+/// Returns the SRQ, the granted attributes and the SRQ number.
+pub fn create_xrc_srq(
+    dev: &UrxeDevice,
+    pd: PdId,
+    xrcd: XrcdId,
+    cq: CqId,
+    attr: SrqAttr,
+) -> VerbResult<(SrqId, SrqAttr, u32)> {
+    transport(dev)?
+        .control(|en, _| {
+            let (id, got) = en.create_xrc_srq(pd, xrcd, cq, &attr)?;
+            Ok((id, got, en.srq_num(id)?))
+        })
+        .map_err(errno)
+}
+pub fn create_xrc_recv_qp(dev: &UrxeDevice, xrcd: XrcdId) -> VerbResult<Qpn> {
+    transport(dev)?.control(|en, _| en.create_xrc_recv_qp(xrcd)).map_err(errno)
+}
+pub fn open_xrc_qp(dev: &UrxeDevice, xrcd: XrcdId, qpn: Qpn) -> VerbResult<()> {
+    transport(dev)?.control(|en, _| en.open_xrc_qp(xrcd, qpn)).map_err(errno)
 }
 pub fn post_srq_recv(dev: &UrxeDevice, srq: SrqId, wr: &RecvWr<'_>) -> VerbResult<()> {
     transport(dev)?.post_srq_recv(srq, wr).map_err(errno)

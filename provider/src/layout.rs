@@ -138,6 +138,8 @@ pub fn layout_report() -> String {
         ndev_ifindex => "ndev_ifindex"]);
     report!(o, ibv_pd, "struct ibv_pd", [context => "context", handle => "handle"]);
     report!(o, ibv_xrcd, "struct ibv_xrcd", [context => "context"]);
+    report!(o, ibv_qp_open_attr, "struct ibv_qp_open_attr", [comp_mask => "comp_mask", qp_num => "qp_num",
+        xrcd => "xrcd", qp_context => "qp_context", qp_type => "qp_type"]);
     report!(o, ibv_xrcd_init_attr, "struct ibv_xrcd_init_attr", [
         comp_mask => "comp_mask", fd => "fd", oflags => "oflags"]);
     report!(o, ibv_mr, "struct ibv_mr", [

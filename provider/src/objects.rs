@@ -29,7 +29,7 @@ use std::ptr;
 use std::sync::atomic::AtomicU32;
 use std::sync::Mutex;
 
-use urxe::engine::{AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId, WorkCompletion, WrKind};
+use urxe::engine::{AhId, CqId, MrId, MwId, PdId, QpCap, QpType, Qpn, Sge, SrqId, WorkCompletion, WrKind, XrcdId};
 
 #[repr(C)]
 pub struct UrxePd {
@@ -175,6 +175,8 @@ pub struct PendingWr {
     pub kind: WrKind,
     pub sges: Vec<Sge>,
     pub ud: Option<(*mut ibv_ah, u32, u32)>,
+    /// `wr_set_xrc_srqn`: the remote XRC SRQ (XRC initiators).
+    pub xrc_srqn: Option<u32>,
 }
 
 /// The `wr_start` … `wr_complete`/`wr_abort` batch of an `ibv_qp_ex`. Errors while building
@@ -214,6 +216,8 @@ pub struct UrxeSrq {
     pub ibv: ibv_srq,
     pub id: SrqId,
     pub max_sge: u32,
+    /// An XRC SRQ's number (`ibv_get_srq_num`).
+    pub xrc_srqn: Option<u32>,
     pub async_events_read: AtomicU32,
 }
 
@@ -232,6 +236,9 @@ pub struct UrxeMw {
 #[repr(C)]
 pub struct UrxeXrcd {
     pub ibv: ibv_xrcd,
+    pub id: XrcdId,
+    /// The (st_dev, st_ino) of the file the domain was opened with; `None` for fd -1.
+    pub inode: Option<(u64, u64)>,
 }
 
 /// A completion channel: a pipe; `ibv.fd` is the read end applications poll.

@@ -338,6 +338,9 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
             if let Some(a) = p.headers.aeth {
                 s.push_str(&format!(" {} msn={}", syndrome_str(a.syndrome), a.msn.value()));
             }
+            if let Some(x) = p.headers.xrceth {
+                s.push_str(&format!(" xrcsrq={:#x}", x.srqn));
+            }
             if let Some(f) = p.headers.feth {
                 s.push_str(&format!(" {}", feth_str(f)));
             }
@@ -400,6 +403,9 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
             b.psn.value()
         ));
         let h = &p.headers;
+        if let Some(x) = h.xrceth {
+            v.push(format!("    XRCETH: xrcsrq={:#08x}", x.srqn));
+        }
         if let Some(x) = h.feth {
             v.push(format!("    FETH: {} ({:#x}/{})", feth_str(x), x.placement, x.level));
         }
@@ -513,6 +519,9 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
                     x.msn.value()
                 ),
             ));
+        }
+        if let Some(x) = h.xrceth {
+            f.push(("xrc_srqn".into(), x.srqn.to_string()));
         }
         if let Some(x) = h.deth {
             f.push(("deth".into(), format!("{{\"qkey\":{},\"src_qp\":{}}}", x.qkey, x.src_qp)));

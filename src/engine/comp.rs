@@ -211,7 +211,7 @@ fn first_pending(q: &Qp) -> Option<usize> {
 
 /// One response packet (ACK, atomic ACK, READ response) for this RC QP.
 pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, p: &Parsed<'_>) {
-    if q.ty != QpType::Rc || !matches!(q.state, QpState::Rts | QpState::Sqd) {
+    if !q.ty.is_reliable() || !matches!(q.state, QpState::Rts | QpState::Sqd) {
         sh.counters.bad_state_drops += 1;
         return;
     }

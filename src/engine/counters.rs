@@ -87,4 +87,8 @@ pub struct Counters {
     pub send_window: u64,
     /// Gauge: the smallest send window any QP reached (0: never reduced).
     pub send_window_min: u64,
+    /// XRC requests NAKed because their XRCETH names no XRC SRQ of the target QP's XRC
+    /// domain (no such SRQ, an ordinary SRQ, another domain's SRQ), or changes SRQ within
+    /// a message.
+    pub xrc_srq_errors: u64,
 }

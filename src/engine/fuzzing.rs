@@ -4,7 +4,8 @@
 //! library does not contain it.
 //!
 //! [`responder`] feeds an arbitrary sequence of packets (raw bytes, or headers built from
-//! fuzz bytes with a valid ICRC so they get past the checks) to RC, UC and UD QPs in RTS,
+//! fuzz bytes with a valid ICRC so they get past the checks) to RC, UC, UD and XRC target QPs
+//! in RTS (XRC requests name the target's SRQ, another domain's, an ordinary SRQ or any number),
 //! interleaved with timer expiries, receive posts and send posts. It asserts that nothing
 //! panics and that the engine never touches host memory outside registered regions: the
 //! [`FuzzHost`] panics on any such access.
@@ -24,6 +25,7 @@ use crate::wire::immdt::ImmDtRepr;
 use crate::wire::opcode::{op, HeaderSet, Opcode};
 use crate::wire::packet::finish;
 use crate::wire::reth::RethRepr;
+use crate::wire::xrceth::XrcEthRepr;
 use crate::wire::{Headers, Msn, Psn};
 
 /// Host memory that only allows accesses inside registered regions, and panics otherwise.
@@ -160,6 +162,10 @@ impl Input<'_> {
 struct Rig {
     eng: Engine<FuzzHost>,
     qps: [Qpn; 4],
+    /// An XRC target QP, and the SRQ numbers its requests may name: an XRC SRQ of its domain,
+    /// one of another domain, an ordinary SRQ.
+    xrc_tgt: Qpn,
+    xrc_srqs: [u32; 3],
     keys: [u32; 4],
     regions: [(u64, u64); 3],
     peer: Ipv4Addr,
@@ -228,7 +234,7 @@ fn rig() -> Rig {
             QpType::Uc => {
                 (A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS, A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN, A::SQ_PSN)
             }
-            QpType::Rc => (
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => (
                 A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS,
                 A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER,
                 A::SQ_PSN | A::TIMEOUT | A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC,
@@ -240,17 +246,69 @@ fn rig() -> Rig {
         at.qp_state = QpState::Rts;
         eng.modify_qp(qpn, &at, A::STATE | m_rts).expect("rts");
     }
+    let (xrc_tgt, xrc_srqs) = xrc_target(&mut eng, pd, cq, srq, regions[0], a.lkey);
     let (mw, k0) = eng.alloc_mw(pd, MwType::Type2).expect("mw");
     let k1 = (k0 & !0xFF) | (k0.wrapping_add(1) & 0xFF);
     let bind = MwBind { mw, rkey: k1, mr: a.id, addr: BASE + 1024, length: 512, access: AccessFlags::REMOTE_WRITE };
     let wr = SendWr { wr_id: 0, kind: WrKind::BindMw(bind), flags: SendFlags::EMPTY, sg_list: &[], ud: None };
     eng.post_send(0, qps[0], &wr).expect("bind");
-    let mut r = Rig { eng, qps, keys: [a.rkey, b.rkey, c.rkey, k1], regions, peer, local, now: 1_000_000, psn: RQ_PSN };
+    let keys = [a.rkey, b.rkey, c.rkey, k1];
+    let mut r = Rig { eng, qps, xrc_tgt, xrc_srqs, keys, regions, peer, local, now: 1_000_000, psn: RQ_PSN };
     for i in 0..4 {
         r.post_recv(i as u8, 0);
     }
     r.drain();
     r
+}
+
+/// An XRC target QP in RTS towards the peer, an XRC SRQ of its domain with receives posted in
+/// `region`, and an XRC SRQ of another domain; returns the QPN and the SRQ numbers (with the
+/// ordinary SRQ `srq`'s handle third).
+fn xrc_target(
+    eng: &mut Engine<FuzzHost>,
+    pd: PdId,
+    cq: CqId,
+    srq: SrqId,
+    region: (u64, u64),
+    lkey: u32,
+) -> (Qpn, [u32; 3]) {
+    let attr = SrqAttr { max_wr: 16, max_sge: 1, srq_limit: 0 };
+    let mine = eng.alloc_xrcd().expect("xrcd");
+    let other = eng.alloc_xrcd().expect("xrcd 2");
+    let (s1, _) = eng.create_xrc_srq(pd, mine, cq, &attr).expect("xrc srq");
+    let (s2, _) = eng.create_xrc_srq(pd, other, cq, &attr).expect("xrc srq 2");
+    for i in 0..8u64 {
+        let sg = [Sge { addr: region.0 + i * 512, length: 512, lkey }];
+        eng.post_srq_recv(s1, &RecvWr { wr_id: 100 + i, sg_list: &sg }).expect("xrc recv");
+    }
+    let qpn = eng.create_xrc_recv_qp(mine).expect("xrc tgt");
+    use QpAttrMask as A;
+    let mut at = QpAttr {
+        qp_state: QpState::Init,
+        port_num: 1,
+        qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+        path_mtu: Some(Mtu::Mtu256),
+        dest_qp_num: PEER_QPN,
+        rq_psn: RQ_PSN,
+        sq_psn: 0x10,
+        max_dest_rd_atomic: 2,
+        min_rnr_timer: 1,
+        timeout: 1,
+        ah_attr: AhAttr {
+            is_global: true,
+            grh: GlobalRoute { dgid: Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().octets(), ..GlobalRoute::default() },
+            port_num: 1,
+            ..AhAttr::default()
+        },
+        ..QpAttr::default()
+    };
+    eng.modify_qp(qpn, &at, A::STATE | A::PKEY_INDEX | A::PORT | A::ACCESS_FLAGS).expect("xrc init");
+    at.qp_state = QpState::Rtr;
+    let rtr = A::AV | A::PATH_MTU | A::DEST_QPN | A::RQ_PSN | A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER;
+    eng.modify_qp(qpn, &at, A::STATE | rtr).expect("xrc rtr");
+    at.qp_state = QpState::Rts;
+    eng.modify_qp(qpn, &at, A::STATE | A::SQ_PSN | A::TIMEOUT).expect("xrc rts");
+    (qpn, [eng.srq_num(s1).expect("srqn"), eng.srq_num(s2).expect("srqn 2"), srq])
 }
 
 impl Rig {
@@ -329,6 +387,10 @@ impl Rig {
         let dpsn = inp.u8() as i8;
         let psn = Psn::new(self.psn.wrapping_add(dpsn as i32 as u32));
         let flags = inp.u8();
+        // Flag 0x20 turns an RC request into its XRC twin, for the XRC target.
+        let xrc = flags & 0x20 != 0 && opcode >> 5 == 0 && info.request;
+        let (opcode, info, dest_qp) =
+            if xrc { (opcode | 0xA0, Opcode(opcode | 0xA0).info(), self.xrc_tgt) } else { (opcode, info, dest_qp) };
         let mut h = Headers {
             bth: BthRepr {
                 opcode,
@@ -373,6 +435,14 @@ impl Rig {
         }
         if hs.contains(HeaderSet::IETH) {
             h.ieth = Some(IethRepr { rkey: key });
+        }
+        if hs.contains(HeaderSet::XRCETH) {
+            let srqn = match qsel >> 1 & 3 {
+                0 | 1 => self.xrc_srqs[0],
+                2 => self.xrc_srqs[(qsel >> 3) as usize % 3],
+                _ => inp.u32() & 0xFF_FFFF,
+            };
+            h.xrceth = Some(XrcEthRepr { srqn });
         }
         if hs.contains(HeaderSet::FETH) {
             // Any placement type and level, defined or not (the responder must refuse the rest).
@@ -495,5 +565,34 @@ mod tests {
         let c = r.eng.counters();
         assert_eq!(c.rcvd_pkts, before + 1);
         assert_eq!((c.icrc_errors, c.opcode_errors, c.length_errors, c.psn_seq_errs), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn structured_xrc_requests_reach_the_target_and_its_srq_checks() {
+        // RC SEND ONLY turned XRC (flag 0x20) naming the target's own XRC SRQ: a receive of that
+        // SRQ (wr_id 100) completes. Then one naming another domain's SRQ: NAKed and counted.
+        let mut r = rig();
+        let mut buf = vec![0u8; MAX_PACKET];
+        let n = r.structured(&mut Input(&[4u8, 0, 0, 0x24, 0, 0, 0, 1, 5]), &mut buf);
+        assert_eq!(buf[0], 0xA4);
+        let d = Datagram {
+            src: IpAddr::V4(r.peer),
+            src_port: 0xC000,
+            dst: IpAddr::V4(r.local),
+            icrc: IcrcCheck::Full(IpFields::v4_df(r.peer, r.local)),
+            payload: &buf[..n],
+        };
+        // Not `deliver`: it drains the CQ this SRQ completes on.
+        r.eng.handle_datagram(r.now, &d);
+        let mut wc = [WorkCompletion::default(); 64];
+        let got = r.eng.poll_cq(1, &mut wc).unwrap();
+        assert!(wc[..got].iter().any(|w| w.wr_id == 100 && w.status == WcStatus::Success && w.qp_num == r.xrc_tgt));
+        let (naks, errs) = (r.eng.counters().naks_sent, r.eng.counters().xrc_srq_errors);
+        assert_eq!(errs, 0);
+        let n = r.structured(&mut Input(&[4u8, 4 | 8, 0, 0x24, 0, 0, 0, 1, 5]), &mut buf);
+        let pkt = buf[..n].to_vec();
+        r.deliver(&pkt, 0xC000);
+        let c = r.eng.counters();
+        assert_eq!((c.xrc_srq_errors, c.naks_sent), (1, naks + 1));
     }
 }

@@ -43,8 +43,8 @@ use crate::wire::opcode::OpKind;
 use cq::Cq;
 use mr::{KeyTable, Mr};
 use qp::Qp;
-use shared::{Ah, EngineShared, Pd, Slab};
-use srq::{RecvRing, Srq};
+use shared::{Ah, EngineShared, Pd, Slab, Xrcd};
+use srq::{RecvRing, Srq, XrcSrq};
 use timer::TimerHeap;
 
 /// Largest UDP payload the engine emits: BTH + the largest header set + 4096 + pad + ICRC.
@@ -128,6 +128,7 @@ impl<M: HostMemory> Engine<M> {
                 pds: Slab::new(),
                 cqs: Slab::new(),
                 srqs: Slab::new(),
+                xrcds: Slab::new(),
                 ahs: Slab::new(),
                 events: VecDeque::new(),
                 counters: Counters::default(),
@@ -420,6 +421,103 @@ impl<M: HostMemory> Engine<M> {
     }
 
     pub fn create_srq(&mut self, pd: PdId, attr: &SrqAttr) -> Result<(SrqId, SrqAttr), Error> {
+        self.insert_srq(pd, attr, None)
+    }
+
+    // ---- commands: XRC -----------------------------------------------------------------
+
+    /// Allocates an XRC domain (`ibv_open_xrcd`; sharing a domain between opens of the same
+    /// file is the provider's business).
+    pub fn alloc_xrcd(&mut self) -> Result<XrcdId, Error> {
+        self.sh.xrcds.insert(Xrcd { refs: 0 }, self.sh.cfg.limits.max_srq).ok_or(Error::NoMemory)
+    }
+
+    /// Frees an XRC domain; EBUSY while XRC SRQs or target QPs are in it.
+    pub fn dealloc_xrcd(&mut self, xrcd: XrcdId) -> Result<(), Error> {
+        let x = self.sh.xrcds.get(xrcd).ok_or(Error::NotFound)?;
+        if x.refs != 0 {
+            return Err(Error::Busy);
+        }
+        self.sh.xrcds.remove(xrcd);
+        Ok(())
+    }
+
+    fn xrcd_ref(&mut self, xrcd: XrcdId, delta: i32) {
+        if let Some(x) = self.sh.xrcds.get_mut(xrcd) {
+            x.refs = x.refs.saturating_add_signed(delta);
+        }
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ in domain `xrcd` whose receives
+    /// complete on `cq`; peers name it by its number ([`Engine::srq_num`]).
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdId,
+        xrcd: XrcdId,
+        cq: CqId,
+        attr: &SrqAttr,
+    ) -> Result<(SrqId, SrqAttr), Error> {
+        self.sh.xrcds.get(xrcd).ok_or(Error::NotFound)?;
+        self.sh.cqs.get(cq).ok_or(Error::NotFound)?;
+        let r = self.insert_srq(pd, attr, Some(XrcSrq { xrcd, cq }))?;
+        self.xrcd_ref(xrcd, 1);
+        if let Some(c) = self.sh.cqs.get_mut(cq) {
+            c.refs += 1;
+        }
+        if r.0 > 0xFF_FFFF {
+            // Its number would not fit an XRCETH (only with a max_srq above 2^24).
+            self.destroy_srq(r.0)?;
+            return Err(Error::NoMemory);
+        }
+        Ok(r)
+    }
+
+    /// `ibv_get_srq_num`: the 24-bit number an XRCETH names this XRC SRQ by (EINVAL for an
+    /// ordinary SRQ).
+    pub fn srq_num(&self, srq: SrqId) -> Result<u32, Error> {
+        let s = self.sh.srqs.get(srq).ok_or(Error::NotFound)?;
+        if s.xrc.is_none() {
+            return Err(Error::Invalid);
+        }
+        // Handles are small (at most `max_srq` of them), so the handle is the number.
+        Ok(srq & 0xFF_FFFF)
+    }
+
+    /// `ibv_create_qp_ex` of an `IBV_QPT_XRC_RECV` QP: a target QP in domain `xrcd`, with no
+    /// send or receive queue and no CQ.
+    pub fn create_xrc_recv_qp(&mut self, xrcd: XrcdId) -> Result<Qpn, Error> {
+        self.sh.xrcds.get(xrcd).ok_or(Error::NotFound)?;
+        if self.nqps >= self.sh.cfg.limits.max_qp {
+            return Err(Error::NoMemory);
+        }
+        let qpn = self.alloc_qpn()?;
+        let init = QpInitAttr::xrc_target();
+        let mut q = Qp::new(qpn, &init, QpCap::default(), self.sh.cfg.limits.max_srq_sge.max(1));
+        q.xrcd = Some(xrcd);
+        self.qps[self.qspace.idx(qpn)] = Some(Box::new(q));
+        self.nqps += 1;
+        self.xrcd_ref(xrcd, 1);
+        Ok(qpn)
+    }
+
+    /// `ibv_open_qp`: another handle on target QP `qpn` of domain `xrcd` (ENOENT if there is
+    /// no such QP, EINVAL if it is not an XRC target of that domain). Each open is closed by
+    /// one `destroy_qp`; the QP goes when the last handle does.
+    pub fn open_xrc_qp(&mut self, xrcd: XrcdId, qpn: Qpn) -> Result<(), Error> {
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
+        if q.ty != QpType::XrcRecv || q.xrcd != Some(xrcd) {
+            return Err(Error::Invalid);
+        }
+        q.xrc_opens += 1;
+        Ok(())
+    }
+
+    /// The XRC domain of target QP `qpn`.
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Result<Option<XrcdId>, Error> {
+        Ok(self.qp(qpn)?.xrcd)
+    }
+
+    fn insert_srq(&mut self, pd: PdId, attr: &SrqAttr, xrc: Option<XrcSrq>) -> Result<(SrqId, SrqAttr), Error> {
         self.sh.pds.get(pd).ok_or(Error::NotFound)?;
         let l = &self.sh.cfg.limits;
         if attr.max_wr == 0
@@ -429,7 +527,8 @@ impl<M: HostMemory> Engine<M> {
         {
             return Err(Error::Invalid);
         }
-        let srq = Srq { pd, ring: RecvRing::new(attr.max_wr, attr.max_sge.max(1)), limit: attr.srq_limit, refs: 0 };
+        let srq =
+            Srq { pd, ring: RecvRing::new(attr.max_wr, attr.max_sge.max(1)), limit: attr.srq_limit, refs: 0, xrc };
         let got = srq.attr();
         let id = self.sh.srqs.insert(srq, l.max_srq).ok_or(Error::NoMemory)?;
         self.pd_ref(pd, 1);
@@ -469,9 +568,15 @@ impl<M: HostMemory> Engine<M> {
         if s.refs != 0 {
             return Err(Error::Busy);
         }
-        let pd = s.pd;
+        let (pd, xrc) = (s.pd, s.xrc);
         self.sh.srqs.remove(srq);
         self.pd_ref(pd, -1);
+        if let Some(x) = xrc {
+            self.xrcd_ref(x.xrcd, -1);
+            if let Some(c) = self.sh.cqs.get_mut(x.cq) {
+                c.refs = c.refs.saturating_sub(1);
+            }
+        }
         Ok(())
     }
 
@@ -488,11 +593,29 @@ impl<M: HostMemory> Engine<M> {
 
     // ---- commands: QP ------------------------------------------------------------------
 
+    /// Creates an RC, UC, UD or XRC initiator QP (an initiator has no receive side: its
+    /// `recv_cq`, `srq` and receive caps are ignored). XRC targets: `create_xrc_recv_qp`.
     pub fn create_qp(&mut self, init: &QpInitAttr) -> Result<(Qpn, QpCap), Error> {
         let l = self.sh.cfg.limits;
+        let xrc_send = init.qp_type == QpType::XrcSend;
+        if init.qp_type == QpType::XrcRecv {
+            return Err(Error::Invalid);
+        }
+        let init = &QpInitAttr {
+            recv_cq: if xrc_send { 0 } else { init.recv_cq },
+            srq: if xrc_send { None } else { init.srq },
+            cap: QpCap {
+                max_recv_wr: if xrc_send { 0 } else { init.cap.max_recv_wr },
+                max_recv_sge: if xrc_send { 0 } else { init.cap.max_recv_sge },
+                ..init.cap
+            },
+            ..*init
+        };
         self.sh.pds.get(init.pd).ok_or(Error::NotFound)?;
         self.sh.cqs.get(init.send_cq).ok_or(Error::NotFound)?;
-        self.sh.cqs.get(init.recv_cq).ok_or(Error::NotFound)?;
+        if !xrc_send {
+            self.sh.cqs.get(init.recv_cq).ok_or(Error::NotFound)?;
+        }
         if let Some(s) = init.srq {
             self.sh.srqs.get(s).ok_or(Error::NotFound)?;
         }
@@ -508,16 +631,35 @@ impl<M: HostMemory> Engine<M> {
         if self.nqps >= l.max_qp {
             return Err(Error::NoMemory);
         }
+        let no_rq = init.srq.is_some() || xrc_send;
         let cap = QpCap {
             max_send_wr: c.max_send_wr.max(1),
-            max_recv_wr: if init.srq.is_some() { 0 } else { c.max_recv_wr.max(1) },
+            max_recv_wr: if no_rq { 0 } else { c.max_recv_wr.max(1) },
             max_send_sge: c.max_send_sge.max(1),
-            max_recv_sge: if init.srq.is_some() { 0 } else { c.max_recv_sge.max(1) },
+            max_recv_sge: if no_rq { 0 } else { c.max_recv_sge.max(1) },
             // As rxe: a send WQE holds either its SGEs (16 bytes each) or inline data, so
             // the inline room is at least the SGEs' (rdma_xclient sends 16 bytes inline on a
             // QP that asked for none).
             max_inline_data: c.max_inline_data.max(c.max_send_sge.max(1) * 16).min(l.max_inline_data),
         };
+        let qpn = self.alloc_qpn()?;
+        let max_sge = l.max_sge.max(l.max_srq_sge);
+        self.qps[self.qspace.idx(qpn)] = Some(Box::new(Qp::new(qpn, init, cap, max_sge)));
+        self.nqps += 1;
+        self.pd_ref(init.pd, 1);
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.sh.cqs.get_mut(cq) {
+                c.refs += 1;
+            }
+        }
+        if let Some(s) = init.srq.and_then(|s| self.sh.srqs.get_mut(s)) {
+            s.refs += 1;
+        }
+        Ok((qpn, cap))
+    }
+
+    /// A free QPN, with its slot in `qps` present (empty).
+    fn alloc_qpn(&mut self) -> Result<Qpn, Error> {
         let qpn = match self.free_qpns.pop_front() {
             // Reuse a QPN only once many are free, so stray packets for a destroyed QP do not
             // reach its successor soon.
@@ -537,23 +679,18 @@ impl<M: HostMemory> Engine<M> {
         if self.qps.len() <= i {
             self.qps.resize_with(i + 1, || None);
         }
-        let max_sge = l.max_sge.max(l.max_srq_sge);
-        self.qps[self.qspace.idx(qpn)] = Some(Box::new(Qp::new(qpn, init, cap, max_sge)));
-        self.nqps += 1;
-        self.pd_ref(init.pd, 1);
-        for cq in [init.send_cq, init.recv_cq] {
-            if let Some(c) = self.sh.cqs.get_mut(cq) {
-                c.refs += 1;
-            }
-        }
-        if let Some(s) = init.srq.and_then(|s| self.sh.srqs.get_mut(s)) {
-            s.refs += 1;
-        }
-        Ok((qpn, cap))
+        Ok(qpn)
     }
 
     /// EBUSY while the QP is attached to a multicast group (uverbs refuses it too).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), Error> {
+        if let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) {
+            if q.xrc_opens > 0 {
+                // Another handle of an XRC target QP is still open.
+                q.xrc_opens -= 1;
+                return Ok(());
+            }
+        }
         self.qp(qpn)?;
         if self.mcast.is_attached(qpn) {
             return Err(Error::Busy);
@@ -562,6 +699,11 @@ impl<M: HostMemory> Engine<M> {
         let q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
         self.nqps -= 1;
         self.free_qpns.push_back(qpn);
+        if let Some(x) = q.xrcd {
+            // A target holds no PD, CQ or SRQ reference: it binds to SRQs per message.
+            self.xrcd_ref(x, -1);
+            return Ok(());
+        }
         self.pd_ref(q.pd, -1);
         for cq in [q.send_cq, q.recv_cq] {
             if let Some(c) = self.sh.cqs.get_mut(cq) {
@@ -681,10 +823,23 @@ impl<M: HostMemory> Engine<M> {
     /// length); lkeys are checked when the data is read. In ERR the WR completes at once with
     /// IBV_WC_WR_FLUSH_ERR.
     pub fn post_send(&mut self, now: Nanos, qpn: Qpn, wr: &SendWr<'_>) -> Result<(), Error> {
+        self.post_send_to(now, qpn, None, wr)
+    }
+
+    /// `post_send` with the remote XRC SRQ number an XRC initiator's WR names
+    /// (`wr.qp_type.xrc.remote_srqn`, `ibv_wr_set_xrc_srqn`); required on such a QP (EINVAL
+    /// without one), refused on any other (EINVAL).
+    pub fn post_send_to(
+        &mut self,
+        now: Nanos,
+        qpn: Qpn,
+        remote_srqn: Option<u32>,
+        wr: &SendWr<'_>,
+    ) -> Result<(), Error> {
         self.sh.tick(now);
         let limits = self.sh.cfg.limits;
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
-        req::post(q, &mut self.sh, wr, &limits)?;
+        req::post(q, &mut self.sh, wr, remote_srqn, &limits)?;
         self.touch(qpn);
         Ok(())
     }

@@ -43,6 +43,8 @@ pub(crate) struct SendWqe {
     pub status: WcStatus,
     /// Counted in `rd_atomic_out` (READ / atomic in flight).
     pub rd_counted: bool,
+    /// XRC initiator: the peer's XRC SRQ number its requests carry (XRCETH).
+    pub xrc_srqn: u32,
 }
 
 impl SendWqe {
@@ -259,6 +261,10 @@ pub(crate) struct Qp {
     /// The deadline this QP has in the engine's timer heap, if any.
     pub heap_at: Option<Nanos>,
     pub last_wqe_reached: bool,
+    /// XRC target: its domain, and how many `open_xrc_qp` handles besides the creator's are
+    /// open (the QP is destroyed when the last one closes).
+    pub xrcd: Option<XrcdId>,
+    pub xrc_opens: u32,
 }
 
 impl Qp {
@@ -278,7 +284,8 @@ impl Qp {
             dest: None,
             sport: 0xC000,
             sq: SendQueue::new(cap.max_send_wr, cap.max_send_sge.max(1), cap.max_inline_data),
-            rq: init.srq.is_none().then(|| RecvRing::new(cap.max_recv_wr, cap.max_recv_sge.max(1))),
+            rq: (init.srq.is_none() && !init.qp_type.is_xrc())
+                .then(|| RecvRing::new(cap.max_recv_wr, cap.max_recv_sge.max(1))),
             req: ReqState::default(),
             resp: RespState {
                 epsn: Psn::new(0),
@@ -298,6 +305,8 @@ impl Qp {
             in_txq: false,
             heap_at: None,
             last_wqe_reached: false,
+            xrcd: None,
+            xrc_opens: 0,
         }
     }
 
@@ -342,6 +351,17 @@ impl Qp {
     }
 }
 
+/// The top three opcode bits of a QP type's packets (IBTA Table 38): RC 000, UC 001, UD 011,
+/// XRC 101.
+pub(crate) fn opcode_base(ty: QpType) -> u8 {
+    match ty {
+        QpType::Rc => 0x00,
+        QpType::Uc => 0x20,
+        QpType::Ud => 0x60,
+        QpType::XrcSend | QpType::XrcRecv => 0xA0,
+    }
+}
+
 /// UDP source port rxe uses for an RC/UC flow: a 14-bit fold of `lqpn * rqpn` in 0xC000..
 pub(crate) fn rc_source_port(lqpn: Qpn, rqpn: Qpn) -> u16 {
     let mut v = lqpn as u64 * rqpn as u64;
@@ -362,7 +382,7 @@ pub(crate) fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option
     use QpAttrMask as A;
     use QpState::*;
     let none = A::EMPTY;
-    let (ud, uc, rc) = (ty == QpType::Ud, ty == QpType::Uc, ty == QpType::Rc);
+    let (ud, uc, rc) = (ty == QpType::Ud, ty == QpType::Uc, ty.is_reliable());
     let pick = |ud_m: QpAttrMask, uc_m: QpAttrMask, rc_m: QpAttrMask| {
         if ud {
             ud_m
@@ -372,7 +392,7 @@ pub(crate) fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option
             rc_m
         }
     };
-    Some(match (from, to) {
+    let (req, opt) = match (from, to) {
         (_, Reset) | (_, Err) => (none, none),
         (Reset, Init) => (
             pick(
@@ -440,7 +460,17 @@ pub(crate) fn transition_masks(from: QpState, to: QpState, ty: QpType) -> Option
         ),
         (Sqe, Rts) if !rc => (none, pick(A::CUR_STATE | A::QKEY, A::CUR_STATE | A::ACCESS_FLAGS, none)),
         _ => return None,
-    })
+    };
+    // XRC halves use the RC rows without what their missing half needs (as the kernel's
+    // table): an initiator has no responder (INIT->RTR needs no MAX_DEST_RD_ATOMIC /
+    // MIN_RNR_TIMER), a target no requester (RTR->RTS needs no RETRY_CNT / RNR_RETRY /
+    // MAX_QP_RD_ATOMIC). Those attributes stay allowed.
+    let relaxed = match (ty, from, to) {
+        (QpType::XrcSend, Init, Rtr) => A::MAX_DEST_RD_ATOMIC | A::MIN_RNR_TIMER,
+        (QpType::XrcRecv, Rtr, Rts) => A::RETRY_CNT | A::RNR_RETRY | A::MAX_QP_RD_ATOMIC,
+        _ => none,
+    };
+    Some((QpAttrMask(req.bits() & !relaxed.bits()), opt | relaxed))
 }
 
 /// The checks `modify_qp` makes before changing anything: the transition exists, every

@@ -50,10 +50,13 @@ pub(crate) fn check_packet<'a>(c: &mut Counters, d: &Datagram<'a>) -> Option<Par
 /// Whether the addressed QP takes this packet: its transport matches the QP type and a
 /// connected QP's peer sent it. Counted when not.
 pub(crate) fn check_qp(c: &mut Counters, q: &Qp, d: &Datagram<'_>, p: &Parsed<'_>) -> bool {
-    let ok_transport = matches!(
-        (p.info.transport, q.ty),
-        (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
-    );
+    let ok_transport = match (p.info.transport, q.ty) {
+        (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud) => true,
+        // XRC: requests go to targets, responses to initiators.
+        (Transport::Xrc, QpType::XrcRecv) => p.info.request,
+        (Transport::Xrc, QpType::XrcSend) => !p.info.request,
+        _ => false,
+    };
     if !ok_transport {
         c.opcode_errors += 1;
         return false;

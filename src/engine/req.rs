@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use super::comp::{self, fail_wqe};
 use super::dma::gather;
-use super::qp::{Qp, RespOut, SendWqe, WqeState};
+use super::qp::{opcode_base, Qp, RespOut, SendWqe, WqeState};
 use super::shared::EngineShared;
 use super::types::*;
 use crate::wire::atomic_eth::AtomicEthRepr;
@@ -20,6 +20,7 @@ use crate::wire::immdt::ImmDtRepr;
 use crate::wire::opcode::{op, Position};
 use crate::wire::packet::finish;
 use crate::wire::reth::RethRepr;
+use crate::wire::xrceth::XrcEthRepr;
 use crate::wire::{Headers, Psn};
 
 /// Immediate data as the verbs carry it (`__be32`, i.e. the wire bytes in memory order) to
@@ -33,6 +34,7 @@ pub(crate) fn post<M: HostMemory>(
     q: &mut Qp,
     sh: &mut EngineShared<M>,
     wr: &SendWr<'_>,
+    remote_srqn: Option<u32>,
     l: &Limits,
 ) -> Result<(), Error> {
     match q.state {
@@ -46,9 +48,18 @@ pub(crate) fn post<M: HostMemory>(
         | (QpType::Uc, WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. })
         | (QpType::Uc, WrKind::LocalInv { .. } | WrKind::BindMw(_)) => true,
         (QpType::Uc, _) => false,
-        (QpType::Rc, _) => true,
+        (QpType::Rc | QpType::XrcSend, _) => true,
+        // A target has no send queue.
+        (QpType::XrcRecv, _) => false,
     };
-    if !ok_kind || wr.flags.unknown_bits() != 0 {
+    // An initiator's requests must name the peer's XRC SRQ (24 bits); no other QP's may. Local
+    // operations (LOCAL_INV, BIND_MW) send nothing and need none.
+    let srqn_ok = match (q.ty, remote_srqn) {
+        (QpType::XrcSend, Some(n)) => n <= 0xFF_FFFF,
+        (QpType::XrcSend, None) => matches!(wr.kind, WrKind::LocalInv { .. } | WrKind::BindMw(_)),
+        (_, r) => r.is_none(),
+    };
+    if !ok_kind || !srqn_ok || wr.flags.unknown_bits() != 0 {
         return Err(Error::Invalid);
     }
     if wr.sg_list.len() > q.sq.max_sge as usize {
@@ -130,6 +141,7 @@ pub(crate) fn post<M: HostMemory>(
         state: WqeState::Posted,
         status: WcStatus::Success,
         rd_counted: false,
+        xrc_srqn: remote_srqn.unwrap_or(0),
     });
     if q.state == QpState::Err {
         comp::flush_send_queue(q, sh);
@@ -197,7 +209,7 @@ pub(crate) fn poll_request<M: HostMemory>(
                 return None;
             }
         }
-        if q.ty == QpType::Rc && q.req.psn.distance(q.req.unacked) >= q.req.win.limit() {
+        if q.ty.is_reliable() && q.req.psn.distance(q.req.unacked) >= q.req.win.limit() {
             return None;
         }
         return emit_request(q, sh, now, idx, buf);
@@ -349,18 +361,18 @@ fn destination<M>(q: &Qp, sh: &EngineShared<M>, w: &SendWqe) -> Result<(IpAddr, 
 #[inline]
 fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> (Headers, u32, u32) {
     let offset = i * q.mtu;
-    let t = match q.ty {
-        QpType::Rc => 0x00,
-        QpType::Uc => 0x20,
-        QpType::Ud => 0x60,
-    };
+    let t = opcode_base(q.ty);
     let mut h = Headers { bth: BthRepr { dest_qp, psn: q.req.psn, ..BthRepr::default() }, ..Headers::default() };
+    if q.ty == QpType::XrcSend {
+        // Every XRC request names the target's SRQ (IBTA A14: XRCETH on all request packets).
+        h.xrceth = Some(XrcEthRepr { srqn: w.xrc_srqn });
+    }
     let mut payload_len = 0u32;
     let mut consumes = 1u32;
     let ends = pos.ends();
     match w.kind {
         WrKind::RdmaRead { remote_addr, rkey } => {
-            h.bth.opcode = op::RC_RDMA_READ_REQUEST;
+            h.bth.opcode = t | op::RC_RDMA_READ_REQUEST;
             h.reth = Some(RethRepr {
                 va: remote_addr.wrapping_add(offset as u64),
                 rkey,
@@ -369,11 +381,11 @@ fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> 
             consumes = w.npkts - i;
         }
         WrKind::AtomicCmpSwp { remote_addr, rkey, compare, swap } => {
-            h.bth.opcode = op::RC_COMPARE_SWAP;
+            h.bth.opcode = t | op::RC_COMPARE_SWAP;
             h.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
         }
         WrKind::AtomicFetchAdd { remote_addr, rkey, add } => {
-            h.bth.opcode = op::RC_FETCH_ADD;
+            h.bth.opcode = t | op::RC_FETCH_ADD;
             h.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
         }
         WrKind::AtomicWrite { remote_addr, rkey, .. } => {
@@ -421,7 +433,7 @@ fn request_headers(q: &Qp, w: &SendWqe, dest_qp: Qpn, i: u32, pos: Position) -> 
 #[inline]
 fn set_ack_req(q: &mut Qp, w: &SendWqe, h: &mut Headers, ends: bool) {
     q.req.noack_pkts += 1;
-    h.bth.ack_req = q.ty == QpType::Rc && (ends || w.is_rd_atomic() || q.req.noack_pkts >= q.req.win.ack_every());
+    h.bth.ack_req = q.ty.is_reliable() && (ends || w.is_rd_atomic() || q.req.noack_pkts >= q.req.win.ack_every());
     if h.bth.ack_req {
         q.req.noack_pkts = 0;
     }
@@ -451,7 +463,7 @@ fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, cons
     if resend {
         sh.counters.retransmitted_pkts += 1;
     }
-    if q.ty == QpType::Rc {
+    if q.ty.is_reliable() {
         q.req.win.on_send(now, q.req.psn, resend, &mut sh.counters);
     }
     q.req.psn = q.req.psn.add(consumes);
@@ -473,7 +485,7 @@ fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, cons
             wm.rd_counted = true;
             q.req.rd_atomic_out += 1;
         }
-        if q.ty == QpType::Rc {
+        if q.ty.is_reliable() {
             wm.state = WqeState::Sent;
         } else {
             // UC and UD complete once sent.
@@ -481,7 +493,7 @@ fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, cons
             comp::complete_ready(q, sh);
         }
     }
-    if q.ty == QpType::Rc && q.req.retx_at.is_none() {
+    if q.ty.is_reliable() && q.req.retx_at.is_none() {
         q.req.retx_at = q.req.win.arm(now, super::timer::ack_timeout_nanos(q.attr.timeout));
     }
 }

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use super::comp::enter_error;
 use super::dma::scatter;
 use super::mr::KeyError;
-use super::qp::{InMsg, Qp, RdRes, ReadJob, RespOut};
+use super::qp::{opcode_base, InMsg, Qp, RdRes, ReadJob, RespOut};
 use super::shared::EngineShared;
 use super::srq::TakenWqe;
 use super::types::*;
@@ -61,8 +61,31 @@ pub(crate) fn handle_request<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>
     match q.ty {
         QpType::Ud => ud_receive(q, sh, d, p),
         QpType::Uc => uc_receive(q, sh, p),
-        QpType::Rc => rc_receive(q, sh, p),
+        QpType::Rc | QpType::XrcRecv => rc_receive(q, sh, p),
+        // An initiator has no responder (recv::check_qp keeps requests away from it).
+        QpType::XrcSend => sh.counters.opcode_errors += 1,
     }
+}
+
+/// XRC target: binds the QP to the XRC SRQ the request's XRCETH names — that SRQ's receive
+/// WQEs, its PD (for R_Key checks) and its CQ — after checking it is an XRC SRQ of the QP's
+/// own domain (IBTA A14: an XRCETH naming anything else is an invalid request). A message
+/// keeps the SRQ its first packet named.
+fn bind_xrc_srq<M>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) -> Result<(), RespError> {
+    let srqn = p.headers.xrceth.map_or(0, |x| x.srqn);
+    let target = sh.srqs.get(srqn).and_then(|s| s.xrc.filter(|x| Some(x.xrcd) == q.xrcd).map(|x| (s.pd, x.cq)));
+    let Some((pd, cq)) = target else {
+        sh.counters.xrc_srq_errors += 1;
+        return Err(RespError::InvalidRequest);
+    };
+    if q.resp.msg != InMsg::None && q.srq != Some(srqn) {
+        sh.counters.xrc_srq_errors += 1;
+        return Err(RespError::InvalidRequest);
+    }
+    q.srq = Some(srqn);
+    q.pd = pd;
+    q.recv_cq = cq;
+    Ok(())
 }
 
 fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
@@ -79,10 +102,21 @@ fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_
     }
     if d < 0 {
         sh.counters.duplicate_requests += 1;
+        // A duplicate is answered in the domain of the SRQ it names (READs are re-checked
+        // against its PD); one naming no SRQ of ours is dropped (counted).
+        if q.ty == QpType::XrcRecv && q.resp.msg == InMsg::None && bind_xrc_srq(q, sh, p).is_err() {
+            return;
+        }
         duplicate(q, sh, p);
         return;
     }
     q.resp.nak_sent_for_gap = false;
+    if q.ty == QpType::XrcRecv {
+        if let Err(e) = bind_xrc_srq(q, sh, p) {
+            report(q, sh, e, psn);
+            return;
+        }
+    }
     match execute(q, sh, p) {
         Ok(()) => {}
         Err(e) => report(q, sh, e, psn),
@@ -269,7 +303,7 @@ fn execute<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) 
         _ => return Err(RespError::InvalidRequest),
     }
     q.resp.epsn = psn.next();
-    if q.ty == QpType::Rc && p.headers.bth.ack_req {
+    if q.ty.is_reliable() && p.headers.bth.ack_req {
         queue_ack(q, ACK_OK, psn);
     }
     Ok(())
@@ -735,6 +769,8 @@ fn grh_bytes(d: &Datagram<'_>) -> [u8; 40] {
 pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf: &mut [u8]) -> Option<Transmit> {
     let dst = q.dest?;
     let ip = sh.tx_ip(dst)?;
+    // XRC responses use the XRC opcodes (and carry no XRCETH).
+    let base = opcode_base(q.ty);
     loop {
         let item = *q.resp.out.front()?;
         let mut h =
@@ -743,13 +779,13 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
         match item {
             RespOut::Ack { psn, syndrome, msn } => {
                 q.resp.out.pop_front();
-                h.bth.opcode = op::RC_ACKNOWLEDGE;
+                h.bth.opcode = base | op::RC_ACKNOWLEDGE;
                 h.bth.psn = psn;
                 h.aeth = Some(AethRepr { syndrome, msn });
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 q.resp.out.pop_front();
-                h.bth.opcode = op::RC_ATOMIC_ACKNOWLEDGE;
+                h.bth.opcode = base | op::RC_ATOMIC_ACKNOWLEDGE;
                 h.bth.psn = psn;
                 h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
                 h.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
@@ -769,12 +805,13 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
                     (false, true) => Position::Last,
                     (false, false) => Position::Middle,
                 };
-                h.bth.opcode = match pos {
-                    Position::First => op::RC_RDMA_READ_RESPONSE_FIRST,
-                    Position::Middle => op::RC_RDMA_READ_RESPONSE_MIDDLE,
-                    Position::Last => op::RC_RDMA_READ_RESPONSE_LAST,
-                    Position::Only => op::RC_RDMA_READ_RESPONSE_ONLY,
-                };
+                h.bth.opcode = base
+                    | match pos {
+                        Position::First => op::RC_RDMA_READ_RESPONSE_FIRST,
+                        Position::Middle => op::RC_RDMA_READ_RESPONSE_MIDDLE,
+                        Position::Last => op::RC_RDMA_READ_RESPONSE_LAST,
+                        Position::Only => op::RC_RDMA_READ_RESPONSE_ONLY,
+                    };
                 h.bth.psn = job.psn;
                 if pos != Position::Middle {
                     h.aeth = Some(AethRepr { syndrome: ACK_OK, msn: job.msn });

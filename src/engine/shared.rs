@@ -62,6 +62,12 @@ pub(crate) struct Pd {
     pub refs: u32,
 }
 
+/// An XRC domain: XRC SRQs and XRC target QPs belong to one.
+pub(crate) struct Xrcd {
+    /// SRQs and target QPs in it (dealloc is EBUSY while non-zero).
+    pub refs: u32,
+}
+
 pub(crate) struct Ah {
     pub pd: PdId,
     pub attr: AhAttr,
@@ -76,6 +82,7 @@ pub(crate) struct EngineShared<M> {
     pub pds: Slab<Pd>,
     pub cqs: Slab<Cq>,
     pub srqs: Slab<Srq>,
+    pub xrcds: Slab<Xrcd>,
     pub ahs: Slab<Ah>,
     pub events: VecDeque<Event>,
     pub counters: Counters,

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::types::{PdId, RecvWr, Sge, SrqAttr};
+use super::types::{CqId, PdId, RecvWr, Sge, SrqAttr, XrcdId};
 
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct RecvWqe {
@@ -105,6 +105,15 @@ pub(crate) struct Srq {
     pub limit: u32,
     /// QPs attached (destroy is EBUSY while non-zero).
     pub refs: u32,
+    /// An XRC SRQ: its domain and the CQ its receives complete on.
+    pub xrc: Option<XrcSrq>,
+}
+
+/// What makes an SRQ an XRC SRQ (`IBV_SRQT_XRC`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct XrcSrq {
+    pub xrcd: XrcdId,
+    pub cq: CqId,
 }
 
 impl Srq {

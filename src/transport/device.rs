@@ -206,12 +206,21 @@ impl Device {
         qpn: Qpn,
         chain: impl FnOnce(&mut dyn FnMut(&SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.post_send_to(qpn, |post| chain(&mut |wr| post(None, wr)))
+    }
+
+    /// [`Device::post_send`] where each WR may name a remote XRC SRQ (an XRC initiator's).
+    pub fn post_send_to<E>(
+        &self,
+        qpn: Qpn,
+        chain: impl FnOnce(&mut dyn FnMut(Option<u32>, &SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.send_path(|engine, now| {
             let mut bytes = Some(0u64);
-            let r = chain(&mut |wr| {
+            let r = chain(&mut |srqn, wr| {
                 let len = wr.request_payload_len();
                 bytes = bytes.filter(|_| len <= SMALL_POST_BYTES).map(|b| b + len);
-                engine.post_send(now, qpn, wr)
+                engine.post_send_to(now, qpn, srqn, wr)
             });
             (r, bytes)
         })
@@ -349,6 +358,18 @@ impl Device {
 
     /// Wakes the progress thread if it sleeps past the engine's new deadline or the socket
     /// has a backlog to drain.
+    /// An application thread is about to wait in the library for a completion event: it runs
+    /// no timer until it returns, so if the engine's next deadline (a retransmission, say) is
+    /// earlier than the progress thread's, ring the thread so it plans for it. (An application
+    /// that posts and then waits on a channel without ever polling would otherwise depend on
+    /// a thread that sleeps until the next packet, which a lost request never brings.)
+    pub fn app_waits(&self) {
+        let due = self.lock().engine.poll_timeout();
+        if due.is_some_and(|d| d < self.hub.signals.thread_deadline.load(Ordering::Acquire)) {
+            self.hub.signals.ring();
+        }
+    }
+
     fn kick_if_needed(&self, c: &mut Core, now: Nanos, sent_all: bool) {
         if self.hub.signals.kick_needed(c.engine.poll_timeout(), now, sent_all) {
             self.hub.signals.ring();

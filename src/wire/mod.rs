@@ -24,6 +24,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod reth;
+pub mod xrceth;
 
 pub use packet::{parse, Headers, Parsed};
 pub use psn::{Msn, Psn};
@@ -39,7 +40,7 @@ pub enum WireError {
     BadTver(u8),
     /// Not an opcode IBTA defines.
     UnknownOpcode(u8),
-    /// A defined opcode urxe does not implement (RD, XRC).
+    /// A defined opcode urxe does not implement (RD; FLUSH and ATOMIC WRITE on XRC).
     Unsupported(u8),
     /// The packet is not a whole number of 4-byte words.
     NotPadded { len: usize },

@@ -3,8 +3,8 @@
 //! what offsets, whether it may carry payload, and its place in a message.
 //!
 //! The top 3 bits select the transport (RC 000, UC 001, RD 010, UD 011, CNP 100, XRC 101), the
-//! low 5 bits the operation. urxe implements RC (with FLUSH and ATOMIC WRITE), UC, UD and
-//! recognises CNP; RD and XRC are recognised and reported as unsupported.
+//! low 5 bits the operation. urxe implements RC (with FLUSH and ATOMIC WRITE), UC, UD and XRC
+//! (without them) and recognises CNP; RD is recognised and reported as unsupported.
 
 use std::fmt;
 
@@ -412,7 +412,7 @@ const fn build() -> [OpInfo; 256] {
     let t = fill(t, UC, Transport::Uc, HeaderSet::NONE, true);
     let t = fill(t, RD, Transport::Rd, HeaderSet::RDETH.union(HeaderSet::DETH), false);
     let t = fill(t, UD, Transport::Ud, HeaderSet::DETH, true);
-    let mut t = fill(t, XRC, Transport::Xrc, HeaderSet::XRCETH, false);
+    let mut t = fill(t, XRC, Transport::Xrc, HeaderSet::XRCETH, true);
     t[op::CNP as usize] = OpInfo {
         name: "CNP",
         transport: Transport::Cnp,
@@ -444,8 +444,8 @@ mod tests {
         assert_eq!(count(Transport::Rd), 22);
         assert_eq!(count(Transport::Xrc), 25);
         let supported = OPCODES.iter().filter(|i| i.supported).count();
-        // Every RC opcode, FLUSH and ATOMIC WRITE included.
-        assert_eq!(supported, 25 + 12 + 2 + 1);
+        // Every RC opcode (FLUSH and ATOMIC WRITE included), every XRC one but those two.
+        assert_eq!(supported, 25 + 12 + 2 + 1 + 23);
     }
 
     #[test]
@@ -535,7 +535,8 @@ mod tests {
         assert!(aw.supported && aw.request && aw.payload && aw.header_len() == 28);
         assert!(!Opcode(0xBC).info().supported, "XRC FLUSH is recognised only");
         assert!(!Opcode(0x44).info().supported && Opcode(0x44).info().is_known(), "RD is recognised");
-        assert!(!Opcode(0xA4).info().supported && Opcode(0xA4).info().is_known(), "XRC is recognised");
+        assert!(Opcode(0xA4).info().supported, "XRC is implemented");
+        assert!(!Opcode(0xBC).info().supported && Opcode(0xBC).info().is_known(), "XRC FLUSH is recognised");
         assert!(!Opcode(0x15).info().is_known(), "RESYNC is RD-only");
         assert!(!Opcode(0x36).info().is_known(), "UC has no SEND with invalidate");
         assert!(!Opcode(0x60).info().is_known(), "UD has only SEND ONLY");

@@ -16,6 +16,7 @@ use super::ieth::{Ieth, IethRepr};
 use super::immdt::{ImmDt, ImmDtRepr};
 use super::opcode::{HeaderSet, OpInfo, Opcode, Position};
 use super::reth::{Reth, RethRepr};
+use super::xrceth::{XrcEth, XrcEthRepr};
 use super::WireError;
 
 /// Largest payload of one packet: the largest path MTU (4096).
@@ -34,6 +35,8 @@ pub struct Headers {
     pub ieth: Option<IethRepr>,
     pub atomic_eth: Option<AtomicEthRepr>,
     pub atomic_ack_eth: Option<AtomicAckEthRepr>,
+    /// XRC requests: the XRC SRQ the message is for.
+    pub xrceth: Option<XrcEthRepr>,
     /// FLUSH only.
     pub feth: Option<FethRepr>,
 }
@@ -117,6 +120,11 @@ pub fn parse(p: &[u8]) -> Result<Parsed<'_>, WireError> {
         reserved_nonzero |= d.reserved() != 0;
         headers.deth = Some(DethRepr::parse(&d));
     }
+    if let Some(o) = at(HeaderSet::XRCETH) {
+        let x = XrcEth::new_unchecked(&p[o..]);
+        reserved_nonzero |= x.reserved() != 0;
+        headers.xrceth = Some(XrcEthRepr::parse(&x));
+    }
     if let Some(o) = at(HeaderSet::IMMDT) {
         headers.immdt = Some(ImmDtRepr::parse(&ImmDt::new_unchecked(&p[o..])));
     }
@@ -177,6 +185,9 @@ impl Headers {
         }
         if let Some(o) = h.offset_of(HeaderSet::DETH) {
             need(self.deth, "DETH")?.emit(&mut Deth::new_unchecked(&mut buf[o..]));
+        }
+        if let Some(o) = h.offset_of(HeaderSet::XRCETH) {
+            need(self.xrceth, "XRCETH")?.emit(&mut XrcEth::new_unchecked(&mut buf[o..]));
         }
         if let Some(o) = h.offset_of(HeaderSet::IMMDT) {
             need(self.immdt, "ImmDt")?.emit(&mut ImmDt::new_unchecked(&mut buf[o..]));
@@ -315,8 +326,8 @@ mod tests {
         bad[0] = 0x1F;
         assert_eq!(parse(&bad), Err(WireError::UnknownOpcode(0x1F)));
         let mut bad = good.clone();
-        bad[0] = 0xA4;
-        assert_eq!(parse(&bad), Err(WireError::Unsupported(0xA4)));
+        bad[0] = 0x44;
+        assert_eq!(parse(&bad), Err(WireError::Unsupported(0x44)));
         let mut bad = build(&h, &[0; 8]);
         bad[0] = op::RC_ACKNOWLEDGE; // 16 bytes of headers, 4 of ICRC, 4 of "payload"
         assert_eq!(parse(&bad), Err(WireError::PayloadNotAllowed { len: 4 }));
@@ -353,6 +364,7 @@ mod tests {
             ieth: Some(IethRepr { rkey: (s >> 9) as u32 }),
             atomic_eth: Some(AtomicEthRepr { va: s, rkey: 1, swap_add: !s, compare: s ^ 0x55 }),
             atomic_ack_eth: Some(AtomicAckEthRepr { orig: s.wrapping_mul(3) }),
+            xrceth: Some(XrcEthRepr { srqn: (s >> 13) as u32 & 0xFF_FFFF }),
             feth: Some(FethRepr { placement: (s >> 13) as u8 & 0xF, level: (s >> 17) as u8 & 0x3 }),
         }
     }
@@ -380,6 +392,9 @@ mod tests {
         }
         if !set.contains(HeaderSet::ATOMIC_ACK_ETH) {
             h.atomic_ack_eth = None;
+        }
+        if !set.contains(HeaderSet::XRCETH) {
+            h.xrceth = None;
         }
         if !set.contains(HeaderSet::FETH) {
             h.feth = None;

@@ -235,7 +235,14 @@ fn listening_ports() -> HashSet<u16> {
 /// Runs `server` until it listens on TCP `port` (checked without connecting: the tools accept
 /// exactly one connection), then `client`; both are killed after [`RUN_TIMEOUT`]. Fails the test
 /// with both outputs unless both exit 0; returns (server, client) for content checks.
-pub fn run_pair(port: u16, mut server: Command, mut client: Command) -> (Output, Output) {
+pub fn run_pair(port: u16, server: Command, client: Command) -> (Output, Output) {
+    let (s, mut c) = run_server_clients(port, server, vec![client]);
+    (s, c.remove(0))
+}
+
+/// [`run_pair`] with several clients, all started once the server listens (a server that
+/// serves N clients, as `ibv_xsrq_pingpong -c N`). Fails the test unless every process exits 0.
+pub fn run_server_clients(port: u16, mut server: Command, mut clients: Vec<Command>) -> (Output, Vec<Output>) {
     assert!(
         !listening_ports().contains(&port),
         "TCP port {port} is already in use by another process; this test needs it free"
@@ -254,23 +261,28 @@ pub fn run_pair(port: u16, mut server: Command, mut client: Command) -> (Output,
         }
         thread::sleep(Duration::from_millis(25));
     }
-    let cli = match spawn(&mut client) {
-        Ok(c) => c,
-        Err(e) => {
-            let out = srv.finish(Instant::now());
-            panic!("cannot start {}: {e}\n{out}", describe(&client));
+    let mut running = Vec::new();
+    for client in clients.iter_mut() {
+        match spawn(client) {
+            Ok(c) => running.push(c),
+            Err(e) => {
+                let out = srv.finish(Instant::now());
+                panic!("cannot start {}: {e}\n{out}", describe(client));
+            }
         }
-    };
+    }
     let deadline = Instant::now() + RUN_TIMEOUT;
-    let c = cli.finish(deadline);
+    let outs: Vec<Output> = running.into_iter().map(|c| c.finish(deadline)).collect();
+    let all_ok = outs.iter().all(|c| c.success());
     // After a failed client the server gets only a short grace (it may be waiting for it forever).
     let grace = Instant::now() + Duration::from_secs(5);
-    let s = srv.finish(if c.success() { deadline.max(grace) } else { grace });
-    if !s.success() || !c.success() {
-        panic!("server and client must both exit 0 (took {:.1} s)\n{}\n{}", start.elapsed().as_secs_f64(), s, c);
+    let s = srv.finish(if all_ok { deadline.max(grace) } else { grace });
+    let shown = outs.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("\n");
+    if !s.success() || !all_ok {
+        panic!("server and clients must all exit 0 (took {:.1} s)\n{}\n{}", start.elapsed().as_secs_f64(), s, shown);
     }
-    eprintln!("{}\n{}", s, c);
-    (s, c)
+    eprintln!("{}\n{}", s, shown);
+    (s, outs)
 }
 
 /// A Debian tool from /usr/bin (unmodified binaries of ibverbs-utils / perftest).

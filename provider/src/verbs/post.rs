@@ -11,7 +11,7 @@ use crate::convert::{self, checked_sge_count, MAX_SGE};
 use crate::glue;
 use crate::objects::*;
 use libc::c_int;
-use urxe::engine::{RecvWr, Sge};
+use urxe::engine::{QpType, RecvWr, Sge};
 
 /// A work request of a caller's linked list (`ibv_send_wr` or `ibv_recv_wr`).
 trait ChainedWr {
@@ -112,7 +112,11 @@ crate::c_fn! {
             unsafe {
                 walk_chain(wr, s.cap.max_send_sge, |w, sg| {
                     let mut buf = [Sge::default(); MAX_SGE];
-                    convert::send_wr_from_c(w, sg, &mut buf, s.qp_type, &RESOLVE).and_then(|ew| post(&ew))
+                    // An XRC initiator's WR names the remote XRC SRQ in `qp_type.xrc` (a
+                    // union of plain integers in the readable WR: the enclosing block's
+                    // contract).
+                    let srqn = (s.qp_type == QpType::XrcSend).then_some(w.qp_type.xrc.remote_srqn);
+                    convert::send_wr_from_c(w, sg, &mut buf, s.qp_type, &RESOLVE).and_then(|ew| post(srqn, &ew))
                 })
             }
             .map_err(|(at, e)| {

@@ -10,10 +10,10 @@ use crate::events::{self, AsyncKind};
 use crate::export::non_null;
 use crate::glue;
 use crate::objects::*;
-use libc::{c_int, c_uint};
+use libc::{c_int, c_uint, c_void};
 use std::ptr;
 use std::sync::atomic::Ordering;
-use urxe::engine::{QpAttrMask, QpState};
+use urxe::engine::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType, Qpn};
 
 /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`enum ibv_qp_create_flags`): the UD QP does not
 /// receive the multicast it sends itself.
@@ -40,7 +40,13 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
     if block_self && attr.qp_type != IBV_QPT_UD as u32 {
         return Err(libc::EINVAL);
     }
-    let (qpn, cap) = glue::create_qp(dev, &init)?;
+    let (qpn, cap) = if init.qp_type == QpType::XrcRecv {
+        // SAFETY: caller contract: `xrcd` is NULL or a domain of ours.
+        let x: &UrxeXrcd = unsafe { shell(attr.xrcd) }?;
+        (glue::create_xrc_recv_qp(dev, x.id)?, QpCap::default())
+    } else {
+        glue::create_qp(dev, &init)?
+    };
     if block_self {
         if let Err(e) = glue::block_self_mcast_loopback(dev, qpn) {
             let _ = glue::destroy_qp(dev, qpn);
@@ -48,6 +54,25 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
         }
     }
     attr.cap = convert::cap_to_c(&cap);
+    // SAFETY: caller contract (as above).
+    unsafe { new_qp_shell(context, attr, qpn, &init, send_ops, cap, true) }
+}
+
+/// The shell of a new (or newly opened) QP `qpn`; the creator's is registered for the QP's
+/// async events.
+///
+/// # Safety
+/// `context` live context of ours; `attr.pd` (when its mask names it) NULL or a live PD of ours.
+unsafe fn new_qp_shell(
+    context: *mut ibv_context,
+    attr: &ibv_qp_init_attr_ex,
+    qpn: Qpn,
+    init: &QpInitAttr,
+    send_ops: u64,
+    cap: QpCap,
+    events_here: bool,
+) -> Result<*mut UrxeQp, i32> {
+    let pd = if attr.comp_mask & IBV_QP_INIT_ATTR_PD as u32 != 0 { attr.pd } else { ptr::null_mut() };
     let mut b = Box::new(UrxeQp {
         ibv: Zeroable::zeroed(),
         wr_flush: Some(super::qp_ex::wr_flush),
@@ -77,7 +102,9 @@ unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_att
     let raw = Box::into_raw(b);
     // SAFETY: live boxed QP; in-place init of its mutex/cond.
     unsafe { init_sync(ptr::addr_of_mut!((*raw).ibv.qp_base.mutex), ptr::addr_of_mut!((*raw).ibv.qp_base.cond)) };
-    events::register_async(AsyncKind::Qp, qpn, raw as usize);
+    if events_here {
+        events::register_async(AsyncKind::Qp, qpn, raw as usize);
+    }
     Ok(raw)
 }
 
@@ -114,6 +141,43 @@ crate::c_fn! {
         let a = non_null(qp_init_attr_ex)?;
         // SAFETY: caller passes a context of ours and a writable attr.
         unsafe { create_qp_common(context, &mut *a) }.map(|q| q as *mut ibv_qp)
+    }
+}
+
+crate::c_fn! {
+    /// `verbs_context.open_qp` (`ibv_open_qp(3)`): another handle on an XRC target QP of the
+    /// given domain (the only QPs that can be opened). The QP lives until every handle, the
+    /// creator's included, is destroyed; async events go to the creator's handle.
+    fn open_qp_op(context: *mut ibv_context, attr: *mut c_void) -> *mut ibv_qp as ptr {
+        let a = non_null(attr as *mut ibv_qp_open_attr)?;
+        // SAFETY: caller passes a readable ibv_qp_open_attr.
+        let a = unsafe { &*a };
+        let need = (IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE) as u32;
+        let known = need | IBV_QP_OPEN_ATTR_CONTEXT as u32;
+        if a.comp_mask & need != need || a.comp_mask & !known != 0 {
+            return Err(libc::EINVAL);
+        }
+        if a.qp_type as u64 != IBV_QPT_XRC_RECV {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: caller passes a domain of ours.
+        let x: &UrxeXrcd = unsafe { shell(a.xrcd) }?;
+        // SAFETY: caller passes a context of ours.
+        let dev = unsafe { dev_of(context) }?;
+        glue::open_xrc_qp(dev, x.id, a.qp_num)?;
+        let mut ex = ibv_qp_init_attr_ex::zeroed();
+        ex.qp_type = a.qp_type;
+        ex.xrcd = a.xrcd;
+        if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT as u32 != 0 {
+            ex.qp_context = a.qp_context;
+        }
+        let init = QpInitAttr::xrc_target();
+        // SAFETY: live context; no PD.
+        let r = unsafe { new_qp_shell(context, &ex, a.qp_num, &init, 0, QpCap::default(), false) };
+        if r.is_err() {
+            let _ = glue::destroy_qp(dev, a.qp_num);
+        }
+        r.map(|q| q as *mut ibv_qp)
     }
 }
 

@@ -79,7 +79,7 @@ fn push_wr(s: &UrxeQp, b: &mut WrBatch, op_flag: u64, kind: WrKind) {
     if s.send_ops_flags & op_flag == 0 {
         return batch_fail(b, libc::EOPNOTSUPP);
     }
-    let wr = PendingWr { wr_id: s.ibv.wr_id, flags: s.ibv.wr_flags, kind, sges: Vec::new(), ud: None };
+    let wr = PendingWr { wr_id: s.ibv.wr_id, flags: s.ibv.wr_flags, kind, sges: Vec::new(), ud: None, xrc_srqn: None };
     b.wrs.push(wr);
 }
 
@@ -135,8 +135,6 @@ macro_rules! wr_unsupported {
     };
 }
 wr_unsupported!(wr_send_tso(hdr: *mut c_void, hdr_sz: u16, mss: u16));
-wr_unsupported!(wr_set_xrc_srqn(remote_srqn: u32));
-
 crate::c_fn! {
     /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (the verb lets the
     /// caller reuse them on return) and land at `remote_addr` as one unit.
@@ -252,6 +250,19 @@ crate::c_fn! {
     }
 }
 crate::c_fn! {
+    /// The remote XRC SRQ of the last WR (XRC initiators; ignored by other QPs' posts).
+    fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) as void {
+        // SAFETY: caller passes a QP of ours.
+        unsafe {
+            with_batch(qp, |_, b| match b.wrs.last_mut() {
+                Some(last) => last.xrc_srqn = Some(remote_srqn),
+                None => batch_fail(b, libc::EINVAL),
+            })
+        }
+    }
+}
+
+crate::c_fn! {
     fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) as void {
         // SAFETY: caller passes a QP of ours.
         unsafe {
@@ -316,9 +327,11 @@ crate::c_fn! {
         // SAFETY: its context is live.
         let dev = unsafe { dev_of(s.ibv.qp_base.context) }?;
         // Converted first, so a bad WR posts nothing; then posted under one lock.
-        let converted: Result<Vec<_>, i32> = wrs.iter().map(|p| pending_to_send_wr(p, s.qp_type)).collect();
+        let xrc = s.qp_type == QpType::XrcSend;
+        let converted: Result<Vec<_>, i32> =
+            wrs.iter().map(|p| Ok((p.xrc_srqn.filter(|_| xrc), pending_to_send_wr(p, s.qp_type)?))).collect();
         let converted = converted?;
-        glue::post_send_chain(dev, s.qpn, |post| converted.iter().try_for_each(post))
+        glue::post_send_chain(dev, s.qpn, |post| converted.iter().try_for_each(|(n, w)| post(*n, w)))
     }
 }
 
@@ -452,7 +465,7 @@ mod tests {
 
     #[test]
     fn ud_pending_wr_needs_an_address() {
-        let p = PendingWr { wr_id: 1, flags: 0, kind: WrKind::Send, sges: vec![], ud: None };
+        let p = PendingWr { wr_id: 1, flags: 0, kind: WrKind::Send, sges: vec![], ud: None, xrc_srqn: None };
         assert_eq!(pending_to_send_wr(&p, QpType::Ud).unwrap_err(), libc::EINVAL);
         let p = PendingWr { ud: Some((ptr::null_mut(), 1, 2)), ..p };
         assert_eq!(pending_to_send_wr(&p, QpType::Ud).unwrap_err(), libc::EINVAL);

@@ -1,6 +1,12 @@
-//! Shared receive queues: `ibv_create_srq` / `create_srq_ex` (basic SRQs), `ibv_modify_srq`,
-//! `ibv_query_srq`, `ibv_destroy_srq`; and the XRC pieces urxe declines (`get_srq_num`,
-//! `open_xrcd` / `close_xrcd`). Posting to an SRQ is [`super::post`].
+//! Shared receive queues: `ibv_create_srq` / `create_srq_ex` (basic and XRC SRQs),
+//! `ibv_modify_srq`, `ibv_query_srq`, `ibv_destroy_srq`, `get_srq_num`; and XRC domains
+//! (`open_xrcd` / `close_xrcd`). Posting to an SRQ is [`super::post`].
+//!
+//! XRC domains and files: a kernel device shares a domain between every process that opens
+//! it with the same file (an inode). A userspace device has no state shared between
+//! processes, so urxe shares it between the opens *of one process*: domains are keyed by the
+//! file's (st_dev, st_ino); another process opening the same file gets a domain of its own
+//! (its XRC SRQs and target QPs are its own, which is all a process can reach anyway).
 
 use super::dev_of;
 use crate::abi::*;
@@ -13,7 +19,8 @@ use crate::objects::*;
 use libc::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::Ordering;
-use urxe::engine::{SrqAttr, SrqAttrMask};
+use std::sync::Mutex;
+use urxe::engine::{CqId, SrqAttr, SrqAttrMask, XrcdId};
 
 /// # Safety
 /// `pd` NULL or ours; `attr` NULL or writable.
@@ -21,6 +28,7 @@ unsafe fn create_srq_common(
     pd: *mut ibv_pd,
     attr: *mut ibv_srq_attr,
     srq_context: *mut c_void,
+    xrc: Option<(XrcdId, CqId)>,
 ) -> Result<*mut ibv_srq, i32> {
     // SAFETY: caller contract.
     let p: &UrxePd = unsafe { shell(pd) }?;
@@ -29,13 +37,23 @@ unsafe fn create_srq_common(
     let dev = unsafe { dev_of(p.ibv.context) }?;
     // SAFETY: readable caller struct.
     let ea = convert::srq_attr_from_c(unsafe { &*a }, &dev.info.limits)?;
-    let (id, granted) = glue::create_srq(dev, p.id, ea)?;
+    let (id, granted, xrc_srqn) = match xrc {
+        Some((xrcd, cq)) => {
+            let (id, granted, num) = glue::create_xrc_srq(dev, p.id, xrcd, cq, ea)?;
+            (id, granted, Some(num))
+        }
+        None => {
+            let (id, granted) = glue::create_srq(dev, p.id, ea)?;
+            (id, granted, None)
+        }
+    };
     // SAFETY: writable caller struct.
     unsafe { a.write(ibv_srq_attr { max_wr: granted.max_wr, max_sge: granted.max_sge, srq_limit: granted.srq_limit }) };
     let mut b = Box::new(UrxeSrq {
         ibv: Zeroable::zeroed(),
         id,
         max_sge: granted.max_sge,
+        xrc_srqn,
         async_events_read: Default::default(),
     });
     b.ibv.context = p.ibv.context;
@@ -56,38 +74,57 @@ export! {
     fn ibv_create_srq(pd: *mut ibv_pd, srq_init_attr: *mut ibv_srq_init_attr) -> *mut ibv_srq as ptr {
         let ia = non_null(srq_init_attr)?;
         // SAFETY: caller passes a PD of ours and a writable init attr.
-        unsafe { create_srq_common(pd, ptr::addr_of_mut!((*ia).attr), (*ia).srq_context) }
+        unsafe { create_srq_common(pd, ptr::addr_of_mut!((*ia).attr), (*ia).srq_context, None) }
     }
 }
 
 crate::c_fn! {
-    /// `verbs_context.create_srq_ex`: basic SRQs only (XRC / tag matching: EOPNOTSUPP).
+    /// `verbs_context.create_srq_ex`: basic and XRC SRQs (tag matching: EOPNOTSUPP). An XRC
+    /// SRQ needs its PD, XRC domain and CQ.
     fn create_srq_ex_op(context: *mut ibv_context, attr: *mut ibv_srq_init_attr_ex) -> *mut ibv_srq as ptr {
         // SAFETY: caller passes a context of ours.
         unsafe { ctx_from(context) }?;
         let a = non_null(attr)?;
         // SAFETY: readable caller struct.
-        let (mask, ty, pd) = unsafe { ((*a).comp_mask, (*a).srq_type, (*a).pd) };
+        let (mask, ty, pd, xrcd, cq) = unsafe { ((*a).comp_mask, (*a).srq_type, (*a).pd, (*a).xrcd, (*a).cq) };
         let known = (IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM) as u32;
         if mask & !known != 0 {
             return Err(libc::EINVAL);
         }
-        if mask & IBV_SRQ_INIT_ATTR_TYPE as u32 != 0 && ty as u64 != IBV_SRQT_BASIC {
+        let ty = if mask & IBV_SRQ_INIT_ATTR_TYPE as u32 != 0 { ty as u64 } else { IBV_SRQT_BASIC };
+        if ty != IBV_SRQT_BASIC && ty != IBV_SRQT_XRC {
             return Err(libc::EOPNOTSUPP);
         }
         if mask & IBV_SRQ_INIT_ATTR_PD as u32 == 0 {
             return Err(libc::EINVAL);
         }
+        let xrc = if ty == IBV_SRQT_XRC {
+            let need = (IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ) as u32;
+            if mask & need != need {
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: caller passes an XRC domain and a CQ of ours (or NULL).
+            let (x, c) = unsafe { (shell::<_, UrxeXrcd>(xrcd)?, shell::<_, UrxeCq>(cq)?) };
+            Some((x.id, c.id))
+        } else {
+            None
+        };
         // SAFETY: as above.
-        unsafe { create_srq_common(pd, ptr::addr_of_mut!((*a).attr), (*a).srq_context) }
+        unsafe { create_srq_common(pd, ptr::addr_of_mut!((*a).attr), (*a).srq_context, xrc) }
     }
 }
 
 crate::c_fn! {
-    /// `verbs_context.get_srq_num`: XRC only; EOPNOTSUPP.
+    /// `verbs_context.get_srq_num`: the number peers name an XRC SRQ by (EINVAL for a basic
+    /// SRQ).
     fn get_srq_num_op(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int as errno {
-        non_null(srq)?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: caller passes an SRQ of ours.
+        let s: &UrxeSrq = unsafe { shell(srq) }?;
+        let out = non_null(srq_num)?;
+        let n = s.xrc_srqn.ok_or(libc::EINVAL)?;
+        // SAFETY: writable caller out-parameter.
+        unsafe { out.write(n) };
+        Ok(())
     }
 }
 
@@ -144,18 +181,101 @@ export! {
     }
 }
 
-// XRCD (not supported: the inline wrappers turn NULL ops into EOPNOTSUPP; we say it ourselves
-// so the failure is ours and visible under URXE_TRACE).
+// XRC domains.
+
+/// Domains opened with a file, by (device, st_dev, st_ino): the engine's domain and how many
+/// opens share it.
+static XRCD_FILES: Mutex<Vec<XrcdFile>> = Mutex::new(Vec::new());
+
+struct XrcdFile {
+    dev: usize,
+    inode: (u64, u64),
+    id: XrcdId,
+    opens: u32,
+}
+
+/// (st_dev, st_ino) of an open file.
+fn inode_of(fd: c_int) -> Result<(u64, u64), i32> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstat writes a `struct stat` into `st` on success.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(libc::EBADF);
+    }
+    // SAFETY: fstat succeeded, so `st` is initialised.
+    let st = unsafe { st.assume_init() };
+    Ok((st.st_dev, st.st_ino))
+}
 
 crate::c_fn! {
+    /// `verbs_context.open_xrcd` (`ibv_open_xrcd(3)`), with the kernel's rules: `fd` -1 makes
+    /// a domain of its own; a file's domain is created by the first open with O_CREAT (EAGAIN
+    /// without it), shared by later opens of the same file (EINVAL with O_EXCL); other oflags
+    /// bits are ignored. Both FD and OFLAGS must be in the mask (EINVAL), nothing else
+    /// (EOPNOTSUPP), as rdma-core's command layer. Shared within this process only (module docs).
     fn open_xrcd_op(context: *mut ibv_context, attr: *mut ibv_xrcd_init_attr) -> *mut ibv_xrcd as ptr {
         // SAFETY: caller passes a context of ours.
         unsafe { ctx_from(context) }?;
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: its context is live.
+        let dev = unsafe { dev_of(context) }?;
+        let a = non_null(attr)?;
+        // SAFETY: readable caller struct.
+        let (mask, fd, oflags) = unsafe { ((*a).comp_mask, (*a).fd, (*a).oflags) };
+        let known = (IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS) as u32;
+        if mask & !known != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if mask & known != known {
+            return Err(libc::EINVAL);
+        }
+        let create = oflags & libc::O_CREAT != 0;
+        let (id, inode) = if fd == -1 {
+            (glue::alloc_xrcd(dev)?, None)
+        } else {
+            let inode = inode_of(fd)?;
+            let key = dev as *const _ as usize;
+            let mut files = XRCD_FILES.lock().unwrap_or_else(|e| e.into_inner());
+            match files.iter_mut().find(|f| f.dev == key && f.inode == inode) {
+                Some(_) if oflags & libc::O_EXCL != 0 => return Err(libc::EINVAL),
+                Some(f) => {
+                    f.opens += 1;
+                    (f.id, Some(inode))
+                }
+                None if !create => return Err(libc::EAGAIN),
+                None => {
+                    let id = glue::alloc_xrcd(dev)?;
+                    files.push(XrcdFile { dev: key, inode, id, opens: 1 });
+                    (id, Some(inode))
+                }
+            }
+        };
+        let b = Box::new(UrxeXrcd { ibv: ibv_xrcd { context }, id, inode });
+        Ok(Box::into_raw(b) as *mut ibv_xrcd)
     }
 }
+
 crate::c_fn! {
+    /// `verbs_context.close_xrcd` (`ibv_close_xrcd(3)`): the domain goes with its last open;
+    /// EBUSY (and nothing closed) while XRC SRQs or target QPs are in it.
     fn close_xrcd_op(xrcd: *mut ibv_xrcd) -> c_int as errno {
-        Err(libc::EOPNOTSUPP)
+        // SAFETY: caller passes a domain of ours.
+        let x: &UrxeXrcd = unsafe { shell(xrcd) }?;
+        // SAFETY: its context is live.
+        let dev = unsafe { dev_of(x.ibv.context) }?;
+        let key = dev as *const _ as usize;
+        {
+            let mut files = XRCD_FILES.lock().unwrap_or_else(|e| e.into_inner());
+            let shared = x.inode.and_then(|ino| files.iter().position(|f| f.dev == key && f.inode == ino));
+            match shared {
+                Some(i) if files[i].opens > 1 => files[i].opens -= 1,
+                Some(i) => {
+                    glue::dealloc_xrcd(dev, x.id)?;
+                    files.remove(i);
+                }
+                None => glue::dealloc_xrcd(dev, x.id)?,
+            }
+        }
+        // SAFETY: created by open_xrcd_op as a boxed UrxeXrcd; no reference outlives this.
+        unsafe { drop(Box::from_raw(xrcd as *mut UrxeXrcd)) };
+        Ok(())
     }
 }

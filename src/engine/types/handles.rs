@@ -6,6 +6,8 @@ pub type PdId = u32;
 pub type CqId = u32;
 /// Shared receive queue handle.
 pub type SrqId = u32;
+/// XRC domain handle.
+pub type XrcdId = u32;
 /// Address handle.
 pub type AhId = u32;
 /// Memory region handle (distinct from its keys).

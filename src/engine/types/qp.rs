@@ -39,18 +39,37 @@ pub enum QpType {
     Rc = 2,
     Uc = 3,
     Ud = 4,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): an RC send queue whose requests name an XRC SRQ
+    /// of the peer (XRCETH); no receive side of its own.
+    XrcSend = 9,
+    /// XRC target (`IBV_QPT_XRC_RECV`): an RC responder with no queues, created in an XRC
+    /// domain; each request lands in the XRC SRQ its XRCETH names.
+    XrcRecv = 10,
 }
 
 impl QpType {
-    /// `None` for types urxe does not implement (RAW_PACKET, XRC, DRIVER): the provider maps
+    /// `None` for types urxe does not implement (RAW_PACKET, DRIVER): the provider maps
     /// that to EOPNOTSUPP.
     pub fn from_u32(v: u32) -> Option<QpType> {
         match v {
             2 => Some(QpType::Rc),
             3 => Some(QpType::Uc),
             4 => Some(QpType::Ud),
+            9 => Some(QpType::XrcSend),
+            10 => Some(QpType::XrcRecv),
             _ => None,
         }
+    }
+
+    /// Reliable connected service (RC and both XRC halves): ACKs, retransmission, READ and
+    /// atomics, the RC transition table.
+    pub fn is_reliable(self) -> bool {
+        matches!(self, QpType::Rc | QpType::XrcSend | QpType::XrcRecv)
+    }
+
+    /// XRC initiator or target.
+    pub fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
 }
 
@@ -145,6 +164,22 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// `sq_sig_all`: every send WR completes as if SIGNALED.
     pub sq_sig_all: bool,
+}
+
+impl QpInitAttr {
+    /// What an XRC target QP is created with: no PD, no CQ, no queue (it lives in an XRC
+    /// domain and borrows each of these from the SRQ a message names).
+    pub fn xrc_target() -> QpInitAttr {
+        QpInitAttr {
+            pd: 0,
+            qp_type: QpType::XrcRecv,
+            send_cq: 0,
+            recv_cq: 0,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
 }
 
 /// `struct ibv_qp_attr`: every field; `QpAttrMask` says which are meaningful.
