@@ -299,6 +299,7 @@ impl Device {
         c.pacing.app_returns(now);
         c.take_in(now);
         sig.app_enters(now);
+        sig.app_polls(now);
         let r = c.engine.poll_cq(cq, out);
         let got = matches!(r, Ok(n) if n > 0);
         // Nothing waits long: every library call transmits, and the progress thread takes over

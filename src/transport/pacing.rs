@@ -240,6 +240,11 @@ pub(super) struct Signals {
     /// application works through the library and its next poll moves the device, so a new
     /// deadline need not ring the progress thread's doorbell.
     pub(super) app_active_at: AtomicU64,
+    /// When (ns) an application thread last polled a CQ. Only a poller comes back by itself:
+    /// a thread that posts may then block in `ibv_get_cq_event` (rping's CQ thread already
+    /// waits there while its main thread posts), so a post alone does not excuse a new
+    /// deadline from the doorbell.
+    pub(super) poll_active_at: AtomicU64,
     /// The progress thread found the lock held by an application thread and left the work to
     /// it: whoever leaves the library next runs one progress step. The progress thread never
     /// blocks on the lock — a real-time thread preempting an application thread and then
@@ -269,6 +274,7 @@ impl Signals {
             waker,
             thread_deadline: AtomicU64::new(u64::MAX),
             app_active_at: AtomicU64::new(0),
+            poll_active_at: AtomicU64::new(0),
             work_left: AtomicBool::new(false),
             rx_armed: AtomicBool::new(true),
             thread_wake_at: AtomicU64::new(u64::MAX),
@@ -297,6 +303,11 @@ impl Signals {
     /// An application thread is in the library at `now`.
     pub(super) fn app_enters(&self, now: Nanos) {
         self.app_active_at.store(now.max(1), Ordering::Release);
+    }
+
+    /// An application thread polls a CQ at `now`.
+    pub(super) fn app_polls(&self, now: Nanos) {
+        self.poll_active_at.store(now.max(1), Ordering::Release);
     }
 
     /// How long since an application thread last polled or posted.
@@ -354,16 +365,27 @@ impl Signals {
     }
 
     /// Whether an application thread leaving the library at `now` must ring the progress
-    /// thread: a socket is full (`sent_all` false), or nobody polls and the engine's next
-    /// deadline `due` comes before the thread would look.
+    /// thread: a socket is full (`sent_all` false), or the engine's next deadline `due` comes
+    /// before the thread would look and either nobody polls or the thread would not look for
+    /// a long time.
+    ///
+    /// A poller runs the timers itself, but only while it polls: the exemption holds only
+    /// where the thread looks within a few milliseconds anyway (disarmed, or armed while the
+    /// application is active: see the progress thread). An armed thread asleep with no timeout
+    /// is always rung — otherwise an application that posts, then waits in
+    /// `ibv_get_cq_event` (rping), would lose a packet and never resend it.
     pub(super) fn kick_needed(&self, due: Option<Nanos>, now: Nanos, sent_all: bool) -> bool {
         let due = due.unwrap_or(u64::MAX);
-        let polling = self.app_away_for(now) < APP_ACTIVE_NS;
+        let polling = now.saturating_sub(self.poll_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
         // Disarmed, the thread looks by itself within REARM_AFTER_NS and takes over once nobody
         // has polled for that long; until then the pollers run the timers.
-        let thread_looks_by =
-            if self.armed() { self.thread_deadline.load(Ordering::Acquire) } else { now + 2 * REARM_AFTER_NS };
-        !sent_all || (!polling && due < thread_looks_by)
+        let thread_looks_by = if self.armed() {
+            self.thread_deadline.load(Ordering::Acquire).min(self.thread_wake_at.load(Ordering::SeqCst))
+        } else {
+            now + 2 * REARM_AFTER_NS
+        };
+        let looks_soon = thread_looks_by <= now + 2 * REARM_AFTER_NS;
+        !sent_all || (due < thread_looks_by && (!polling || !looks_soon))
     }
 }
 

@@ -149,8 +149,10 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         }
         let now = sig.now();
         let mut wake_at = deadline;
-        if !sig.armed() {
-            // Pollers take the packets; check now and then that someone still polls.
+        if !sig.armed() || sig.app_away_for(now) < APP_ACTIVE_NS {
+            // Disarmed: pollers take the packets; check now and then that someone still polls.
+            // Armed while the application is active: its posts may arm timers without ringing
+            // us (see `Signals::kick_needed`); look at least this often until it goes quiet.
             let check = now + REARM_AFTER_NS;
             wake_at = Some(wake_at.map_or(check, |d| d.min(check)));
         }
