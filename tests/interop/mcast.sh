@@ -6,9 +6,7 @@
 # Each receiver exits 0 only after it took all COUNT messages; the bridge is captured and must
 # pass `urxe check` with exactly COUNT UD SENDs to the group (QPN 0xFFFFFF) from the sender.
 #
-# The VM image of setup.sh has no rdma_cm: this script adds rdma_ucm (and what it needs) and
-# mckey with its libraries as a second initramfs archive appended to the image's
-# (the kernel unpacks both), in its own cache directory; setup.sh's image stays as it is.
+# The VM image of setup.sh has no rdma_cm: lib/cm_image.sh adds rdma_ucm and rdmacm-utils.
 #
 # usage: mcast.sh [-o OUTDIR]        exit status: 0 = both directions passed
 # env: URXE_LIB_DIR (<repo>/target/urxe/lib), URXE_CHECK (<repo>/target/release/urxe),
@@ -35,47 +33,10 @@ command -v mckey >/dev/null || die "mckey missing (rdmacm-utils)"
 mkdir -p "$OUT/logs" "$OUT/pcaps"
 
 # ---------------------------------------------------------------- the image with rdma_cm
-CACHE=$IX_RUN/mcast-cache
-build_image() {
-  local kver deb work root ko rel
-  kver=$(cat "$BASE_CACHE/kernel-version")
-  deb=$(ls "$BASE_CACHE"/debs/linux-image-"$kver"_*.deb 2>/dev/null | head -n1)
-  [ -n "$deb" ] || die "no kernel package for $kver in $BASE_CACHE/debs"
-  work=$(mktemp -d); root=$work/root
-  mkdir -p "$root/etc" "$work/k"
-  dpkg-deb -x "$deb" "$work/k"
-  depmod -b "$work/k" "$kver"
-  gzip -dc "$BASE_CACHE/initrd.gz" | (cd "$work" && cpio -i --quiet --to-stdout etc/modules.order) >"$root/etc/modules.order"
-  [ -s "$root/etc/modules.order" ] || die "the base image has no etc/modules.order"
-  while read -r ko; do
-    rel=${ko#"$work/k"/lib/modules/$kver/}
-    grep -qxF "$rel" "$root/etc/modules.order" && continue
-    mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
-    cp "$ko" "$root/lib/modules/$kver/$rel"
-    echo "$rel" >>"$root/etc/modules.order"
-  done < <(modprobe -d "$work/k" -S "$kver" --show-depends rdma_ucm | awk '$1=="insmod"{print $2}')
-  grep -q rdma_ucm "$root/etc/modules.order" || die "rdma_ucm not found in $deb"
-  # mckey and the libraries it loads, Debian's (not urxe's: LD_LIBRARY_PATH is dropped).
-  local f
-  for f in "$(readlink -f "$(command -v mckey)")" $(env -u LD_LIBRARY_PATH ldd "$(command -v mckey)" | grep -o '/[^ ]*' | sort -u); do
-    mkdir -p "$root$(dirname "$f")"; cp -L "$f" "$root$f"
-  done
-  mkdir -p "$root/usr/bin"; cp -L "$(command -v mckey)" "$root/usr/bin/mckey"
-  mkdir -p "$CACHE"
-  (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) | gzip -1 >"$work/extra.gz"
-  cat "$BASE_CACHE/initrd.gz" "$work/extra.gz" >"$CACHE/initrd.gz"
-  for f in vmlinuz vmlinux kernel-version; do
-    [ -e "$BASE_CACHE/$f" ] && ln -sf "$BASE_CACHE/$f" "$CACHE/$f"
-  done
-  sha256sum "$BASE_CACHE/initrd.gz" "$0" | cut -d' ' -f1 >"$CACHE/stamp"
-  say "image: modules $(sed 's/\.ko.*//;s,.*/,,' "$root/etc/modules.order" | tr '\n' ' ')"
-  rm -rf "$work"
-}
-want_stamp=$(sha256sum "$BASE_CACHE/initrd.gz" "$0" | cut -d' ' -f1)
-if [ "$(cat "$CACHE/stamp" 2>/dev/null)" != "$want_stamp" ] || [ ! -f "$CACHE/initrd.gz" ]; then
-  say "building the VM image with rdma_cm in $CACHE"
-  build_image
-fi
+# shellcheck source=lib/cm_image.sh
+. "$HERE/lib/cm_image.sh"
+cm_image
+CACHE=$CM_CACHE
 
 # ---------------------------------------------------------------- the lab
 PIDS=()
