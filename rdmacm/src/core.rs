@@ -677,6 +677,8 @@ impl Lib {
 
     /// Fills `route` of an ID from its addresses and the device: GIDs, P_Key, one path record.
     pub fn fill_route(&mut self, id: usize) {
+        // As librdmacm once an ID has a device: `pd` is the device's PD until a QP brings its own.
+        let pd = self.shared_pd().unwrap_or(ptr::null_mut());
         let (Some(dev), Some(st)) = (self.dev.as_ref(), self.ids.get_mut(&id)) else { return };
         // SAFETY: `id` is a live ID box; only this library writes its route.
         let c = unsafe { &mut *(id as *mut rdma_cm_id) };
@@ -720,6 +722,9 @@ impl Lib {
         }
         c.port_num = 1;
         c.verbs = dev.ctx;
+        if c.pd.is_null() {
+            c.pd = pd;
+        }
     }
 
     pub fn ah_to_peer(&self, id: usize) -> ibv_ah_attr {
