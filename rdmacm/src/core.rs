@@ -989,6 +989,9 @@ fn cm_thread(gsi: GsiApi, gsi_fd: c_int, tfd: c_int) {
                 break;
             }
             let t = now();
+            if crate::forward::divert(&lib, &peer, &mad, t) {
+                continue; // another process of the address listens on its service
+            }
             if let Some(cm) = lib.cm.as_mut() {
                 cm.handle_mad(t, ip_of_gid(peer), &mad);
             }

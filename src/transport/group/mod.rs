@@ -645,6 +645,34 @@ fn program_may_be_stale(reg: &Registry, slot: u8) -> bool {
     (0..slot).any(free) || reg.listeners().map(|ls| ls.iter().any(|l| free(l.slot))).unwrap_or(false)
 }
 
+/// The live member of `addr`'s group (registry in `dir`), other than `own_slot`, whose
+/// listener table entry names `service_id`: where a CM REQ / SIDR_REQ for the service belongs
+/// when it reached `own_slot`, which does not listen on it (it was queued at the default slot
+/// before the listener's entry existed). None if no other member listens on it: then the
+/// request is refused, as the kernel's CM refuses a service nobody listens on.
+pub fn listener_elsewhere(dir: &Path, addr: IpAddr, own_slot: u8, service_id: u64) -> Result<Option<u8>, JoinError> {
+    let reg = Registry::open(dir, addr)?;
+    // The table is rewritten under the join lock: read it under that lock too.
+    if !reg.lock_setup(Duration::from_millis(200)).map_err(JoinError::io("lock the group registry"))? {
+        return Err(JoinError::Busy { path: reg.path().to_path_buf() });
+    }
+    let r = (|| {
+        for l in reg.listeners()? {
+            if l.service_id == service_id
+                && l.slot != own_slot
+                && reg.held_by_other(l.slot)?
+                && reg.record(l.slot)?.owners == l.owner
+            {
+                return Ok(Some(l.slot));
+            }
+        }
+        Ok(None)
+    })()
+    .map_err(JoinError::io("read the listener table"));
+    let _ = reg.unlock_setup();
+    r
+}
+
 /// Starts the thread that hands the slot sockets to joining members and, once a second,
 /// refreshes the program if a member it names died (through `watch`, its own handle on the
 /// registry). Returns it and the write end of its stop pipe (closing it stops the thread).
