@@ -210,3 +210,60 @@ fn a_request_nobody_listens_on_is_refused_at_once_with_rej_8() {
     assert!(stray.finish(20), "stray failed: {:?}", stray.seen);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Parent and two children forked after the parent opened the device: three members of the
+/// address, each with QPNs of its own slot (rdma-core's RDMA-CM tests fork both sides from a
+/// process that already opened urxe0).
+const FORK_SCRIPT: &str = r#"
+import os
+import pyverbs.device as d
+import pyverbs.enums as e
+from pyverbs.cq import CQ
+from pyverbs.pd import PD
+from pyverbs.qp import QP, QPCap, QPInitAttr
+def qpn():
+    ctx = d.Context(name="urxe0"); pd = PD(ctx); cq = CQ(ctx, 4)
+    return QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap())).qp_num
+ready_r, ready_w = os.pipe()
+go_r, go_w = os.pipe()
+print("parent", qpn(), flush=True)
+kids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r); os.close(go_w)
+        print("child", qpn(), flush=True)
+        os.write(ready_w, b"x")
+        os.read(go_r, 1)  # until the parent closes its end: both children live together
+        os._exit(0)
+    kids.append(pid)
+os.close(ready_w); os.close(go_r)
+got = b""
+while len(got) < 2:
+    chunk = os.read(ready_r, 2)
+    if not chunk:
+        break
+    got += chunk
+os.close(go_w)
+for k in kids:
+    assert os.waitpid(k, 0)[1] == 0
+assert got == b"xx", got
+"#;
+
+#[test]
+fn forked_children_get_their_own_slot_of_the_address() {
+    let _serial = heavy_lock();
+    let dir = runtime_dir("fork");
+    let mut py = urxe_cmd("/usr/bin/python3");
+    py.args(["-c", FORK_SCRIPT]).env("URXE_ADDR", "127.43.0.25").env("URXE_RUNTIME_DIR", &dir);
+    let out = run_bounded(&mut py, Duration::from_secs(60)).unwrap();
+    assert!(out.success(), "{out}");
+    let slot = |l: &str| l.split_whitespace().nth(1).and_then(|q| q.parse::<u32>().ok()).map(|q| q >> 16);
+    let parent: Vec<u32> = out.stdout.lines().filter(|l| l.starts_with("parent")).filter_map(slot).collect();
+    let mut children: Vec<u32> = out.stdout.lines().filter(|l| l.starts_with("child")).filter_map(slot).collect();
+    assert_eq!((parent.len(), children.len()), (1, 2), "{out}");
+    children.sort();
+    // Both children are alive together (the parent waits for both): three distinct slots.
+    assert!(children[0] != children[1] && !children.contains(&parent[0]), "slots {parent:?} {children:?}\n{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
