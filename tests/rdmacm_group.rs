@@ -6,7 +6,10 @@
 //! The peers are tests/rdmacm_group/peer.py (pyverbs over urxe's librdmacm.so.1), each step
 //! taken on the test's word, on a loopback address of the test's own with a private registry
 //! directory. The race is made certain: the default slot's process is stopped (SIGSTOP) while
-//! the client's REQ is queued on its socket and the server starts listening, then resumed.
+//! the client's REQ (or SIDR_REQ) is queued on its socket and the server starts listening,
+//! then resumed. Without the table lookup the client is refused (REJ 8, or SIDR_REP "not
+//! supported": UNREACHABLE). Also here: children forked after their parent opened urxe0 are
+//! members of their own (the RDMA-CM tests of rdma-core's suite fork both sides).
 //!
 //! ```sh
 //! cargo test --release --test rdmacm_group
@@ -40,10 +43,15 @@ fn peer_script() -> PathBuf {
 impl Peer {
     /// `role` on `addr` (its URXE_ADDR); a client connects to `dst`.
     fn start(name: &'static str, role: &str, addr: &str, dst: &str, dir: &str, port: u16) -> Peer {
+        Peer::start_ps(name, role, addr, dst, dir, port, "tcp")
+    }
+
+    /// As [`Peer::start`] in port space `ps` (`tcp`, or `udp`: UD QPs and SIDR).
+    fn start_ps(name: &'static str, role: &str, addr: &str, dst: &str, dir: &str, port: u16, ps: &str) -> Peer {
         assert!(lib_dir().join("librdmacm.so.1").is_file(), "provider/build.sh did not build librdmacm.so.1");
         let mut cmd = urxe_cmd("/usr/bin/python3");
         cmd.arg(peer_script())
-            .args([role, addr, &port.to_string(), dst])
+            .args([role, addr, &port.to_string(), dst, ps])
             .env("URXE_ADDR", addr)
             .env("URXE_RUNTIME_DIR", dir)
             .env("URXE_GROUP_SLOTS", "8")
@@ -142,7 +150,7 @@ fn queued_on(addr: &str) -> u64 {
 
 /// The race of the module doc with the client at `client_addr` (the group's address, or
 /// another one: its own group), connected within `secs` after the stray resumes.
-fn stray_default_slot_race(tag: &str, addr: &'static str, client_addr: &'static str, port: u16, secs: u64) {
+fn stray_default_slot_race(tag: &str, addr: &'static str, client_addr: &'static str, port: u16, secs: u64, ps: &str) {
     let _serial = heavy_lock();
     let dir = runtime_dir(tag);
     // The stray: first on the address, so the group's default slot (0); it listens on
@@ -151,9 +159,9 @@ fn stray_default_slot_race(tag: &str, addr: &'static str, client_addr: &'static 
     stray.expect("listening", 30);
     let reg = Registry::open(std::path::Path::new(&dir), addr.parse().unwrap()).unwrap();
     assert_eq!(reg.record(0).unwrap().pid, stray.pid() as u32, "the stray holds slot 0, the default");
-    let mut server = Peer::start("server", "server", addr, addr, &dir, port + 1);
+    let mut server = Peer::start_ps("server", "server", addr, addr, &dir, port + 1, ps);
     server.expect("bound", 30);
-    let mut client = Peer::start("client", "client", client_addr, addr, &dir, port + 1);
+    let mut client = Peer::start_ps("client", "client", client_addr, addr, &dir, port + 1, ps);
     client.expect("resolved", 30);
     signal(&stray, libc::SIGSTOP);
     // The REQ, for a port nobody listens on yet, goes to the stopped default slot.
@@ -180,14 +188,19 @@ fn stray_default_slot_race(tag: &str, addr: &'static str, client_addr: &'static 
 #[test]
 fn a_request_queued_at_a_stray_default_slot_reaches_the_listener_that_started_meanwhile() {
     // From the group's own address: sent on at once.
-    stray_default_slot_race("race", "127.43.0.21", "127.43.0.21", 7611, 5);
+    stray_default_slot_race("race", "127.43.0.21", "127.43.0.21", 7611, 5, "tcp");
+}
+
+#[test]
+fn a_sidr_request_queued_at_a_stray_default_slot_reaches_the_listener_that_started_meanwhile() {
+    stray_default_slot_race("sidr", "127.43.0.26", "127.43.0.26", 7641, 5, "udp");
 }
 
 #[test]
 fn a_request_from_another_address_is_dropped_there_and_its_retry_reaches_the_listener() {
     // From another address: dropped by the stray, the REQ's retransmission (the CM's REQ timer)
     // is steered to the listener.
-    stray_default_slot_race("remote", "127.43.0.23", "127.43.0.24", 7631, 30);
+    stray_default_slot_race("remote", "127.43.0.23", "127.43.0.24", 7631, 30, "tcp");
 }
 
 #[test]
