@@ -71,8 +71,11 @@ def netns_wrapper(lib, urxe):
     unshare = ["unshare", "--net"] + (["--map-root-user"] if os.geteuid() != 0 else []) + ["--"]
     wrap = unshare + ["/bin/sh", "-c", 'ip link set lo up && exec "$@"', "sh",
                       urxe, "run", "--lib", lib, "--addr", NETNS_ADDR, "--"]
-    probe = subprocess.run(wrap + ["/bin/sh", "-c", "ls /sys/class/infiniband/urxe0/device/net"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    try:
+        probe = subprocess.run(wrap + ["/bin/sh", "-c", "ls /sys/class/infiniband/urxe0/device/net"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"no private network namespace with urxe's view here: {e}"
     if probe.returncode != 0 or probe.stdout.split() != ["lo"]:
         return None, "no private network namespace with urxe's view here: " + " ".join(probe.stdout.split())[:200]
     return wrap, ""
