@@ -7,6 +7,9 @@
 //!   check and is harmless.
 //! - `/sys/class/infiniband/<ibdev>/ports/1/gid_attrs/{types,ndevs}/<index>`: UCX reads the GID
 //!   type from sysfs, not through verbs; without it every GID counts as RoCE v1.
+//! - `/sys/class/infiniband/<ibdev>/device/net/<ifname>/`: rdma-core's test suite (and other
+//!   tools) find a device's network interface, and from it the IP address for RDMA-CM, by
+//!   listing this directory, as the kernel shows it for rxe and RoCE NICs.
 //!
 //! [`enter_view`] builds both in a private mount namespace of this process (inside a new user
 //! namespace when not root, so no privilege is needed where the host allows unprivileged user
@@ -64,6 +67,12 @@ impl Spec {
         v.push((PathBuf::from("ports/1/link_layer"), "Ethernet\n".to_string()));
         v.push((PathBuf::from("ports/1/state"), "4: ACTIVE\n".to_string()));
         v
+    }
+
+    /// The directories of the sysfs directory that hold no file of [`Spec::sys_files`],
+    /// relative to it: `device/net/<ndev>` (the interface, listed as the kernel lists it).
+    pub fn sys_dirs(&self) -> Vec<PathBuf> {
+        vec![Path::new("device/net").join(&self.ndev)]
     }
 }
 
@@ -142,8 +151,11 @@ fn build(spec: &Spec, have: Present, stage: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", spec.dev_path().display()))?;
     }
     if !have.sys {
-        let files = spec.sys_files();
+        let (files, dirs) = (spec.sys_files(), spec.sys_dirs());
         provide(&spec.sys_path(), &stage.join("sys"), |dir| {
+            for rel in &dirs {
+                fs::create_dir_all(dir.join(rel))?;
+            }
             for (rel, text) in &files {
                 let p = dir.join(rel);
                 fs::create_dir_all(p.parent().unwrap_or(dir))?;
@@ -349,6 +361,7 @@ mod tests {
             assert_eq!(n.1, "veth0\n");
         }
         assert!(!f.iter().any(|(p, _)| p.ends_with("types/4")));
+        assert_eq!(s.sys_dirs(), vec![PathBuf::from("device/net/veth0")]);
     }
 
     #[test]

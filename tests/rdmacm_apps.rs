@@ -63,9 +63,7 @@ fn cmd(program: impl AsRef<std::path::Path>, addr: &str, args: &[&str]) -> Comma
 /// exchange on the first one, and on a loaded machine the server may not have re-listened yet
 /// (the kernel's CM refuses the same way; its slower address resolution hides the race). Then
 /// the whole pair is run again, at most [`ATTEMPTS`] times. Every attempt is a whole, checked
-/// run. These tests need the test addresses to themselves: a stray process of another run on
-/// 127.31.0.2 would sit in its group's default slot and refuse REQs for services it does not
-/// listen on (README, rdma_cm, known limitations).
+/// run.
 fn pair(server: &str, sargs: &[&str], client: &str, cargs: &[&str], server_exits: bool) -> (Output, Output) {
     let _serial = heavy_lock();
     let (server, client) = (resolve(server), resolve(client));

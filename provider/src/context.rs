@@ -8,6 +8,10 @@
 //!   pointers across list calls) and outlives every list (pyverbs frees the list right after
 //!   `ibv_open_device`). `verbs_device.refcount` still counts lists and contexts for anyone who
 //!   looks, but reaching zero frees nothing.
+//! - A process forked after its parent created the device gets a device of its own on its
+//!   first call (a new member of the address's group: its own slot, QPNs and progress
+//!   thread), as a child opening a kernel device after fork gets its own context; the
+//!   inherited one is the parent's and stays untouched (its slot lock is the parent's).
 //! - A context is a `Box<UrxeContext>` (verbs_context first, so `&ctx.vctx.context` is the
 //!   `ibv_context *` applications hold, 320 bytes in) from `ibv_open_device` /
 //!   `ibv_import_device` until `ibv_close_device` ([`crate::device`]). It owns `cmd_fd` (an
@@ -24,8 +28,8 @@ use std::ffi::CStr;
 use std::mem::offset_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ptr;
-use std::sync::atomic::AtomicI32;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
 use urxe::engine::{Limits, Mtu};
 use urxe::transport::group::{GroupConfig, Member};
 pub const DEVICE_NAME: &str = "urxe0";
@@ -88,7 +92,13 @@ unsafe impl Send for DevPtr {}
 // SAFETY: as above.
 unsafe impl Sync for DevPtr {}
 
-static DEVICE: OnceLock<Result<DevPtr, (String, i32)>> = OnceLock::new();
+type DeviceResult = Result<DevPtr, (String, i32)>;
+
+static DEVICE: OnceLock<DeviceResult> = OnceLock::new();
+/// The process that created `DEVICE`.
+static DEVICE_PID: AtomicU32 = AtomicU32::new(0);
+/// The device of a process forked after `DEVICE` was created, with that process's pid.
+static FORK_DEVICE: Mutex<Option<(u32, &'static DeviceResult)>> = Mutex::new(None);
 
 /// Marker `verbs_device.ops` points at: non-NULL and never equal to a system provider's table.
 static URXE_DEVICE_OPS_MARKER: [u8; 8] = *b"urxe-ops";
@@ -233,14 +243,35 @@ fn build_device() -> Result<DevPtr, (String, i32)> {
     Ok(DevPtr(Box::into_raw(Box::new(UrxeDevice { vdev, info, transport: std::sync::OnceLock::new() }))))
 }
 
-/// The device, creating it (address choice + bind) on first use. The error (message, errno) is
-/// decided once; the message is printed once.
-pub fn device() -> Result<&'static UrxeDevice, i32> {
+/// This process's device result, created on first use; true if this call created it.
+fn this_process_device() -> (&'static DeviceResult, bool) {
+    let pid = std::process::id();
     let mut first = false;
     let r = DEVICE.get_or_init(|| {
         first = true;
+        DEVICE_PID.store(pid, Ordering::Release);
         build_device()
     });
+    if DEVICE_PID.load(Ordering::Acquire) == pid {
+        return (r, first);
+    }
+    // A forked child: the inherited device holds the parent's slot (shared sockets, the same
+    // QPN and comm-ID range) and a transport whose progress thread did not survive the fork.
+    let mut g = FORK_DEVICE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((p, r)) = *g {
+        if p == pid {
+            return (r, false);
+        }
+    }
+    let r: &'static DeviceResult = Box::leak(Box::new(build_device()));
+    *g = Some((pid, r));
+    (r, true)
+}
+
+/// The device, creating it (address choice + bind) on first use in this process. The error
+/// (message, errno) is decided once; the message is printed once.
+pub fn device() -> Result<&'static UrxeDevice, i32> {
+    let (r, first) = this_process_device();
     match r {
         // SAFETY: the device is leaked and never freed.
         Ok(p) => Ok(unsafe { &*p.0 }),
@@ -253,12 +284,21 @@ pub fn device() -> Result<&'static UrxeDevice, i32> {
     }
 }
 
-/// The device if it was already created (no side effects).
+/// This process's device if it was already created (no side effects).
 pub fn device_if_created() -> Option<&'static UrxeDevice> {
-    match DEVICE.get() {
+    let pid = std::process::id();
+    let r = if DEVICE_PID.load(Ordering::Acquire) == pid {
+        DEVICE.get()?
+    } else {
+        match *FORK_DEVICE.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some((p, r)) if p == pid => r,
+            _ => return None,
+        }
+    };
+    match r {
         // SAFETY: the device is leaked and never freed.
-        Some(Ok(p)) => Some(unsafe { &*p.0 }),
-        _ => None,
+        Ok(p) => Some(unsafe { &*p.0 }),
+        Err(_) => None,
     }
 }
 

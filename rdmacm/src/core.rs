@@ -680,6 +680,8 @@ impl Lib {
 
     /// Fills `route` of an ID from its addresses and the device: GIDs, P_Key, one path record.
     pub fn fill_route(&mut self, id: usize) {
+        // As librdmacm once an ID has a device: `pd` is the device's PD until a QP brings its own.
+        let pd = self.shared_pd().unwrap_or(ptr::null_mut());
         let (Some(dev), Some(st)) = (self.dev.as_ref(), self.ids.get_mut(&id)) else { return };
         // SAFETY: `id` is a live ID box; only this library writes its route.
         let c = unsafe { &mut *(id as *mut rdma_cm_id) };
@@ -723,6 +725,9 @@ impl Lib {
         }
         c.port_num = 1;
         c.verbs = dev.ctx;
+        if c.pd.is_null() {
+            c.pd = pd;
+        }
     }
 
     pub fn ah_to_peer(&self, id: usize) -> ibv_ah_attr {
@@ -987,6 +992,9 @@ fn cm_thread(gsi: GsiApi, gsi_fd: c_int, tfd: c_int) {
                 break;
             }
             let t = now();
+            if crate::forward::divert(&lib, &peer, &mad, t) {
+                continue; // another process of the address listens on its service
+            }
             if let Some(cm) = lib.cm.as_mut() {
                 cm.handle_mad(t, ip_of_gid(peer), &mad);
             }

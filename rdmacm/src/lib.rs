@@ -8,8 +8,9 @@
 //!
 //! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
-//! thread, CM events → rdma_cm events), [`api`] (the rdma_cm calls), [`addrinfo`]
-//! (`rdma_getaddrinfo`), [`mcast`] (multicast joins), [`rsockets`] (the r* calls: not implemented yet, clean errors).
+//! thread, CM events → rdma_cm events), [`forward`] (CM requests for another process of the
+//! shared address), [`api`] (the rdma_cm calls), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
+//! (multicast joins), [`rsockets`] (the r* calls: not implemented yet, clean errors).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -21,6 +22,7 @@ pub mod api;
 pub mod core;
 pub mod entries;
 pub mod export;
+pub mod forward;
 pub mod layout;
 pub mod mcast;
 pub mod rsockets;

@@ -645,6 +645,36 @@ fn program_may_be_stale(reg: &Registry, slot: u8) -> bool {
     (0..slot).any(free) || reg.listeners().map(|ls| ls.iter().any(|l| free(l.slot))).unwrap_or(false)
 }
 
+/// The live member of `addr`'s group (registry in `dir`), other than `own_slot`, whose
+/// listener table entry names `service_id`: where a CM REQ / SIDR_REQ for the service belongs
+/// when it reached `own_slot`, which does not listen on it (it was queued at the default slot
+/// before the listener's entry existed). None if no other member listens on it: then the
+/// request is refused, as the kernel's CM refuses a service nobody listens on.
+pub fn listener_elsewhere(dir: &Path, addr: IpAddr, own_slot: u8, service_id: u64) -> Result<Option<u8>, JoinError> {
+    let reg = Registry::open(dir, addr)?;
+    // The table is rewritten under the join lock: read it under that lock when it is free at
+    // once; a member holding it for a while (joining) must not stall the caller's CM, and the
+    // table, written in one piece, is then read as it is.
+    let locked = reg.lock_setup(Duration::ZERO).map_err(JoinError::io("lock the group registry"))?;
+    let r = (|| {
+        for l in reg.listeners()? {
+            if l.service_id == service_id
+                && l.slot != own_slot
+                && reg.held_by_other(l.slot)?
+                && reg.record(l.slot)?.owners == l.owner
+            {
+                return Ok(Some(l.slot));
+            }
+        }
+        Ok(None)
+    })()
+    .map_err(JoinError::io("read the listener table"));
+    if locked {
+        let _ = reg.unlock_setup();
+    }
+    r
+}
+
 /// Starts the thread that hands the slot sockets to joining members and, once a second,
 /// refreshes the program if a member it names died (through `watch`, its own handle on the
 /// registry). Returns it and the write end of its stop pipe (closing it stops the thread).
@@ -706,4 +736,38 @@ fn start_handout(
         }
     })?;
     Ok((thread, wr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_elsewhere_only_for_a_live_other_listener_of_its_service() {
+        let dir = std::env::temp_dir().join(format!("urxe-group-elsewhere-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr: IpAddr = "127.0.0.1".parse().unwrap();
+        let (sid, other_sid) = (0x0106_0000_0000_4853u64, 0x0106_0000_0000_4854u64);
+        // Slot 2 is a live member (its lock held through another open file), slot 5 is not.
+        let member = Registry::open(&dir, addr).unwrap();
+        assert!(member.claim(2).unwrap());
+        let mut rec = member.record(2).unwrap();
+        rec.owners = 7;
+        member.write_record(2, &rec).unwrap();
+        let listen = |ls: &[Listener]| member.write_listeners(ls).unwrap();
+        let l = |service_id, slot, owner| Listener { service_id, slot, owner };
+        listen(&[l(sid, 2, 7)]);
+        assert_eq!(listener_elsewhere(&dir, addr, 0, sid).unwrap(), Some(2));
+        assert_eq!(listener_elsewhere(&dir, addr, 2, sid).unwrap(), None, "our own slot is not elsewhere");
+        assert_eq!(listener_elsewhere(&dir, addr, 0, other_sid).unwrap(), None, "nobody listens: refuse");
+        listen(&[l(sid, 5, 0)]);
+        assert_eq!(listener_elsewhere(&dir, addr, 0, sid).unwrap(), None, "slot 5 has no live member");
+        listen(&[l(sid, 2, 6)]);
+        assert_eq!(listener_elsewhere(&dir, addr, 0, sid).unwrap(), None, "a listener of slot 2's previous owner");
+        listen(&[l(sid, 2, 7)]);
+        member.release(2).unwrap();
+        assert_eq!(listener_elsewhere(&dir, addr, 0, sid).unwrap(), None, "the listener's member died");
+        drop(member);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

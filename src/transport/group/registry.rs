@@ -282,12 +282,17 @@ impl Registry {
 
     /// The listener table (valid entries only; stale ones are filtered by the caller).
     pub fn listeners(&self) -> io::Result<Vec<Listener>> {
-        let mut out = Vec::new();
-        for e in 0..super::steer::MAX_LISTENERS as u64 {
-            let mut b = [0u8; LISTENER_LEN as usize];
-            if self.file.read_at(&mut b, LISTENERS + e * LISTENER_LEN)? < b.len() {
-                break;
+        // One read for the whole table (a CM request for an unknown service reads it).
+        let mut table = vec![0u8; super::steer::MAX_LISTENERS * LISTENER_LEN as usize];
+        let mut got = 0;
+        while got < table.len() {
+            match self.file.read_at(&mut table[got..], LISTENERS + got as u64)? {
+                0 => break,
+                n => got += n,
             }
+        }
+        let mut out = Vec::new();
+        for b in table[..got].chunks_exact(LISTENER_LEN as usize) {
             if b[0] != 1 {
                 continue;
             }
