@@ -18,35 +18,13 @@
 mod harness;
 
 use harness::*;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
-use std::thread;
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 /// fi_pingpong's out-of-band TCP port (its default; each namespace has its own).
 const CTRL_PORT: u16 = 47592;
-
-/// librdmacm.so.1 next to libibverbs.so.1 (provider/build.sh builds both).
-fn ensure_libs() {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        if lib_dir().join("librdmacm.so.1").is_file() {
-            return Ok(());
-        }
-        let mut cmd = Command::new("bash");
-        cmd.arg(repo_root().join("provider/build.sh")).current_dir(repo_root());
-        let out = run_bounded(&mut cmd, Duration::from_secs(900)).map_err(|e| e.to_string())?;
-        if out.success() {
-            Ok(())
-        } else {
-            Err(format!("provider/build.sh failed:\n{out}"))
-        }
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("{e}"));
-}
 
 fn ip(args: &[&str]) {
     let out = run_bounded(Command::new("ip").args(args), TIMEOUT).expect("run ip");
@@ -54,16 +32,18 @@ fn ip(args: &[&str]) {
 }
 
 /// A network namespace with its loopback up and, unless `loopback_only`, a veth pair
-/// `fab0`/`fab1` with 10.42.0.1/24 on `fab0`; deleted on drop.
+/// `fab0`/`fab1` with 10.42.0.1/24 on `fab0`; deleted on drop. A `sleep` inside it (the
+/// anchor) shows its sockets in `/proc/<pid>/net/tcp`.
 struct Netns {
     name: String,
+    anchor: Option<Child>,
 }
 
 impl Netns {
     fn new(tag: &str, loopback_only: bool) -> Netns {
         let name = format!("urxe-fi-{tag}-{}", std::process::id());
         ip(&["netns", "add", &name]);
-        let ns = Netns { name };
+        let mut ns = Netns { name, anchor: None };
         ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
         if !loopback_only {
             ip(&["-n", &ns.name, "link", "add", "fab0", "type", "veth", "peer", "name", "fab1"]);
@@ -71,22 +51,34 @@ impl Netns {
             ip(&["-n", &ns.name, "link", "set", "fab0", "up"]);
             ip(&["-n", &ns.name, "link", "set", "fab1", "up"]);
         }
+        // `ip netns exec` enters the namespace and execs in place: the pid is the sleep's.
+        let anchor = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "sleep", "600"])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start the namespace's anchor");
+        ns.anchor = Some(anchor);
         ns
     }
 
-    /// `program args` inside the namespace, against urxe's libraries.
+    /// `program args` inside the namespace, against urxe's libraries (provider/build.sh
+    /// builds librdmacm.so.1 with libibverbs.so.1).
     fn cmd(&self, program: &str, args: &[&str]) -> Command {
-        ensure_libs();
-        let p = tool(program);
+        let lib = lib_dir();
+        assert!(
+            lib.join("librdmacm.so.1").is_file(),
+            "no librdmacm.so.1 in {}: run bash provider/build.sh",
+            lib.display()
+        );
         let mut c = urxe_cmd("ip");
         // libfabric probes XRC and other optional verbs; their clean failures are expected.
-        c.env_remove("URXE_TRACE").args(["netns", "exec", &self.name]).arg(p).args(args);
+        c.env_remove("URXE_TRACE").args(["netns", "exec", &self.name]).arg(tool(program)).args(args);
         c
     }
 
-    /// True while some socket of the namespace listens on TCP `port` (seen through `pid`,
-    /// a process inside it).
-    fn listens(pid: u32, port: u16) -> bool {
+    /// True while some socket of the namespace listens on TCP `port`.
+    fn listens(&self, port: u16) -> bool {
+        let pid = self.anchor.as_ref().map_or(0, |a| a.id());
         let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")) else { return false };
         text.lines().skip(1).any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -99,72 +91,22 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
+        if let Some(mut a) = self.anchor.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
 }
 
-/// A server whose output goes to files, so that it can be waited for with a deadline.
-struct Server {
-    child: Child,
-    out: PathBuf,
-    err: PathBuf,
-    what: String,
-}
-
-impl Server {
-    fn start(mut c: Command, tag: &str) -> Server {
-        let dir = std::env::temp_dir();
-        let base = format!("urxe-libfabric-{}-{tag}", std::process::id());
-        let (out, err) = (dir.join(format!("{base}.out")), dir.join(format!("{base}.err")));
-        let what = format!("{c:?}");
-        c.stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).expect("server stdout file"))
-            .stderr(std::fs::File::create(&err).expect("server stderr file"));
-        Server { child: c.spawn().expect("start server"), out, err, what }
-    }
-
-    fn exited(&mut self) -> bool {
-        !matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Waits at most `limit` for the server to exit (then kills it) and collects its output.
-    fn finish(mut self, limit: Duration) -> Output {
-        let deadline = Instant::now() + limit;
-        let mut status = None;
-        while Instant::now() < deadline {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                status = Some(st);
-                break;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let timed_out = status.is_none();
-        if timed_out {
-            let _ = self.child.kill();
-            status = self.child.wait().ok();
-        }
-        Output {
-            what: self.what.clone(),
-            status,
-            timed_out,
-            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.out);
-        let _ = std::fs::remove_file(&self.err);
-    }
+/// A server run to completion (killed after `limit`) on a thread of its own.
+fn serve(mut cmd: Command, limit: Duration) -> JoinHandle<Output> {
+    thread::spawn(move || run_bounded(&mut cmd, limit).expect("start server"))
 }
 
 /// `fi_pingpong ARGS` as server, and once it listens on its control port, `fi_pingpong ARGS
 /// 127.0.0.1` as client, in `ns`, both with `env`; both must exit 0. Returns (server, client).
-fn pingpong(ns: &Netns, tag: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
+fn pingpong(ns: &Netns, args: &[&str], env: &[(&str, &str)]) -> (Output, Output) {
     let cmd = |args: &[&str]| {
         let mut c = ns.cmd("fi_pingpong", args);
         c.envs(env.iter().copied());
@@ -173,12 +115,11 @@ fn pingpong(ns: &Netns, tag: &str, args: &[&str], env: &[(&str, &str)]) -> (Outp
     let mut cargs = args.to_vec();
     cargs.push("127.0.0.1");
     let _serial = heavy_lock();
-    let mut srv = Server::start(cmd(args), tag);
+    let srv = serve(cmd(args), TIMEOUT);
     let deadline = Instant::now() + TIMEOUT;
-    while !Netns::listens(srv.child.id(), CTRL_PORT) {
-        if srv.exited() || Instant::now() >= deadline {
-            let s = srv.finish(Duration::ZERO);
-            panic!("fi_pingpong server did not listen on TCP {CTRL_PORT}\n{s}");
+    while !ns.listens(CTRL_PORT) {
+        if srv.is_finished() || Instant::now() >= deadline {
+            panic!("fi_pingpong server did not listen on TCP {CTRL_PORT}\n{}", srv.join().expect("server thread"));
         }
         thread::sleep(Duration::from_millis(20));
     }
@@ -187,8 +128,8 @@ fn pingpong(ns: &Netns, tag: &str, args: &[&str], env: &[(&str, &str)]) -> (Outp
 }
 
 /// The server's end after the client's; both must have exited 0.
-fn finish_pair(srv: Server, c: Output) -> (Output, Output) {
-    let s = srv.finish(if c.success() { TIMEOUT } else { Duration::from_secs(5) });
+fn finish_pair(srv: JoinHandle<Output>, c: Output) -> (Output, Output) {
+    let s = srv.join().expect("server thread");
     eprintln!("{s}\n{c}");
     assert!(c.success() && s.success(), "server and client must both exit 0\n{s}\n{c}");
     (s, c)
@@ -259,7 +200,7 @@ fn without_a_non_loopback_interface_verbs_offers_no_msg_endpoint() {
 #[test]
 fn fi_pingpong_msg_endpoint_all_sizes_data_checked() {
     let ns = Netns::new("msg", false);
-    let (s, c) = pingpong(&ns, "msg", &["-p", "verbs", "-e", "msg", "-c", "-I", "10", "-S", "all"], &[]);
+    let (s, c) = pingpong(&ns, &["-p", "verbs", "-e", "msg", "-c", "-I", "10", "-S", "all"], &[]);
     assert_all_sizes(&s, 10);
     assert_all_sizes(&c, 10);
 }
@@ -267,14 +208,13 @@ fn fi_pingpong_msg_endpoint_all_sizes_data_checked() {
 #[test]
 fn fi_pingpong_rdm_endpoint_over_ofi_rxm_all_sizes_data_checked() {
     let ns = Netns::new("rdm", false);
-    // `-p verbs -e rdm` selects verbs;ofi_rxm too; name it, and use tagged messages once.
-    let (s, c) = pingpong(&ns, "rdm", &["-p", "verbs;ofi_rxm", "-e", "rdm", "-c", "-I", "10", "-S", "all"], &[]);
-    assert_all_sizes(&s, 10);
-    assert_all_sizes(&c, 10);
-    let (s, c) =
-        pingpong(&ns, "rdm-tagged", &["-p", "verbs", "-e", "rdm", "-m", "tagged", "-c", "-I", "10", "-S", "all"], &[]);
-    assert_all_sizes(&s, 10);
-    assert_all_sizes(&c, 10);
+    // `-p verbs -e rdm` selects verbs;ofi_rxm too; name it once, and use tagged messages once.
+    for prov in [&["-p", "verbs;ofi_rxm"][..], &["-p", "verbs", "-m", "tagged"]] {
+        let args = [prov, &["-e", "rdm", "-c", "-I", "10", "-S", "all"]].concat();
+        let (s, c) = pingpong(&ns, &args, &[]);
+        assert_all_sizes(&s, 10);
+        assert_all_sizes(&c, 10);
+    }
 }
 
 #[test]
@@ -283,7 +223,7 @@ fn fi_pingpong_two_processes_on_one_urxe_addr() {
     // libfabric binds to "localhost" reach that address's group.
     let ns = Netns::new("addr", false);
     let args = ["-p", "verbs", "-e", "msg", "-c", "-I", "10", "-S", "4096"];
-    let (s, c) = pingpong(&ns, "addr", &args, &[("URXE_ADDR", "127.42.0.1")]);
+    let (s, c) = pingpong(&ns, &args, &[("URXE_ADDR", "127.42.0.1")]);
     for out in [&s, &c] {
         assert_eq!(rows(out), vec![("4k".to_string(), 10, "=10".to_string())], "{out}");
     }
@@ -296,25 +236,24 @@ fn the_interface_address_libfabric_lists_reaches_this_hosts_urxe() {
     // another address of this host loops back to it, as in the kernel's CM.
     let ns = Netns::new("iface", false);
     let _serial = heavy_lock();
-    // An rdma_cm listener shows nowhere a test could watch: a client that came too early is
-    // refused (REJ 8) and the pair runs again, at most 5 times.
-    for attempt in 1..=5 {
-        let mut srv =
-            Server::start(ns.cmd("rping", &["-s", "-a", "10.42.0.1", "-p", "7390", "-C", "20", "-v", "-V"]), "iface");
-        thread::sleep(Duration::from_millis(1000 * attempt));
+    let srv = serve(ns.cmd("rping", &["-s", "-a", "10.42.0.1", "-p", "7390", "-C", "20", "-v", "-V"]), TIMEOUT);
+    // An rdma_cm listener shows nowhere a test could watch: a client that comes before the
+    // server listens is refused (REJ 8) and tries again, at most 10 times.
+    let mut attempt = 0;
+    let c = loop {
+        attempt += 1;
+        thread::sleep(Duration::from_millis(500));
         let c = run_bounded(
             &mut ns.cmd("rping", &["-c", "-a", "10.42.0.1", "-p", "7390", "-C", "20", "-v", "-V"]),
             TIMEOUT,
         )
         .expect("start rping client");
-        if !c.success() && c.all().contains("REJECTED, error 8") && attempt < 5 {
-            eprintln!("attempt {attempt}: refused (server not listening yet)\n{c}");
-            let _ = srv.child.kill();
-            continue;
+        if c.success() || !c.all().contains("REJECTED, error 8") || attempt == 10 {
+            break c;
         }
-        let (s, c) = finish_pair(srv, c);
-        assert_eq!(c.stdout.matches("ping data: rdma-ping-").count(), 20, "{c}");
-        assert!(s.stdout.contains("server ping data: rdma-ping-19"), "{s}");
-        return;
-    }
+        eprintln!("attempt {attempt}: refused (the server does not listen yet)\n{c}");
+    };
+    let (s, c) = finish_pair(srv, c);
+    assert_eq!(c.stdout.matches("ping data: rdma-ping-").count(), 20, "{c}");
+    assert!(s.stdout.contains("server ping data: rdma-ping-19"), "{s}");
 }
