@@ -4,6 +4,7 @@ set -euo pipefail
 PKGS=(gcc libc6-dev libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers perftest rdmacm-utils rdma-core
       python3-pyverbs tshark tcpdump nftables iperf3 sockperf iproute2 valgrind
       ucx-utils openmpi-bin libopenmpi-dev util-linux iptables libnetfilter-queue-dev)
+PKGS+=(libfabric-bin)  # fi_info, fi_pingpong (tests/libfabric.rs)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

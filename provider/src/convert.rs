@@ -765,6 +765,16 @@ mod tests {
     }
 
     #[test]
+    fn cq_sized_as_ofi_rxm_asks_by_default_is_accepted() {
+        // libfabric 1.17's ofi_rxm opens one verbs CQ of (rx + tx) * universe size entries
+        // ((128 + 128) * 1024 by default) and does not consult max_cqe; rxe's 32767 refuses it.
+        let l = Limits::default();
+        let mut a: ibv_cq_init_attr_ex = zero();
+        a.cqe = (128 + 128) * 1024;
+        assert_eq!(cq_init_attr_check(&a, &l, 1), Ok(a.cqe));
+    }
+
+    #[test]
     fn srq_attr_checks() {
         let l = Limits::default();
         let ok = ibv_srq_attr { max_wr: 10, max_sge: 1, srq_limit: 0 };

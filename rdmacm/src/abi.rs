@@ -180,6 +180,7 @@ pub struct rdma_cm_event {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct rdma_addrinfo {
     pub ai_flags: c_int,
     pub ai_family: c_int,

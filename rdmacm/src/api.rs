@@ -262,6 +262,15 @@ fn is_local(ip: IpAddr) -> bool {
     ip.is_unspecified() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
+/// True if a connection to `dst` is one to this host's urxe at `dev_addr` (see resolve_addr):
+/// the device is on loopback (zero-config or a loopback URXE_ADDR), `dst` is a loopback
+/// address, or another address of this host of the same family, and nothing holds UDP 4791
+/// on it.
+fn this_hosts_urxe(dst: IpAddr, dev_addr: IpAddr) -> bool {
+    let here = dst.is_loopback() || (dst.is_ipv4() == dev_addr.is_ipv4() && !dst.is_unspecified() && is_local(dst));
+    here && dev_addr.is_loopback() && !roce_port_held(dst)
+}
+
 fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
     let k = id as usize;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
@@ -325,12 +334,10 @@ fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -
     // device, is this host's urxe: every process of a user shares the device address (the
     // zero-config group, docs/DESIGN.md), so that is where the peer's QP1 is (`rping -c -a
     // 127.0.0.1` reaches `rping -s` of the same user). A loopback address that another urxe
-    // group (URXE_ADDR) or kernel rxe holds is left as it is.
-    let dst = if dst.ip().is_loopback() && dev_addr.is_loopback() && !roce_port_held(dst.ip()) {
-        SocketAddr::new(dev_addr, dst.port())
-    } else {
-        dst
-    };
+    // group (URXE_ADDR) or kernel rxe holds is left as it is. The same holds for the other
+    // addresses of this host (the kernel's CM loops a local destination back too): libfabric
+    // lists urxe0 under every interface address, since rdma_bind_addr takes any local one.
+    let dst = if this_hosts_urxe(dst.ip(), dev_addr) { SocketAddr::new(dev_addr, dst.port()) } else { dst };
     let st = lib.id(id)?;
     st.dst = Some(dst);
     st.src = Some(SocketAddr::new(dev_addr, port));

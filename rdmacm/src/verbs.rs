@@ -153,6 +153,8 @@ pub mod qp_type {
     pub const RC: i32 = 2;
     pub const UC: i32 = 3;
     pub const UD: i32 = 4;
+    pub const XRC_SEND: i32 = 9;
+    pub const XRC_RECV: i32 = 10;
 }
 
 pub mod mask {

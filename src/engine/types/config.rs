@@ -45,7 +45,10 @@ impl Default for Limits {
             max_sge_rd: 32,
             max_inline_data: 512,
             max_cq: 0x10000,
-            max_cqe: (1 << 15) - 1,
+            // Not rxe's (1 << 15) - 1, a kernel memory bound: libfabric's ofi_rxm sizes its CQ
+            // for 1024 peers ((128 + 128) * 1024 entries by default) without looking at
+            // max_cqe; ConnectX reports (1 << 22) - 1. A CQ's ring is this process's memory.
+            max_cqe: (1 << 22) - 1,
             max_mr: 0x10000,
             max_mr_size: u64::MAX,
             max_pd: 0x10000,
