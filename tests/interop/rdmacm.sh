@@ -7,7 +7,8 @@
 # ib_send_bw -R, ib_read_lat -R, and rping with 5 % random loss on the bridge (both ways,
 # CM MADs included). Every case is captured on the bridge; the capture must pass `urxe check`
 # and hold the CM exchange of the case (RC: REQ, REP, RTU, DREQ, DREP; UD: SIDR_REQ, SIDR_REP),
-# decoded by `urxe check`, from both sides.
+# decoded by `urxe check`, from both sides (with loss the DREP may be the lost packet: there the
+# DREQ is required, the DREP is not; the DREQ is retried, a lost DREP ends in timewait).
 #
 # usage: rdmacm.sh [-o OUTDIR] [-s CASE,CASE]    exit status: 0 = every case passed
 # env: URXE_LIB_DIR (<repo>/target/urxe/lib), URXE_CHECK (<repo>/target/release/urxe),
@@ -65,7 +66,7 @@ CASES=(
   "udaddy|udaddy -b SELF -c 2 -C 10|udaddy -s PEER -c 2 -C 10|SIDR_REQ SIDR_REP|0"
   "send_bw_R|ib_send_bw -R -d DEV -F -n 2000|ib_send_bw -R -d DEV -F -n 2000 PEER|REQ REP RTU|0"
   "read_lat_R|ib_read_lat -R -d DEV -F -n 1000|ib_read_lat -R -d DEV -F -n 1000 PEER|REQ REP RTU|0"
-  "rping_loss|rping -s -a SELF -v -V -C 50|rping -c -a PEER -v -V -C 50|REQ REP RTU DREQ DREP|5"
+  "rping_loss|rping -s -a SELF -v -V -C 50|rping -c -a PEER -v -V -C 50|REQ REP RTU DREQ|5"
 )
 
 # cmd SIDE TEMPLATE PEER: the template for SIDE (urxe | rxe).
