@@ -9,7 +9,9 @@ use crate::rdmacm_export;
 use crate::verbs::*;
 use libc::{c_char, c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::ptr;
+use std::sync::Arc;
 use urxe::cm::{reject, sidr_status, State};
 use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
 
@@ -53,12 +55,21 @@ rdmacm_export! {
 }
 
 /// Takes the next event of a channel: blocks unless its fd is O_NONBLOCK (then EAGAIN).
+///
+/// A channel destroyed while a thread waits here is what the kernel's does to a thread blocked
+/// in librdmacm's read of the ucma file: that thread keeps waiting (the file stays open under
+/// it) and no event ever comes; it does not return an error. rping relies on it: its CM thread
+/// waits for the next event while `main` destroys the ID and the channel and returns, and an
+/// error there would make the thread `exit(-1)` first. So the waiter keeps blocking on the
+/// channel's (still open, never again written) eventfd, taking no CPU; a non-blocking channel
+/// gives EAGAIN.
 fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
+    let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
     loop {
-        let fd = lock().channels.get(&ch).map(|c| c.fd).ok_or(libc::EINVAL)?;
         let mut v = 0u64;
-        // SAFETY: an 8-byte read into a local u64 from the channel's eventfd.
-        let n = unsafe { libc::read(fd, &mut v as *mut u64 as *mut c_void, 8) };
+        // SAFETY: an 8-byte read into a local u64 from the channel's eventfd, which `fd` keeps
+        // open.
+        let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut c_void, 8) };
         if n < 0 {
             match crate::export_errno() {
                 libc::EINTR => continue,
@@ -66,8 +77,10 @@ fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
             }
         }
         let mut lib = lock();
-        // A count without an event (one taken by a destroy or a migration): read again.
-        if let Some(mut b) = lib.channels.get_mut(&ch).and_then(|c| c.queue.pop_front()) {
+        // A count without an event (one taken by a destroy or a migration): read again. The
+        // same key may name a newer channel: only this channel's own queue counts.
+        let same = |c: &&mut Channel| Arc::ptr_eq(&c.fd, &fd);
+        if let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.queue.pop_front()) {
             crate::mcast::on_retrieved(&mut lib, &mut b);
             let p = Box::into_raw(b);
             lib.outstanding.insert(p as usize);
@@ -80,6 +93,7 @@ fn ack(ev: usize) -> Result<(), i32> {
     if !lock().outstanding.remove(&ev) {
         return Err(libc::EINVAL);
     }
+    notify_acked();
     // SAFETY: `ev` came from Box::into_raw in get_event and was outstanding until now.
     drop(unsafe { Box::from_raw(ev as *mut EventBox) });
     Ok(())
@@ -200,9 +214,35 @@ rdmacm_export! {
     }
 }
 
+/// How long `rdma_destroy_id` waits for another thread to acknowledge the ID's events.
+const DESTROY_WAITS_FOR_ACKS: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     let k = key(id)?;
-    let mut lib = lock();
+    let lib = lock();
+    if !lib.ids.contains_key(&k) {
+        return Err(libc::EINVAL);
+    }
+    // As librdmacm: the ID goes once every event reported for it (its own, or a
+    // CONNECT_REQUEST on a listener) is acknowledged, so a CM thread still handling one (rping's
+    // DISCONNECTED) finishes with it before the caller goes on to destroy the channel. A
+    // synchronous ID's own pending event is acknowledged here. librdmacm waits forever; a
+    // program that never acknowledges is not left hanging: after DESTROY_WAITS_FOR_ACKS the ID
+    // goes anyway (URXE_TRACE=1 says so).
+    // SAFETY: `id` is a live ID box (it is in `ids`).
+    let own = unsafe { (*id).event } as usize;
+    let (mut lib, acked) = wait_acked(lib, DESTROY_WAITS_FOR_ACKS, |lib| {
+        !lib.outstanding.iter().any(|&b| {
+            // SAFETY: outstanding boxes are live until acked, which needs the lock we hold.
+            let ev = unsafe { &(*(b as *const EventBox)).ev };
+            // A CONNECT_REQUEST counts on its listener (the new ID may go before its ack).
+            b != own && ((ev.id == id && ev.listen_id.is_null()) || ev.listen_id == id)
+        })
+    });
+    if !acked && crate::export::traced() {
+        eprintln!("urxe: rdma_destroy_id: events of the ID still unacknowledged after {DESTROY_WAITS_FOR_ACKS:?}; destroying it anyway");
+    }
+    // Another thread may have destroyed it while we waited.
     let st = lib.ids.remove(&k).ok_or(libc::EINVAL)?;
     if let Some(c) = st.comm {
         if let Some(cm) = lib.cm.as_mut() {
@@ -702,7 +742,7 @@ rdmacm_export! {
                 c.queue.push_back(b);
                 let one: u64 = 1;
                 // SAFETY: an 8-byte write from a local to the channel's eventfd.
-                unsafe { libc::write(c.fd, &one as *const u64 as *const c_void, 8) };
+                unsafe { libc::write(c.fd.as_raw_fd(), &one as *const u64 as *const c_void, 8) };
             }
         }
         if was_sync && old != new {

@@ -19,8 +19,9 @@ use crate::verbs::*;
 use libc::{c_int, c_void};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use urxe::cm::{
     reject, sidr_status, AcceptParams, Cm, CmConfig, CmEvent, CmPath, CommId, ConnectParams, Nanos, ReqInfo,
 };
@@ -46,7 +47,10 @@ pub struct EventBox {
 }
 
 pub struct Channel {
-    pub fd: c_int,
+    /// The eventfd, shared with the threads waiting in `rdma_get_cm_event`: a channel destroyed
+    /// under a waiter keeps its file open until that waiter returns, so its fd number is never
+    /// read after another open reused it.
+    pub fd: Arc<OwnedFd>,
     pub queue: VecDeque<Box<EventBox>>,
 }
 
@@ -168,8 +172,11 @@ pub struct Lib {
 // they are removed from it.
 unsafe impl Send for Lib {}
 
+static LIB: OnceLock<Mutex<Lib>> = OnceLock::new();
+/// Signalled by every `rdma_ack_cm_event` (see [`wait_acked`]).
+static ACKED: Condvar = Condvar::new();
+
 pub fn lock() -> MutexGuard<'static, Lib> {
-    static LIB: OnceLock<Mutex<Lib>> = OnceLock::new();
     let m = LIB.get_or_init(|| {
         let seed = now() ^ u64::from(std::process::id()) << 32;
         Mutex::new(Lib {
@@ -188,6 +195,30 @@ pub fn lock() -> MutexGuard<'static, Lib> {
     // A panic under the lock is caught at the C boundary; the maps stay consistent (no
     // invariant spans a panic point), so keep serving rather than poisoning every call.
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Tells [`wait_acked`] waiters that an event was acknowledged.
+pub fn notify_acked() {
+    ACKED.notify_all();
+}
+
+/// Waits (releasing the lock) until `done` holds or `limit` passes; true if it holds.
+pub fn wait_acked(
+    mut lib: MutexGuard<'static, Lib>,
+    limit: std::time::Duration,
+    mut done: impl FnMut(&Lib) -> bool,
+) -> (MutexGuard<'static, Lib>, bool) {
+    let end = std::time::Instant::now() + limit;
+    loop {
+        if done(&lib) {
+            return (lib, true);
+        }
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return (lib, false);
+        }
+        lib = ACKED.wait_timeout(lib, left).unwrap_or_else(|e| e.into_inner()).0;
+    }
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the timerfd's clock).
@@ -384,19 +415,19 @@ impl Lib {
         if fd < 0 {
             return Err(crate::export_errno());
         }
+        // SAFETY: a new fd that nothing else owns.
+        let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let ch = Box::into_raw(Box::new(rdma_event_channel { fd }));
-        self.channels.insert(ch as usize, Channel { fd, queue: VecDeque::new() });
+        self.channels.insert(ch as usize, Channel { fd: owned, queue: VecDeque::new() });
         Ok(ch)
     }
 
-    /// Drops a channel with its queued events and closes its fd.
+    /// Drops a channel with its queued events; its fd closes once no thread waits on it.
     pub fn free_channel(&mut self, ch: usize) {
         if let Some(c) = self.channels.remove(&ch) {
-            // SAFETY: the fd is the channel's own eventfd; the box came from new_channel.
-            unsafe {
-                libc::close(c.fd);
-                drop(Box::from_raw(ch as *mut rdma_event_channel));
-            }
+            drop(c);
+            // SAFETY: the box came from new_channel and is freed once, here.
+            unsafe { drop(Box::from_raw(ch as *mut rdma_event_channel)) };
         }
     }
 
@@ -429,7 +460,7 @@ impl Lib {
         c.queue.push_back(b);
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a local u64 to our eventfd.
-        unsafe { libc::write(c.fd, &one as *const u64 as *const c_void, 8) };
+        unsafe { libc::write(c.fd.as_raw_fd(), &one as *const u64 as *const c_void, 8) };
     }
 
     // ---- driving the CM -------------------------------------------------------------------

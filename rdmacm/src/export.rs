@@ -14,7 +14,7 @@ pub fn set_errno(e: i32) {
     unsafe { *libc::__errno_location() = e };
 }
 
-fn traced() -> bool {
+pub(crate) fn traced() -> bool {
     static T: OnceLock<bool> = OnceLock::new();
     *T.get_or_init(|| std::env::var_os("URXE_TRACE").is_some_and(|v| v != "0"))
 }

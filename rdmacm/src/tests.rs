@@ -124,6 +124,68 @@ fn channel_fd_is_readable_exactly_while_events_are_queued_and_honours_nonblock()
 }
 
 #[test]
+fn a_waiter_on_a_channel_destroyed_under_it_keeps_waiting_as_the_kernels_does() {
+    // rping's CM thread waits for the next event while main destroys the ID and the channel
+    // and returns: the waiter must not come back with an error (rping would exit(-1) first).
+    // SAFETY: our channel and ID; the channel pointer is only used as a key after the destroy.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        let id = new_id(ch);
+        // An event dropped with its ID leaves a count without an event on the eventfd.
+        lock().post(id as usize, 0, event::ESTABLISHED, 0, |_| {});
+        assert_eq!(rdma_destroy_id(id), 0);
+        let key = ch as usize;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ev = ptr::null_mut();
+            let _ = tx.send(rdma_get_cm_event(key as *mut rdma_event_channel, &mut ev));
+        });
+        let r = rx.recv_timeout(std::time::Duration::from_millis(200));
+        assert!(r.is_err(), "the waiter returned {r:?} with no event queued");
+        // Woken by a new event, it finds its channel destroyed before it could take the lock
+        // (rping: the DREP's DISCONNECTED lands as main destroys the ID and the channel).
+        let id2 = new_id(ch);
+        {
+            let mut lib = lock();
+            lib.post(id2 as usize, 0, event::DISCONNECTED, 0, |_| {});
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            lib.ids.get_mut(&(id2 as usize)).unwrap().channel = 0;
+            lib.free_channel(key);
+        }
+        let r = rx.recv_timeout(std::time::Duration::from_millis(300));
+        assert!(r.is_err(), "the waiter returned {r:?} from a destroyed channel");
+        assert_eq!(rdma_destroy_id(id2), 0);
+        // Calls after the destroy are refused.
+        let mut ev = ptr::null_mut();
+        fails_with(rdma_get_cm_event(ch, &mut ev), libc::EINVAL);
+    }
+}
+
+#[test]
+fn destroy_id_waits_for_another_threads_ack_of_its_events() {
+    // SAFETY: our channel, ID and event; the event is acked by the other thread only.
+    unsafe {
+        let ch = rdma_create_event_channel();
+        let id = new_id(ch);
+        lock().post(id as usize, 0, event::DISCONNECTED, 0, |_| {});
+        let mut ev = ptr::null_mut();
+        assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
+        let evk = ev as usize;
+        let acker = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let acked_at = std::time::Instant::now();
+            assert_eq!(rdma_ack_cm_event(evk as *mut rdma_cm_event), 0);
+            acked_at
+        });
+        assert_eq!(rdma_destroy_id(id), 0);
+        let done = std::time::Instant::now();
+        let acked_at = acker.join().unwrap();
+        assert!(done >= acked_at, "rdma_destroy_id returned before the event was acked");
+        assert_eq!(rdma_destroy_event_channel(ch), 0);
+    }
+}
+
+#[test]
 fn migrate_id_moves_queued_events_to_the_new_channel() {
     // SAFETY: our channels, ID and events.
     unsafe {
