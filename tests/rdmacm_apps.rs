@@ -291,12 +291,44 @@ fn msg_mr_write_read_verified_byte_for_byte_under_asan() {
     }
 }
 
+/// An rsockets pair (rstream or riostream, Debian's) with the same test options on both
+/// sides; each side prints its one result line ("custom", the -S/-C/-I test).
+fn rsockets_pair(prog: &str, port: &str, opts: &[&str]) {
+    let mut args = vec!["-p", port];
+    args.extend_from_slice(opts);
+    let mut cargs = vec!["-s", SERVER_ADDR];
+    cargs.extend_from_slice(&args);
+    let (s, c) = pair(prog, &args, prog, &cargs, true);
+    for o in [&s, &c] {
+        assert_contains(o, "custom");
+        assert_lacks(o, "failed");
+    }
+}
+
 #[test]
-fn rsockets_fail_cleanly_until_implemented() {
-    let _serial = heavy_lock();
-    let out = run_bounded(&mut cmd(tool("rstream"), CLIENT_ADDR, &["-s", SERVER_ADDR]), TIMEOUT).unwrap();
-    assert!(!out.success() && out.signal().is_none(), "rstream must fail without crashing\n{out}");
-    assert_contains(&out, "rsocket failed: Operation not supported");
+fn rstream_blocking_ping_pong_and_stream_verified() {
+    // -T b: blocking with MSG_WAITALL; -T v: every byte checked against the sender's pattern.
+    rsockets_pair("rstream", "7321", &["-T", "b", "-T", "v", "-S", "64", "-C", "1", "-I", "1000"]);
+    // 1 MB transfers through the 1 MiB receive ring: wraps, partial grants, SGL updates.
+    rsockets_pair("rstream", "7322", &["-T", "b", "-T", "v", "-S", "1000000", "-C", "40"]);
+}
+
+#[test]
+fn rstream_non_blocking_and_async_verified() {
+    // -T n: MSG_DONTWAIT, retried on EAGAIN; -T a: rpoll before every call (also the
+    // non-blocking connect: rconnect EINPROGRESS, rpoll POLLOUT, SO_ERROR).
+    rsockets_pair("rstream", "7323", &["-T", "n", "-T", "v", "-S", "4096", "-C", "2000"]);
+    rsockets_pair("rstream", "7324", &["-T", "a", "-T", "n", "-T", "v", "-S", "100000", "-C", "100"]);
+    rsockets_pair("rstream", "7325", &["-T", "a", "-T", "v", "-S", "64", "-C", "1", "-I", "500"]);
+}
+
+#[test]
+fn riostream_riomap_and_riowrite_blocking_and_non_blocking() {
+    // The server riomaps its buffer; the client riowrites into it and rsends a byte after
+    // each transfer, which the server waits for.
+    rsockets_pair("riostream", "7326", &["-T", "b", "-S", "1000000", "-C", "40"]);
+    rsockets_pair("riostream", "7327", &["-T", "n", "-S", "4096", "-C", "1", "-I", "1000"]);
+    rsockets_pair("riostream", "7328", &["-T", "a", "-S", "65536", "-C", "200"]);
 }
 
 #[test]

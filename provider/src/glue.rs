@@ -122,7 +122,7 @@ pub fn poll_cq(dev: &UrxeDevice, cq: CqId, out: &mut [WorkCompletion]) -> VerbRe
     transport(dev)?.poll_cq(cq, out).map_err(errno)
 }
 pub fn req_notify_cq(dev: &UrxeDevice, cq: CqId, solicited_only: bool) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.req_notify_cq(cq, solicited_only)).map_err(errno)
+    transport(dev)?.req_notify_cq(cq, solicited_only).map_err(errno)
 }
 /// Returns the QPN and the granted capacities.
 pub fn create_qp(dev: &UrxeDevice, attr: &QpInitAttr) -> VerbResult<(Qpn, QpCap)> {

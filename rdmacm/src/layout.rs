@@ -34,6 +34,24 @@ pub fn layout_report() -> String {
         hop_limit: u8, traffic_class: u8, reversible: i32, numb_path: u8, pkey: u16, sl: u8,
         mtu_selector: u8, mtu: u8, rate_selector: u8, rate: u8, packet_life_time_selector: u8,
         packet_life_time: u8, preference: u8]);
+    {
+        use crate::rsockets::dp::*;
+        ty!(o, ibv_sge, "struct ibv_sge", [addr: u64, length: u32, lkey: u32]);
+        ty!(o, ibv_send_wr, "struct ibv_send_wr", [wr_id: u64, next: *mut ibv_send_wr, sg_list: *mut ibv_sge,
+            num_sge: i32, opcode: i32, send_flags: u32, imm_data: u32]);
+        // The `wr.rdma` view of the header's `wr` union.
+        for (c, off, size) in [
+            ("wr.rdma.remote_addr", offset_of!(ibv_send_wr, remote_addr), 8),
+            ("wr.rdma.rkey", offset_of!(ibv_send_wr, rkey), 4),
+        ] {
+            let _ = writeln!(o, "field struct ibv_send_wr|{c} off {off} size {size}");
+        }
+        ty!(o, ibv_recv_wr, "struct ibv_recv_wr", [wr_id: u64, next: *mut ibv_recv_wr, sg_list: *mut ibv_sge, num_sge: i32]);
+        ty!(o, ibv_wc, "struct ibv_wc", [wr_id: u64, status: i32, opcode: i32, vendor_err: u32, byte_len: u32,
+            imm_data: u32, qp_num: u32, src_qp: u32, wc_flags: u32, pkey_index: u16, slid: u16, sl: u8,
+            dlid_path_bits: u8]);
+        ty!(o, ibv_comp_channel, "struct ibv_comp_channel", [context: *mut libc::c_void, fd: i32, refcnt: i32]);
+    }
     ty!(o, ibv_ece, "struct ibv_ece", [vendor_id: u32, options: u32, comp_mask: u32]);
     ty!(o, rdma_ib_addr, "struct rdma_ib_addr", [sgid: ibv_gid, dgid: ibv_gid, pkey: u16]);
     ty!(o, rdma_addr, "struct rdma_addr", [src_storage: libc::sockaddr_storage, dst_storage: libc::sockaddr_storage]);

@@ -10,7 +10,7 @@
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
 //! thread, CM events → rdma_cm events), [`forward`] (CM requests for another process of the
 //! shared address), [`api`] (the rdma_cm calls), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
-//! (multicast joins), [`rsockets`] (the r* calls: not implemented yet, clean errors).
+//! (multicast joins), [`rsockets`] (the r* calls: stream rsockets on rdma-core's wire protocol).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -247,7 +247,22 @@ fn getaddrinfo_gives_rc_over_the_tcp_port_space_and_passive_sources() {
 }
 
 #[test]
-fn rsockets_fail_with_eopnotsupp() {
-    assert_eq!(crate::rsockets::rsocket(), -1);
-    assert_eq!(errno(), libc::EOPNOTSUPP);
+fn rsockets_refuse_what_they_do_not_provide_with_errno() {
+    use crate::rsockets::*;
+    // SAFETY: plain integer arguments; NULL pointers where the calls must refuse them.
+    unsafe {
+        assert_eq!(rsocket(libc::AF_INET, libc::SOCK_DGRAM, 0), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(rsocket(libc::AF_UNIX, libc::SOCK_STREAM, 0), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        assert_eq!(rsocket(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_UDP), -1);
+        assert_eq!(errno(), libc::EOPNOTSUPP);
+        // A number that is no rsocket.
+        assert_eq!(rsend(-1, ptr::null(), 0, 0), -1);
+        assert_eq!(errno(), libc::EBADF);
+        assert_eq!(rclose(1_000_000), -1);
+        assert_eq!(errno(), libc::EBADF);
+        assert_eq!(riowrite(-5, ptr::null(), 0, 0, 0), usize::MAX);
+        assert_eq!(errno(), libc::EBADF);
+    }
 }

@@ -283,6 +283,21 @@ impl Device {
         r
     }
 
+    /// Arms CQ `cq` for its next completion event (`ibv_req_notify_cq`). The application is
+    /// about to wait for that event (in `ibv_get_cq_event` or poll(2) on the channel) instead of
+    /// polling: packet arrivals must wake the progress thread again even if the empty polls
+    /// before (a short spin, as rsockets and UCX do before they sleep) had disarmed them, or
+    /// the event would wait for the thread's next re-arm check (`pacing::REARM_AFTER_NS`).
+    pub fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<(), Error> {
+        let r = self.control(|en, _| en.req_notify_cq(cq, solicited_only));
+        if r.is_ok() {
+            let sig = &self.hub.signals;
+            sig.app_waits();
+            sig.set_rx_armed(true);
+        }
+        r
+    }
+
     /// The data-path poll: receives and progresses the device in the caller's thread, then reads
     /// up to `out.len()` completions of CQ `cq` into `out` and returns how many.
     ///

@@ -310,6 +310,12 @@ impl Signals {
         self.poll_active_at.store(now.max(1), Ordering::Release);
     }
 
+    /// An application thread armed a CQ for an event at `now`: it is about to wait for the
+    /// event rather than poll, so its earlier polls no longer excuse the doorbell.
+    pub(super) fn app_waits(&self) {
+        self.poll_active_at.store(0, Ordering::Release);
+    }
+
     /// How long since an application thread last polled or posted.
     pub(super) fn app_away_for(&self, now: Nanos) -> u64 {
         now.saturating_sub(self.app_active_at.load(Ordering::Acquire))
