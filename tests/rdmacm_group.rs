@@ -120,6 +120,26 @@ impl Drop for Peer {
     }
 }
 
+/// Waits (at most 10 s) until every thread of `p` is stopped (state T in /proc).
+fn stopped(p: &Peer) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dir = format!("/proc/{}/task", p.pid());
+        let all_stopped = std::fs::read_dir(&dir).map(|d| {
+            d.filter_map(|e| e.ok()).all(|e| {
+                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+                // The state follows the parenthesised command name.
+                stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
+            })
+        });
+        if all_stopped.unwrap_or(false) {
+            return;
+        }
+        assert!(Instant::now() < end, "{} did not stop after SIGSTOP", p.name);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn signal(p: &Peer, sig: i32) {
     // SAFETY: as in Drop.
     assert_eq!(unsafe { libc::kill(p.pid(), sig) }, 0);
@@ -164,6 +184,9 @@ fn stray_default_slot_race(tag: &str, addr: &'static str, client_addr: &'static 
     let mut client = Peer::start_ps("client", "client", client_addr, addr, &dir, port + 1, ps);
     client.expect("resolved", 30);
     signal(&stray, libc::SIGSTOP);
+    // SIGSTOP takes effect asynchronously: on a loaded machine the stray could still read the
+    // REQ (and drop it as not for it) if the client went at once.
+    stopped(&stray);
     // The REQ, for a port nobody listens on yet, goes to the stopped default slot.
     client.go();
     let end = Instant::now() + Duration::from_secs(10);

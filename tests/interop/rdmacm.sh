@@ -4,8 +4,9 @@
 #   hs: urxe (netns, 10.77.0.1) is the server / passive side, the rxe VM (10.77.0.2) the client;
 #   vs: the rxe VM is the server, urxe the client.
 # Scenarios: rping (data validated, -V), ucmatose (RC, 2 connections), udaddy (UD: SIDR),
-# ib_send_bw -R, ib_read_lat -R, and rping with 5 % random loss on the bridge (both ways,
-# CM MADs included). Every case is captured on the bridge; the capture must pass `urxe check`
+# ib_send_bw -R, ib_read_lat -R, rping with 5 % random loss on the bridge (both ways, CM MADs
+# included), and rsockets: rstream (-T v: data verified) and riostream (riomap/riowrite), urxe's
+# rsockets against Debian's librdmacm's on the wire. Every case is captured on the bridge; the capture must pass `urxe check`
 # and hold the CM exchange of the case (RC: REQ, REP, RTU, DREQ, DREP; UD: SIDR_REQ, SIDR_REP),
 # decoded by `urxe check`, from both sides (with loss the DREP may be the lost packet: there the
 # DREQ is required, the DREP is not; the DREQ is retried, a lost DREP ends in timewait).
@@ -67,6 +68,8 @@ CASES=(
   "send_bw_R|ib_send_bw -R -d DEV -F -n 2000|ib_send_bw -R -d DEV -F -n 2000 PEER|REQ REP RTU|0"
   "read_lat_R|ib_read_lat -R -d DEV -F -n 1000|ib_read_lat -R -d DEV -F -n 1000 PEER|REQ REP RTU|0"
   "rping_loss|rping -s -a SELF -v -V -C 50|rping -c -a PEER -v -V -C 50|REQ REP RTU DREQ|5"
+  "rstream|rstream -b SELF -p 7471 -T v -S 65536 -C 64|rstream -s PEER -p 7471 -T v -S 65536 -C 64|REQ REP RTU|0"
+  "riostream|riostream -b SELF -p 7472 -S 65536 -C 64|riostream -s PEER -p 7472 -S 65536 -C 64|REQ REP RTU|0"
 )
 
 # cmd SIDE TEMPLATE PEER: the template for SIDE (urxe | rxe).

@@ -54,7 +54,8 @@ const RS_CONN_FLAG_NET: u8 = 1;
 const RS_CONN_FLAG_IOMAP: u8 = 2;
 const CONN_DATA_LEN: usize = 40;
 const SGE_LEN: usize = 16;
-const IOMAP_LEN: usize = 32;
+/// `sizeof(struct rs_iomap)`: a u64 offset and an `rs_sge`.
+const IOMAP_LEN: usize = 24;
 const RECV_FLAG: u64 = 1 << 63;
 
 const DEF_INLINE: u16 = 64;
@@ -918,6 +919,8 @@ struct RsIomapRaw {
     offset: u64,
     sge: RsSgeRaw,
 }
+
+const _: () = assert!(std::mem::size_of::<RsIomapRaw>() == IOMAP_LEN && std::mem::size_of::<RsSgeRaw>() == SGE_LEN);
 
 struct TakenEvent {
     event: c_int,

@@ -4,7 +4,7 @@
 # kernel unpacks both), cached in $IX_RUN/cm-cache; setup.sh's image stays as it is.
 #
 # needs: BASE_CACHE (setup.sh's cache), IX_RUN, die, say; sets CM_CACHE.
-CM_TOOLS="mckey rping ucmatose udaddy"
+CM_TOOLS="mckey rping ucmatose udaddy rstream riostream"
 CM_CACHE=$IX_RUN/cm-cache
 
 cm_image_build() {
