@@ -550,6 +550,12 @@ fn c_remote_invalidation_and_index_checks() {
         "modify_qp_port_2_einval",
         "modify_qp_pkey_index_1_einval",
         "query_gid_index_past_table_einval",
+        "gid_table_has_16_slots",
+        "gid_table_has_4_entries",
+        "query_gid_empty_entry_zero_gid",
+        "query_gid_ex_empty_entry_enodata",
+        "create_ah_empty_gid_entry_einval",
+        "create_ah_last_gid_index_ok",
         "query_pkey_index_1_einval",
         "mr_keys_carry_random_bits",
     ] {

@@ -1229,6 +1229,7 @@ constants! {
 }
 
 /// `enum ibv_gid_type_sysfs` (rdma-core private driver.h): what `ibv_query_gid_type` reports.
+pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: u32 = 0;
 pub const IBV_GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
 /// Port width/speed codes as ibv_devinfo decodes them (IB PortInfo encoding; no header enum).
 pub const IB_WIDTH_4X: u8 = 2;

@@ -36,7 +36,14 @@ pub const DEVICE_NAME: &str = "urxe0";
 /// rxe's vendor id (IEEE "unassigned"), never Mellanox 0x02c9 or Amazon 0x1d0f: perftest and
 /// the rdma-core tests would switch to mlx5dv/efadv paths.
 pub const VENDOR_ID: u32 = 0x00ff_ffff;
-pub const GID_TABLE_LEN: u32 = 4;
+/// The port's `gid_tbl_len`: 16 slots, as a device whose table has room beyond the entries
+/// its addresses fill (rxe: 1024, ConnectX: 255). Only the first [`GID_ENTRIES`] are populated;
+/// the rest are empty as on the kernel's devices (`ibv_query_gid` gives a zero GID,
+/// `ibv_query_gid_ex` ENODATA, an AH or QP path naming one EINVAL).
+pub const GID_TABLE_LEN: u32 = 16;
+/// The populated GID entries: indices 0–3 all hold the device's RoCE v2 GID, so both the rxe
+/// habit (`-g 1`) and the mlx5 one (`-x 3`) work.
+pub const GID_ENTRIES: u32 = 4;
 pub const PORT_NUM: u8 = 1;
 pub const PKEY_DEFAULT: u16 = 0xffff;
 /// Device capability flags: what rxe advertises, less IBV_DEVICE_AUTO_PATH_MIG (urxe has no

@@ -159,11 +159,11 @@ pub fn recv_wr_from_c<'a>(wr: &ibv_recv_wr, sges: &[ibv_sge], buf: &'a mut [Sge;
 }
 
 /// `ibv_ah_attr` -> engine. RoCE needs the GRH (`is_global`), as rxe, and its source GID
-/// index must name an entry of the port's GID table (EINVAL otherwise, as the kernel's
+/// index must name a populated entry of the port's GID table (EINVAL otherwise, as the kernel's
 /// `rdma_check_ah_attr`/GID lookup). The AV's `port_num` is checked where the verb uses it
 /// (`ibv_create_ah`; `ibv_modify_qp` takes the port from IBV_QP_PORT, as the kernel does).
 pub fn ah_attr_from_c(a: &ibv_ah_attr) -> Result<AhAttr, i32> {
-    if a.is_global == 0 || u32::from(a.grh.sgid_index) >= crate::context::GID_TABLE_LEN {
+    if a.is_global == 0 || u32::from(a.grh.sgid_index) >= crate::context::GID_ENTRIES {
         return Err(EINVAL);
     }
     Ok(AhAttr {
@@ -671,8 +671,10 @@ mod tests {
         let mut c = rtr_attr();
         c.ah_attr.grh.sgid_index = crate::context::GID_TABLE_LEN as u8;
         assert_eq!(qp_attr_from_c(&c, IBV_QP_AV as c_int).unwrap_err(), EINVAL, "sgid_index past the GID table");
-        c.ah_attr.grh.sgid_index = crate::context::GID_TABLE_LEN as u8 - 1;
-        assert!(qp_attr_from_c(&c, IBV_QP_AV as c_int).is_ok(), "last GID table entry");
+        c.ah_attr.grh.sgid_index = crate::context::GID_ENTRIES as u8;
+        assert_eq!(qp_attr_from_c(&c, IBV_QP_AV as c_int).unwrap_err(), EINVAL, "an empty GID entry");
+        c.ah_attr.grh.sgid_index = crate::context::GID_ENTRIES as u8 - 1;
+        assert!(qp_attr_from_c(&c, IBV_QP_AV as c_int).is_ok(), "last populated GID entry");
         // fields outside the mask are not validated
         assert!(qp_attr_from_c(&b, IBV_QP_STATE as c_int).is_ok());
         let mut b = a;

@@ -417,22 +417,27 @@ export! {
         // SAFETY: caller passes a context of ours.
         let u = unsafe { ctx_from(context) }?;
         let out = non_null(gid)?;
-        check_gid(port_num as u32, u32::try_from(index).map_err(|_| libc::EINVAL)?)?;
+        let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
+        check_gid(port_num as u32, index)?;
+        // An empty entry reads as the zero GID (rdma-core's behaviour for ENODATA).
+        let raw = if index < GID_ENTRIES { u.device().info.gid } else { [0; 16] };
         // SAFETY: caller passes a writable ibv_gid.
-        unsafe { out.write(ibv_gid { raw: u.device().info.gid }) };
+        unsafe { out.write(ibv_gid { raw }) };
         Ok(0)
     }
 }
 
 export! {
-    /// rdma-core private `ibv_query_gid_type`: every GID is RoCE v2 (sysfs encoding 1).
+    /// rdma-core private `ibv_query_gid_type`: every populated GID is RoCE v2 (sysfs encoding 1).
     fn ibv_query_gid_type(context: *mut ibv_context, port_num: u8, index: libc::c_uint, gid_type: *mut u32) -> c_int as neg1 {
         // SAFETY: caller passes a context of ours.
         unsafe { ctx_from(context) }?;
         let out = non_null(gid_type)?;
         check_gid(port_num as u32, index)?;
+        // An empty entry reports IB/RoCE v1, as rdma-core does for ENODATA.
+        let t = if index < GID_ENTRIES { IBV_GID_TYPE_SYSFS_ROCE_V2 } else { IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
         // SAFETY: caller passes a writable enum slot.
-        unsafe { out.write(IBV_GID_TYPE_SYSFS_ROCE_V2) };
+        unsafe { out.write(t) };
         Ok(0)
     }
 }
@@ -457,6 +462,9 @@ export! {
             return Err(libc::EINVAL);
         }
         check_gid(port_num, gid_index)?;
+        if gid_index >= GID_ENTRIES {
+            return Err(libc::ENODATA);
+        }
         let e = gid_entry(u.device(), gid_index);
         // SAFETY: the caller's entry is `entry_size` bytes.
         unsafe { copy_prefix(out as *mut u8, entry_size, &e) };
@@ -471,15 +479,15 @@ export! {
             // SAFETY: caller passes a context of ours.
             let u = unsafe { ctx_from(context) }?;
             let out = non_null(entries)?;
-            if flags != 0 || entry_size == 0 || (max_entries as u64) < GID_TABLE_LEN as u64 {
+            if flags != 0 || entry_size == 0 || (max_entries as u64) < GID_ENTRIES as u64 {
                 return Err(libc::EINVAL);
             }
-            for i in 0..GID_TABLE_LEN {
+            for i in 0..GID_ENTRIES {
                 let e = gid_entry(u.device(), i);
                 // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
                 unsafe { copy_prefix((out as *mut u8).add(i as usize * entry_size), entry_size, &e) };
             }
-            Ok(GID_TABLE_LEN as isize)
+            Ok(GID_ENTRIES as isize)
         })();
         r.unwrap_or_else(|e| {
             set_errno(e);

@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 	CHECK(ibv_query_port(ctx, 1, &pa) == 0);
 	CHECK(pa.state == IBV_PORT_ACTIVE && pa.link_layer == IBV_LINK_LAYER_ETHERNET);
 	CHECK(pa.max_mtu == IBV_MTU_4096 && pa.active_mtu == IBV_MTU_4096); /* loopback: 65536 */
-	CHECK(pa.gid_tbl_len == 4 && pa.pkey_tbl_len == 1);
+	CHECK(pa.gid_tbl_len == 16 && pa.pkey_tbl_len == 1);
 	CHECK(ibv_query_port(ctx, 2, &pa) == EINVAL);
 	/* the exported compat entry writes only the 48-byte old struct */
 	unsigned char raw[64];
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 	CHECK(raw[48] == 0xaa && raw[51] == 0xaa);
 	CHECK(((struct ibv_port_attr *)raw)->state == IBV_PORT_ACTIVE);
 
-	/* GIDs: 4 identical RoCE v2 GIDs = ::ffff:<our IPv4> */
+	/* GIDs: 4 identical RoCE v2 GIDs = ::ffff:<our IPv4>, then 12 empty slots */
 	union ibv_gid g0, g;
 	CHECK(ibv_query_gid(ctx, 1, 0, &g0) == 0);
 	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
@@ -118,12 +118,16 @@ int main(int argc, char **argv)
 		CHECK(ibv_query_gid(ctx, 1, i, &g) == 0);
 		CHECK(!memcmp(g.raw, g0.raw, 16));
 	}
-	CHECK(ibv_query_gid(ctx, 1, 4, &g) == -1);
+	static const unsigned char zero[16];
+	CHECK(ibv_query_gid(ctx, 1, 4, &g) == 0 && !memcmp(g.raw, zero, 16));
+	CHECK(ibv_query_gid(ctx, 1, 15, &g) == 0 && !memcmp(g.raw, zero, 16));
+	CHECK(ibv_query_gid(ctx, 1, 16, &g) == -1 && errno == EINVAL);
 	struct ibv_gid_entry ge;
 	CHECK(ibv_query_gid_ex(ctx, 1, 3, &ge, 0) == 0);
 	CHECK(ge.gid_type == IBV_GID_TYPE_ROCE_V2 && ge.gid_index == 3 && ge.port_num == 1);
 	CHECK(!memcmp(ge.gid.raw, g0.raw, 16));
-	CHECK(ibv_query_gid_ex(ctx, 1, 4, &ge, 0) != 0);
+	CHECK(ibv_query_gid_ex(ctx, 1, 4, &ge, 0) == ENODATA);
+	CHECK(ibv_query_gid_ex(ctx, 1, 16, &ge, 0) == EINVAL);
 	struct ibv_gid_entry tbl[8];
 	CHECK(ibv_query_gid_table(ctx, tbl, 8, 0) == 4);
 	CHECK(tbl[2].gid_index == 2 && tbl[2].gid_type == IBV_GID_TYPE_ROCE_V2);

@@ -84,8 +84,8 @@ static void post(struct side *s, int q, uint64_t id, enum ibv_wr_opcode op, size
 		die("ibv_post_send opcode %d", op);
 }
 
-/* Every index a verb takes is checked: only port 1, GID indices 0..gid_tbl_len-1 and P_Key
- * index 0 exist. */
+/* Every index a verb takes is checked: only port 1, GID indices 0..gid_tbl_len-1 (of which the
+ * first 4 are populated) and P_Key index 0 exist. */
 static void index_checks(struct dev *d, struct side *s)
 {
 	union ibv_gid g;
@@ -95,7 +95,18 @@ static void index_checks(struct dev *d, struct side *s)
 	int tbl = d->port.gid_tbl_len;
 	int r;
 
-	check(tbl == 4, "gid_table_has_4_entries", "gid_tbl_len %d", tbl);
+	check(tbl == 16, "gid_table_has_16_slots", "gid_tbl_len %d", tbl);
+	/* Slots 0..3 hold the device's GID; the rest are empty, as on kernel devices. */
+	struct ibv_gid_entry table[16];
+	ssize_t n = ibv_query_gid_table(d->ctx, table, 16, 0);
+	check(n == 4, "gid_table_has_4_entries", "ibv_query_gid_table %zd", n);
+	r = ibv_query_gid(d->ctx, 1, 4, &g);
+	int zero = 1;
+	for (int i = 0; i < 16; i++)
+		zero &= g.raw[i] == 0;
+	check(r == 0 && zero, "query_gid_empty_entry_zero_gid", "returned %d zero %d", r, zero);
+	r = ibv_query_gid_ex(d->ctx, 1, 4, &ge, 0);
+	check(r == ENODATA, "query_gid_ex_empty_entry_enodata", "returned %d", r);
 	errno = 0;
 	r = ibv_query_gid(d->ctx, 1, tbl, &g);
 	check(r == -1 && errno == EINVAL, "query_gid_index_past_table_einval", "returned %d errno %d", r, errno);
@@ -147,13 +158,17 @@ static void index_checks(struct dev *d, struct side *s)
 	errno = 0;
 	ah = ibv_create_ah(s->pd, &aa);
 	check(!ah && errno == EINVAL, "create_ah_sgid_index_past_table_einval", "ah %p errno %d", (void *)ah, errno);
+	aa.grh.sgid_index = (uint8_t)n;
+	errno = 0;
+	ah = ibv_create_ah(s->pd, &aa);
+	check(!ah && errno == EINVAL, "create_ah_empty_gid_entry_einval", "ah %p errno %d", (void *)ah, errno);
 	aa.grh.sgid_index = 1;
 	aa.port_num = 2;
 	errno = 0;
 	ah = ibv_create_ah(s->pd, &aa);
 	check(!ah && errno == EINVAL, "create_ah_port_2_einval", "ah %p errno %d", (void *)ah, errno);
 	aa.port_num = 1;
-	aa.grh.sgid_index = (uint8_t)(tbl - 1);
+	aa.grh.sgid_index = (uint8_t)(n - 1);
 	ah = ibv_create_ah(s->pd, &aa);
 	check(ah != NULL, "create_ah_last_gid_index_ok", "errno %d", errno);
 	if (ah)
