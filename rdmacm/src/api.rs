@@ -214,6 +214,52 @@ rdmacm_export! {
     }
 }
 
+/// How long `rdma_destroy_id` of a connection waits for the peer's DREP, and how often it sends
+/// the DREQ again meanwhile.
+const DESTROY_LINGER: std::time::Duration = std::time::Duration::from_millis(300);
+const DESTROY_DREQ_EVERY: std::time::Duration = std::time::Duration::from_millis(30);
+
+/// A connection that is up or waits for its DREP when its ID is destroyed: the kernel's CM
+/// would go on retrying the DREQ after the process exits (its state lives in the kernel), but a
+/// userspace CM goes with the process, and a lost DREQ would leave the peer connected forever
+/// (an idle RC QP never notices). So the destroy sends the DREQ (tracked, as
+/// `rdma_disconnect`) and waits up to [`DESTROY_LINGER`] for the DREP, sending the DREQ again
+/// every [`DESTROY_DREQ_EVERY`] (the peer answers each copy). A peer that is gone costs the
+/// linger once; one that answers, a round trip.
+fn linger_for_drep(
+    mut lib: std::sync::MutexGuard<'static, Lib>,
+    c: urxe::cm::CommId,
+) -> std::sync::MutexGuard<'static, Lib> {
+    let t = now();
+    let Some(cm) = lib.cm.as_mut() else { return lib };
+    match cm.state(c) {
+        Some(State::Established) => {
+            if cm.disconnect(t, c, &[]).is_err() {
+                return lib;
+            }
+            lib.flush();
+        }
+        Some(State::DreqSent) => {}
+        _ => return lib,
+    }
+    let end = std::time::Instant::now() + DESTROY_LINGER;
+    loop {
+        let waiting = |l: &Lib| l.cm.as_ref().is_some_and(|cm| cm.state(c) == Some(State::DreqSent));
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return lib;
+        }
+        let (l, _) = wait_acked(lib, left.min(DESTROY_DREQ_EVERY), |l| !waiting(l));
+        lib = l;
+        if !waiting(&lib) {
+            return lib;
+        }
+        if lib.cm.as_mut().is_some_and(|cm| cm.resend_dreq(c)) {
+            lib.flush();
+        }
+    }
+}
+
 /// How long `rdma_destroy_id` waits for another thread to acknowledge the ID's events.
 const DESTROY_WAITS_FOR_ACKS: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -243,7 +289,22 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
         eprintln!("urxe: rdma_destroy_id: events of the ID still unacknowledged after {DESTROY_WAITS_FOR_ACKS:?}; destroying it anyway");
     }
     // Another thread may have destroyed it while we waited.
-    let st = lib.ids.remove(&k).ok_or(libc::EINVAL)?;
+    if !lib.ids.contains_key(&k) {
+        return Err(libc::EINVAL);
+    }
+    // From here no event is queued for the ID (its channel is detached): a DISCONNECTED that
+    // the linger below brings about must not reach the application for an ID it destroyed.
+    let (comm, channel) = {
+        let st = lib.ids.get_mut(&k).ok_or(libc::EINVAL)?;
+        let ch = st.channel;
+        st.channel = 0;
+        (st.comm, ch)
+    };
+    if let Some(c) = comm {
+        lib = linger_for_drep(lib, c);
+    }
+    let mut st = lib.ids.remove(&k).ok_or(libc::EINVAL)?;
+    st.channel = channel;
     if let Some(c) = st.comm {
         if let Some(cm) = lib.cm.as_mut() {
             cm.destroy(c);

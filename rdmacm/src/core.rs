@@ -173,7 +173,8 @@ pub struct Lib {
 unsafe impl Send for Lib {}
 
 static LIB: OnceLock<Mutex<Lib>> = OnceLock::new();
-/// Signalled by every `rdma_ack_cm_event` (see [`wait_acked`]).
+/// Signalled by every `rdma_ack_cm_event` and after the CM thread handled input (see
+/// [`wait_acked`]).
 static ACKED: Condvar = Condvar::new();
 
 pub fn lock() -> MutexGuard<'static, Lib> {
@@ -197,7 +198,7 @@ pub fn lock() -> MutexGuard<'static, Lib> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Tells [`wait_acked`] waiters that an event was acknowledged.
+/// Tells [`wait_acked`] waiters that an event was acknowledged or the CM moved.
 pub fn notify_acked() {
     ACKED.notify_all();
 }
@@ -1044,5 +1045,8 @@ fn cm_thread(gsi: GsiApi, gsi_fd: c_int, tfd: c_int) {
             }
         }
         lib.flush();
+        drop(lib);
+        // A destroy lingering for its DREP (api::destroy_id) looks again.
+        notify_acked();
     }
 }

@@ -515,6 +515,24 @@ impl Cm {
         Ok(())
     }
 
+    /// Sends the DREQ of a connection in DREQ_SENT once more, now, without touching its
+    /// retry count or timer: a process about to go away (a userspace CM dies with it, where the
+    /// kernel's keeps retrying) makes its DREQ survive a lost datagram. A duplicate DREQ is
+    /// answered with the DREP again by the peer (IBTA 12.9.7: DREQ in TimeWait). False if the
+    /// connection is not waiting for a DREP.
+    pub fn resend_dreq(&mut self, id: CommId) -> bool {
+        let Some(c) = self.conns.get(&id) else { return false };
+        match (c.state, c.sent) {
+            (State::DreqSent, Some(mad)) => {
+                let peer = c.peer;
+                self.counters.retransmits += 1;
+                self.push(peer, mad);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Forgets a connection at once, whatever its state (rdma_destroy_id): a connection that
     /// was up gets a DREQ first (sent once, not retried), as the kernel does.
     pub fn destroy(&mut self, id: CommId) {

@@ -373,6 +373,29 @@ fn duplicates_are_answered_with_what_was_sent() {
 }
 
 #[test]
+fn a_dreq_sent_again_at_once_after_a_loss_is_answered_and_costs_no_retry() {
+    // A process about to go away resends its DREQ rather than wait the CM's retry timer.
+    let mut p = Pair::new(9);
+    let id = p.a.connect(p.now, &params(0x11, 1)).unwrap();
+    p.run_answering(10 * MS);
+    assert_eq!(p.a.state(id), Some(State::Established));
+    assert!(!p.a.resend_dreq(id), "only a connection waiting for its DREP");
+    p.loss = u64::MAX; // the first DREQ is lost
+    p.a.disconnect(p.now, id, &[]).unwrap();
+    p.flush();
+    p.loss = 0;
+    p.run_answering(MS);
+    assert_eq!(p.a.state(id), Some(State::DreqSent), "the DREQ was lost; its timer is seconds away");
+    assert!(p.a.resend_dreq(id));
+    p.run_answering(MS);
+    assert_eq!(p.a.state(id), Some(State::Timewait), "the copy was answered with the DREP");
+    assert!(matches!(p.ev_a.last(), Some(CmEvent::Disconnected { timed_out: false, .. })));
+    assert_eq!(p.a.counters().retransmits, 1);
+    assert!(!p.a.resend_dreq(id));
+    assert!(!p.a.resend_dreq(0x0100_7777), "no such connection");
+}
+
+#[test]
 fn simultaneous_disconnect_ends_in_timewait_on_both_sides() {
     let mut p = Pair::new(8);
     let id = p.a.connect(p.now, &params(0x11, 1)).unwrap();
