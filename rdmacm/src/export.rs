@@ -36,8 +36,8 @@ pub fn finish<T>(name: &str, r: std::thread::Result<Result<T, i32>>, failed: T) 
     failed
 }
 
-/// `rdmacm_export! { fn name(args) -> T as int|ptr { body } }`: `int` returns -1 on error,
-/// `ptr` NULL.
+/// `rdmacm_export! { fn name(args) -> T as int|ptr { body } }`: `int` (any integer type:
+/// `int`, `ssize_t`, `off_t`, rsockets' `size_t`) returns -1 on error, `ptr` NULL.
 #[macro_export]
 macro_rules! rdmacm_export {
     ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty as int $body:block) => {
@@ -48,7 +48,7 @@ macro_rules! rdmacm_export {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<$r, i32> { $body }));
-            $crate::export::finish(stringify!($name), r, -1)
+            $crate::export::finish(stringify!($name), r, (-1isize) as $r)
         }
     };
     ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty as ptr $body:block) => {

@@ -32,6 +32,7 @@ pub mod dp;
 
 use crate::abi::*;
 use crate::api::*;
+use crate::rdmacm_export;
 use crate::verbs::{
     ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_qp_init_attr,
 };
@@ -634,12 +635,26 @@ impl Stream {
         self.sqe_avail -= 1;
         self.sbuf_bytes_avail -= len;
         let msg = msg_set(op::DATA, len);
+        self.post_payload(src, len, msg, Some(msg), addr, rkey)
+    }
+
+    /// RDMA-WRITEs `len` bytes from `src` to the peer's `addr`: inline when they fit, else
+    /// staged in the send buffer ring.
+    fn post_payload(
+        &mut self,
+        src: *const u8,
+        len: u32,
+        wr_id: u32,
+        imm: Option<u32>,
+        addr: u64,
+        rkey: u32,
+    ) -> Result<(), i32> {
         if len <= self.sq_inline {
             let mut sg = [ibv_sge { addr: src as u64, length: len, lkey: 0 }];
-            self.post_write(&mut sg, msg, Some(msg), true, addr, rkey)
+            self.post_write(&mut sg, wr_id, imm, true, addr, rkey)
         } else {
             let (mut sg, n) = self.stage(src, len);
-            self.post_write(&mut sg[..n], msg, Some(msg), false, addr, rkey)
+            self.post_write(&mut sg[..n], wr_id, imm, false, addr, rkey)
         }
     }
 
@@ -1042,22 +1057,8 @@ fn wait_event(h: &Handle) -> TakenEvent {
 
 // ---- entry points -------------------------------------------------------------------------
 
-macro_rules! rs_export {
-    ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty $body:block) => {
-        $(#[$m])*
-        ///
-        /// # Safety
-        /// The pointer arguments are what rsocket(7) says they are.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<$r, i32> { $body }));
-            crate::export::finish(stringify!($name), r, (-1isize) as $r)
-        }
-    };
-}
-
-rs_export! {
-    fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+rdmacm_export! {
+    fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int as int {
         let sty = ty & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
         if domain != libc::AF_INET && domain != libc::AF_INET6 {
             return Err(libc::EOPNOTSUPP);
@@ -1105,8 +1106,8 @@ fn sockaddr_arg(addr: *const sockaddr, len: socklen_t) -> Result<*mut sockaddr, 
     Ok(addr as *mut sockaddr)
 }
 
-rs_export! {
-    fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
+rdmacm_export! {
+    fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         let a = sockaddr_arg(addr, addrlen)?;
         let mut s = guard(&h);
@@ -1120,8 +1121,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rlisten(socket: c_int, backlog: c_int) -> c_int {
+rdmacm_export! {
+    fn rlisten(socket: c_int, backlog: c_int) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
         if s.state == st::LISTENING {
@@ -1215,8 +1216,8 @@ fn copy_addr(src: &libc::sockaddr_storage, addr: *mut sockaddr, addrlen: *mut so
     }
 }
 
-rs_export! {
-    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
+rdmacm_export! {
+    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         loop {
             let (fd, nonblock) = {
@@ -1248,8 +1249,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
+rdmacm_export! {
+    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         let dst = sockaddr_arg(addr, addrlen)?;
         let nonblock = {
@@ -1415,28 +1416,14 @@ fn send_from(h: &Handle, mut buf: *const u8, len: usize, flags: c_int) -> Result
     send_iomaps(h, flags)?;
     let nonblock = guard(h).nonblocking(flags);
     let mut left = len;
-    let mut olen = RS_OLAP_START_SIZE;
+    let mut chunks = Chunks::default();
     let out = |left: usize, e: i32| if left == len { Err(e) } else { Ok(len - left) };
     while left > 0 {
-        if !guard(h).can_send() {
-            if let Err(e) = get_comp(h, nonblock, conn_can_send) {
-                return out(left, e);
-            }
-            if guard(h).state & st::WRITABLE == 0 {
-                return out(left, libc::ECONNRESET);
-            }
+        if let Err(e) = wait_send_space(h, nonblock) {
+            return out(left, e);
         }
         let mut s = guard(h);
-        let mut xfer = if (olen as usize) < left {
-            let x = olen;
-            if olen < RS_MAX_TRANSFER {
-                olen <<= 1;
-            }
-            x
-        } else {
-            left as u32
-        };
-        xfer = xfer.min(s.sbuf_bytes_avail).min(s.target_sgl(s.target_sge).length);
+        let xfer = chunks.next(left).min(s.sbuf_bytes_avail).min(s.target_sgl(s.target_sge).length);
         if let Err(e) = s.write_data(buf, xfer) {
             s.fail(e);
             return out(left, e);
@@ -1448,6 +1435,41 @@ fn send_from(h: &Handle, mut buf: *const u8, len: usize, flags: c_int) -> Result
     Ok(len)
 }
 
+/// Waits (or EWOULDBLOCK) until the socket may send; ECONNRESET once it may not send at all.
+fn wait_send_space(h: &Handle, nonblock: bool) -> Result<(), i32> {
+    if !guard(h).can_send() {
+        get_comp(h, nonblock, conn_can_send)?;
+        if guard(h).state & st::WRITABLE == 0 {
+            return Err(libc::ECONNRESET);
+        }
+    }
+    Ok(())
+}
+
+/// Transfer sizes of one send call, as librdmacm: 2 KiB first, doubling up to 64 KiB, so a
+/// long send starts moving before its whole size is staged.
+struct Chunks(u32);
+
+impl Default for Chunks {
+    fn default() -> Self {
+        Chunks(RS_OLAP_START_SIZE)
+    }
+}
+
+impl Chunks {
+    /// The next transfer's size with `left` bytes to go (before the buffer limits).
+    fn next(&mut self, left: usize) -> u32 {
+        if (self.0 as usize) >= left {
+            return left as u32;
+        }
+        let x = self.0;
+        if self.0 < RS_MAX_TRANSFER {
+            self.0 <<= 1;
+        }
+        x
+    }
+}
+
 /// Sends pending `riomap` mappings into the peer's target iomap (before any data after them).
 fn send_iomaps(h: &Handle, flags: c_int) -> Result<(), i32> {
     loop {
@@ -1457,12 +1479,7 @@ fn send_iomaps(h: &Handle, flags: c_int) -> Result<(), i32> {
         };
         let Some(i) = pending else { return Ok(()) };
         let nonblock = guard(h).nonblocking(flags);
-        if !guard(h).can_send() {
-            get_comp(h, nonblock, conn_can_send)?;
-            if guard(h).state & st::WRITABLE == 0 {
-                return Err(libc::ECONNRESET);
-            }
-        }
+        wait_send_space(h, nonblock)?;
         let mut s = guard(h);
         let (offset, mr) = {
             let m = s.iomaps[i].as_mut().expect("pending map");
@@ -1485,13 +1502,7 @@ fn send_iomaps(h: &Handle, flags: c_int) -> Result<(), i32> {
         let dst = s.remote_iomap.addr + i as u64 * IOMAP_LEN as u64;
         let key_r = s.remote_iomap.key;
         let msg = msg_set(op::IOMAP_SGL, i as u32);
-        let r = if s.sq_inline as usize >= IOMAP_LEN {
-            let mut sg = [ibv_sge { addr: &raw as *const RsIomapRaw as u64, length: IOMAP_LEN as u32, lkey: 0 }];
-            s.post_write(&mut sg, msg, Some(msg), true, dst, key_r)
-        } else {
-            let (mut sg, n) = s.stage(&raw as *const RsIomapRaw as *const u8, IOMAP_LEN as u32);
-            s.post_write(&mut sg[..n], msg, Some(msg), false, dst, key_r)
-        };
+        let r = s.post_payload(&raw as *const RsIomapRaw as *const u8, IOMAP_LEN as u32, msg, Some(msg), dst, key_r);
         if let Err(e) = r {
             s.fail(e);
             return Err(e);
@@ -1503,8 +1514,8 @@ fn ret_len(r: Result<usize, i32>) -> Result<ssize_t, i32> {
     r.map(|n| n as ssize_t)
 }
 
-rs_export! {
-    fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> ssize_t {
+rdmacm_export! {
+    fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> ssize_t as int {
         let h = lookup(socket)?;
         if buf.is_null() && len > 0 {
             return Err(libc::EFAULT);
@@ -1513,9 +1524,9 @@ rs_export! {
     }
 }
 
-rs_export! {
+rdmacm_export! {
     /// On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it).
-    fn rrecvfrom(socket: c_int, buf: *mut c_void, len: usize, flags: c_int, src: *mut sockaddr, srclen: *mut socklen_t) -> ssize_t {
+    fn rrecvfrom(socket: c_int, buf: *mut c_void, len: usize, flags: c_int, src: *mut sockaddr, srclen: *mut socklen_t) -> ssize_t as int {
         // SAFETY: the caller's arguments, passed on.
         let n = unsafe { rrecv(socket, buf, len, flags) };
         if n >= 0 && !src.is_null() && !srclen.is_null() {
@@ -1526,8 +1537,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rread(socket: c_int, buf: *mut c_void, count: usize) -> ssize_t {
+rdmacm_export! {
+    fn rread(socket: c_int, buf: *mut c_void, count: usize) -> ssize_t as int {
         let h = lookup(socket)?;
         if buf.is_null() && count > 0 {
             return Err(libc::EFAULT);
@@ -1592,15 +1603,15 @@ fn writev(h: &Handle, iov: &[iovec], flags: c_int) -> Result<ssize_t, i32> {
     Ok(total as ssize_t)
 }
 
-rs_export! {
-    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+rdmacm_export! {
+    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t as int {
         let h = lookup(socket)?;
         readv(&h, iov_list(iov, iovcnt)?, 0)
     }
 }
 
-rs_export! {
-    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+rdmacm_export! {
+    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t as int {
         let h = lookup(socket)?;
         if msg.is_null() {
             return Err(libc::EFAULT);
@@ -1616,8 +1627,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> ssize_t {
+rdmacm_export! {
+    fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> ssize_t as int {
         let h = lookup(socket)?;
         if buf.is_null() && len > 0 {
             return Err(libc::EFAULT);
@@ -1626,10 +1637,10 @@ rs_export! {
     }
 }
 
-rs_export! {
+rdmacm_export! {
     /// On a connected stream socket the destination is ignored (sendto(2) on TCP); EISCONN
     /// is not raised, as librdmacm.
-    fn rsendto(socket: c_int, buf: *const c_void, len: usize, flags: c_int, _dst: *const sockaddr, _dstlen: socklen_t) -> ssize_t {
+    fn rsendto(socket: c_int, buf: *const c_void, len: usize, flags: c_int, _dst: *const sockaddr, _dstlen: socklen_t) -> ssize_t as int {
         let h = lookup(socket)?;
         if buf.is_null() && len > 0 {
             return Err(libc::EFAULT);
@@ -1638,8 +1649,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> ssize_t {
+rdmacm_export! {
+    fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> ssize_t as int {
         let h = lookup(socket)?;
         if buf.is_null() && count > 0 {
             return Err(libc::EFAULT);
@@ -1648,15 +1659,15 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+rdmacm_export! {
+    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t as int {
         let h = lookup(socket)?;
         writev(&h, iov_list(iov, iovcnt)?, 0)
     }
 }
 
-rs_export! {
-    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+rdmacm_export! {
+    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t as int {
         let h = lookup(socket)?;
         if msg.is_null() {
             return Err(libc::EFAULT);
@@ -1688,13 +1699,11 @@ fn poll_one(h: &Handle, events: i16) -> (i16, c_int) {
         s.poll_cq();
         s.poll_cm();
         s.update_credits();
-        let mut rev = 0;
-        if events & libc::POLLIN != 0 && conn_have_rdata(&s) {
-            rev |= libc::POLLIN;
-        }
-        if events & libc::POLLOUT != 0 && s.can_send() {
-            rev |= libc::POLLOUT;
-        }
+        let io = |s: &Stream| {
+            let r = if events & libc::POLLIN != 0 && conn_have_rdata(s) { libc::POLLIN } else { 0 };
+            r | if events & libc::POLLOUT != 0 && s.can_send() { libc::POLLOUT } else { 0 }
+        };
+        let mut rev = io(&s);
         // A peer that sent its last data and closed: that data is read first (POLLIN without
         // POLLHUP, as a TCP socket with data before its FIN), else programs that treat HUP as
         // the end (rstream) would lose the reply that came with the close.
@@ -1707,12 +1716,7 @@ fn poll_one(h: &Handle, events: i16) -> (i16, c_int) {
             unsafe { req_notify_cq(s.cq) };
             s.cq_armed = true;
             s.poll_cq();
-            if events & libc::POLLIN != 0 && conn_have_rdata(&s) {
-                rev |= libc::POLLIN;
-            }
-            if events & libc::POLLOUT != 0 && s.can_send() {
-                rev |= libc::POLLOUT;
-            }
+            rev |= io(&s);
         }
         // SAFETY: our live completion channel.
         let fd = if s.comp.is_null() { s.ch_fd() } else { unsafe { (*s.comp).fd } };
@@ -1795,8 +1799,8 @@ fn rpoll_impl(fds: &mut [pollfd], timeout: c_int) -> Result<c_int, i32> {
     }
 }
 
-rs_export! {
-    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+rdmacm_export! {
+    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int as int {
         if fds.is_null() && nfds > 0 {
             return Err(libc::EFAULT);
         }
@@ -1808,8 +1812,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rselect(nfds: c_int, readfds: *mut libc::fd_set, writefds: *mut libc::fd_set, exceptfds: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int {
+rdmacm_export! {
+    fn rselect(nfds: c_int, readfds: *mut libc::fd_set, writefds: *mut libc::fd_set, exceptfds: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int as int {
         if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) {
             return Err(libc::EINVAL);
         }
@@ -1950,16 +1954,16 @@ fn drain(h: &Handle, test: fn(&Stream) -> bool) {
     }
 }
 
-rs_export! {
-    fn rshutdown(socket: c_int, how: c_int) -> c_int {
+rdmacm_export! {
+    fn rshutdown(socket: c_int, how: c_int) -> c_int as int {
         let h = lookup(socket)?;
         shutdown(&h, how)?;
         Ok(0)
     }
 }
 
-rs_export! {
-    fn rclose(socket: c_int) -> c_int {
+rdmacm_export! {
+    fn rclose(socket: c_int) -> c_int as int {
         let h = table().remove(&socket).ok_or(libc::EBADF)?;
         if guard(&h).state & st::CONNECTED != 0 {
             let _ = shutdown(&h, libc::SHUT_RDWR);
@@ -1983,8 +1987,8 @@ rs_export! {
 
 // ---- addresses and options ----------------------------------------------------------------
 
-rs_export! {
-    fn rgetpeername(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
+rdmacm_export! {
+    fn rgetpeername(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         if addr.is_null() || addrlen.is_null() {
             return Err(libc::EFAULT);
@@ -1999,8 +2003,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rgetsockname(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
+rdmacm_export! {
+    fn rgetsockname(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         if addr.is_null() || addrlen.is_null() {
             return Err(libc::EFAULT);
@@ -2023,8 +2027,8 @@ fn int_opt(optval: *const c_void, optlen: socklen_t) -> Result<c_int, i32> {
     Ok(unsafe { ptr::read_unaligned(optval as *const c_int) })
 }
 
-rs_export! {
-    fn rsetsockopt(socket: c_int, level: c_int, optname: c_int, optval: *const c_void, optlen: socklen_t) -> c_int {
+rdmacm_export! {
+    fn rsetsockopt(socket: c_int, level: c_int, optname: c_int, optval: *const c_void, optlen: socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
         match (level, optname) {
@@ -2098,8 +2102,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn rgetsockopt(socket: c_int, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut socklen_t) -> c_int {
+rdmacm_export! {
+    fn rgetsockopt(socket: c_int, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         if optval.is_null() || optlen.is_null() {
             return Err(libc::EFAULT);
@@ -2150,11 +2154,11 @@ rs_export! {
     }
 }
 
-rs_export! {
+rdmacm_export! {
     /// `rfcntl(socket, cmd, ...)`: F_GETFL/F_SETFL (O_NONBLOCK) and F_GETFD/F_SETFD. Defined
     /// with the one argument these commands take: on x86-64 SysV a variadic caller passes it
     /// in the same register.
-    fn rfcntl(socket: c_int, cmd: c_int, arg: c_int) -> c_int {
+    fn rfcntl(socket: c_int, cmd: c_int, arg: c_int) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
         match cmd {
@@ -2175,11 +2179,11 @@ rs_export! {
 
 // ---- riomap / riowrite --------------------------------------------------------------------
 
-rs_export! {
+rdmacm_export! {
     /// Maps `buf` for the peer's `riowrite` (PROT_WRITE: sent into the peer's target iomap
     /// before this side's next data) or registers it locally (PROT_NONE). `offset` -1 maps at
     /// the buffer's address.
-    fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, _flags: c_int, offset: libc::off_t) -> libc::off_t {
+    fn riomap(socket: c_int, buf: *mut c_void, len: usize, prot: c_int, _flags: c_int, offset: libc::off_t) -> libc::off_t as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
         // SAFETY: our live ID.
@@ -2208,8 +2212,8 @@ rs_export! {
     }
 }
 
-rs_export! {
-    fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int {
+rdmacm_export! {
+    fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
         let hit = |mr: *mut ibv_mr| {
@@ -2232,11 +2236,11 @@ rs_export! {
     }
 }
 
-rs_export! {
+rdmacm_export! {
     /// Writes `count` bytes straight into the peer's buffer mapped at `offset` (no
     /// notification: the peer learns of it from a later message). Stops at the end of the
     /// mapped range.
-    fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: libc::off_t, flags: c_int) -> usize {
+    fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: libc::off_t, flags: c_int) -> usize as int {
         let h = lookup(socket)?;
         if buf.is_null() && count > 0 {
             return Err(libc::EFAULT);
@@ -2247,7 +2251,7 @@ rs_export! {
         let mut left = count;
         let mut off = offset as u64;
         let mut src = buf as *const u8;
-        let mut olen = RS_OLAP_START_SIZE;
+        let mut chunks = Chunks::default();
         let out = |left: usize, e: i32| if left == count { Err(e) } else { Ok(count - left) };
         while left > 0 {
             let map = {
@@ -2259,36 +2263,15 @@ rs_export! {
             let Some((moff, sge)) = map else {
                 return out(left, libc::EINVAL);
             };
-            if !guard(&h).can_send() {
-                if let Err(e) = get_comp(&h, nonblock, conn_can_send) {
-                    return out(left, e);
-                }
-                if guard(&h).state & st::WRITABLE == 0 {
-                    return out(left, libc::ECONNRESET);
-                }
+            if let Err(e) = wait_send_space(&h, nonblock) {
+                return out(left, e);
             }
             let mut s = guard(&h);
-            let mut xfer = if (olen as usize) < left {
-                let x = olen;
-                if olen < RS_MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left as u32
-            };
-            xfer = xfer.min(s.sbuf_bytes_avail).min((moff + u64::from(sge.length) - off) as u32);
+            let xfer = chunks.next(left).min(s.sbuf_bytes_avail).min((moff + u64::from(sge.length) - off) as u32);
             let addr = sge.addr + off - moff;
             s.sqe_avail -= 1;
             s.sbuf_bytes_avail -= xfer;
-            let wr = msg_set(op::WRITE, xfer);
-            let r = if xfer <= s.sq_inline {
-                let mut sg = [ibv_sge { addr: src as u64, length: xfer, lkey: 0 }];
-                s.post_write(&mut sg, wr, None, true, addr, sge.key)
-            } else {
-                let (mut sg, n) = s.stage(src, xfer);
-                s.post_write(&mut sg[..n], wr, None, false, addr, sge.key)
-            };
+            let r = s.post_payload(src, xfer, msg_set(op::WRITE, xfer), None, addr, sge.key);
             if let Err(e) = r {
                 s.fail(e);
                 return out(left, e);
