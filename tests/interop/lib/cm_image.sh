@@ -1,6 +1,7 @@
 # tests/interop/lib/cm_image.sh — sourced by mcast.sh and rdmacm.sh: the VM image of setup.sh
 # plus the kernel's rdma_cm (rdma_ucm and what it needs) and Debian's rdmacm-utils tools
-# (CM_TOOLS) with their libraries, as a second initramfs archive appended to the image's (the
+# (CM_TOOLS) with their libraries, and iproute2's tc with netem, ifb and the u32 classifier
+# (the guest delays incoming CM MADs where a case needs it: rdmacm.sh, the perftest rows), as a second initramfs archive appended to the image's (the
 # kernel unpacks both), cached in $IX_RUN/cm-cache; setup.sh's image stays as it is.
 #
 # needs: BASE_CACHE (setup.sh's cache), IX_RUN, die, say; sets CM_CACHE.
@@ -24,7 +25,9 @@ cm_image_build() {
     mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
     cp "$ko" "$root/lib/modules/$kver/$rel"
     echo "$rel" >>"$root/etc/modules.order"
-  done < <(modprobe -d "$work/k" -S "$kver" --show-depends rdma_ucm | awk '$1=="insmod"{print $2}')
+  done < <(for m in rdma_ucm sch_netem sch_ingress cls_u32 act_mirred ifb; do
+    modprobe -d "$work/k" -S "$kver" --show-depends "$m" | awk '$1=="insmod"{print $2}'
+  done)
   grep -q rdma_ucm "$root/etc/modules.order" || die "rdma_ucm not found in $deb"
   # The tools and the libraries they load, Debian's (not urxe's: LD_LIBRARY_PATH is dropped).
   mkdir -p "$root/usr/bin"
@@ -35,6 +38,14 @@ cm_image_build() {
     done
     cp -L "$(command -v "$t")" "$root/usr/bin/$t"
   done
+  # iproute2's tc as /usr/sbin/tc (busybox's has no netem; the guest's sh prefers its own applets,
+  # so callers name the path).
+  t=$(command -v tc) || die "tc missing (iproute2)"
+  for f in $(env -u LD_LIBRARY_PATH ldd "$t" | grep -o '/[^ ]*' | sort -u); do
+    mkdir -p "$root$(dirname "$f")"; cp -L "$f" "$root$f"
+  done
+  mkdir -p "$root/usr/sbin"; cp -L "$t" "$root/usr/sbin/tc"
+  for m in sch_netem ifb act_mirred; do grep -q "/$m.ko" "$root/etc/modules.order" || die "$m not found in $deb"; done
   mkdir -p "$CM_CACHE"
   (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) | gzip -1 >"$work/extra.gz"
   cat "$BASE_CACHE/initrd.gz" "$work/extra.gz" >"$CM_CACHE/initrd.gz"
