@@ -1233,7 +1233,7 @@ pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: u32 = 0;
 pub const IBV_GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
 /// Port width/speed codes as ibv_devinfo decodes them (IB PortInfo encoding; no header enum).
 pub const IB_WIDTH_4X: u8 = 2;
-pub const IB_SPEED_QDR: u8 = 4;
+pub const IB_SPEED_EDR: u8 = 32;
 /// `IBV_WR_FLUSH` (rdma-core 45+, not in the 44 header).
 pub const IBV_WR_FLUSH: u32 = 14;
 

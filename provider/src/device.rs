@@ -284,8 +284,15 @@ pub fn port_attr_of(dev: &UrxeDevice) -> ibv_port_attr {
         max_msg_sz: dev.info.limits.max_msg_size,
         pkey_tbl_len: 1,
         max_vl_num: 1,
+        // 4X EDR (the 100 Gb/s class). A soft device's link is the host's memory: every byte
+        // it moves is copied by the CPU, so its rate is that of a memcpy (~10 GB/s), not of a
+        // NIC. Programs size protocols by this figure: UCX's model weighs an extra copy
+        // (eager bcopy) against the link, and with 4X QDR (5 GB/s, below its memcpy estimate)
+        // it took copies for free and sent 64 KiB messages eagerly in 8 KiB copies (ucx_perftest
+        // tag_bw 1.3 GB/s here); with EDR it switches to rendezvous (RDMA READ into the user's
+        // buffer, no copy in UCX) above ~30 KB: 2.2 GB/s (README, UCX).
         active_width: IB_WIDTH_4X,
-        active_speed: IB_SPEED_QDR,
+        active_speed: IB_SPEED_EDR,
         phys_state: 5, // LinkUp
         link_layer: IBV_LINK_LAYER_ETHERNET as u8,
         ..Default::default()
