@@ -1,6 +1,7 @@
 //! The requester's adaptation (src/engine/window.rs) seen from outside: a stalled peer gets
 //! backed-off probes, not whole windows; retry_cnt still counts configured local ACK timeouts
-//! only; a duplicate NAK does not restart go-back-N twice.
+//! only; a duplicate NAK does not restart go-back-N twice; ACKs that lag past the timer cost one
+//! premature expiry (a probe, not the window), after which the QP's floor covers that lag.
 
 mod sim;
 
@@ -157,4 +158,74 @@ fn duplicate_nak_for_the_same_psn_restarts_go_back_n_once() {
     // 14 MIDDLE packets, one dropped: 13 went through, then one go-back-N resent all 14.
     assert_eq!(resends_of_lost, 13 + 14);
     assert_eq!(c.window_reductions, 1);
+}
+
+/// Holds every packet from node 1 while `hold` is set, for the test to deliver later: a peer
+/// whose ACKs lag (a slow or descheduled host) rather than a lossy one.
+fn hold_responses(net: &mut Net) -> (Rc<Cell<bool>>, Rc<std::cell::RefCell<Vec<Packet>>>) {
+    let hold = Rc::new(Cell::new(false));
+    let held = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let (h, k) = (hold.clone(), held.clone());
+    net.interceptor = Some(Box::new(move |p: &mut Packet| {
+        if h.get() && p.from == 1 {
+            k.borrow_mut().push(p.clone());
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }));
+    (hold, held)
+}
+
+#[test]
+fn lagging_acks_raise_the_timer_floor_after_one_premature_expiry() {
+    let mut net = Net::new(2, 23, LinkCfg::default());
+    let o = QpOpts { timeout: 14, mtu: Mtu::Mtu1024, ..QpOpts::default() };
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let len = 256 * 1024; // 256 packets: twice the window
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    let data = pattern(len, 23);
+    net.nodes[0].mem().set(src, &data);
+    let (hold, held) = hold_responses(&mut net);
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    // Warm up: the measured round trip is microseconds, so the timer sits at its 2 ms floor.
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
+    // Each round: every ACK of a 256-packet WRITE is held for `lag`, then delivered in order.
+    let mut round = |net: &mut Net, id: u64, lag: u64| {
+        let before = *net.nodes[0].eng.counters();
+        hold.set(true);
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(id, w, &[sge(src, len as u32, smr)])).unwrap();
+        net.run_until(lag, |_| false);
+        hold.set(false);
+        // The first ACK now, the others 500 µs later (as a slow peer's trickle in).
+        for (i, p) in held.borrow_mut().drain(..).enumerate() {
+            net.inject(p, if i == 0 { 0 } else { 500_000 });
+        }
+        net.run_idle(300 * MS);
+        let wc = net.poll_all(0, a.cq);
+        assert_eq!((wc.len(), wc[0].wr_id, wc[0].status), (1, id, WcStatus::Success));
+        assert_eq!(net.nodes[1].mem().get(dst, len), data);
+        let c = *net.nodes[0].eng.counters();
+        let resent = c.retransmitted_pkts - before.retransmitted_pkts;
+        // A premature expiry costs its probe, not the window in flight.
+        assert!(resent <= 2 * (c.early_rtos - before.early_rtos), "{resent} packets resent");
+        (c.early_rtos - before.early_rtos, c.spurious_rtos - before.spurious_rtos)
+    };
+    // ACKs 3 ms late: the timer fires at 2 ms, resends a probe; the first ACK to arrive
+    // acknowledges PSNs that were never resent, so the expiry was premature.
+    let (early, spurious) = round(&mut net, 2, 3 * MS);
+    assert_eq!((early, spurious), (1, 1));
+    // The same lag again: the floor is now 4 ms and the timer no longer fires.
+    let (early, spurious) = round(&mut net, 3, 3 * MS);
+    assert_eq!((early, spurious), (0, 0));
+    // A lag twice that fires it once more, and is found premature again (floor 8 ms).
+    let (early, spurious) = round(&mut net, 4, 6 * MS);
+    assert_eq!((early, spurious), (1, 1));
+    let (early, _) = round(&mut net, 5, 6 * MS);
+    assert_eq!(early, 0);
+    let c = *net.nodes[0].eng.counters();
+    assert_eq!((c.ack_timeouts, c.retry_exceeded), (0, 0));
 }

@@ -287,7 +287,14 @@ fn after_progress<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {
     if q.state == QpState::Err {
         return;
     }
-    q.req.win.on_response(now, q.req.unacked, &mut sh.counters);
+    if q.req.win.on_response(now, q.req.unacked, &mut sh.counters) {
+        // The expiry was premature (the originals got through, their ACKs lagged): go on
+        // from where the requester was before it, not resend the rest of the window.
+        let h = q.req.high_psn;
+        if q.req.psn.before(h) {
+            position_at(q, h);
+        }
+    }
     q.req.retx_at = if q.req.unacked.before(q.req.high_psn) && q.req.rnr_until.is_none() {
         q.req.win.arm(now, ack_timeout_nanos(q.attr.timeout))
     } else {

@@ -67,6 +67,10 @@ pub struct Counters {
     /// Retransmission-timer expiries before the configured local ACK timeout (measured
     /// round trip): a probe was resent, `retry_cnt` untouched.
     pub early_rtos: u64,
+    /// Early expiries found premature: the first response after one acknowledged a PSN that
+    /// was not resent (the ACK lagged). The window cut was undone and the QP's timer floor
+    /// doubled (up to 256 ms; it halves again after 512 round-trip samples).
+    pub spurious_rtos: u64,
     /// Timer expiries that doubled the retransmission timeout (consecutive, no progress).
     pub rto_backoffs: u64,
     /// Packets resent as probes (one at a time) after a timer expiry.

@@ -464,7 +464,7 @@ fn advance<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, idx: usize, cons
         sh.counters.retransmitted_pkts += 1;
     }
     if q.ty.is_reliable() {
-        q.req.win.on_send(now, q.req.psn, resend, &mut sh.counters);
+        q.req.win.on_send(now, q.req.psn, consumes, resend, &mut sh.counters);
     }
     q.req.psn = q.req.psn.add(consumes);
     if q.req.psn.after(q.req.high_psn) {

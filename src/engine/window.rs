@@ -33,6 +33,12 @@ const LOSS_QUARTERS: u32 = 3;
 /// (urxe's progress thread holds one up to 1 ms for the application's next post), so, like
 /// TCP's minimum RTO above delayed ACKs, the floor stays above that hold.
 pub(crate) const MIN_RTO: Nanos = 2_000_000;
+/// A premature expiry (see [`SendWindow::on_response`]) doubles the QP's own floor up to this:
+/// a peer whose ACKs lag by more than the measured round trip suggests (a slow or descheduled
+/// host, an emulated one) stops drawing spurious go-back-N resends.
+pub(crate) const MAX_MIN_RTO: Nanos = 256_000_000;
+/// After this many round-trip samples with no premature expiry the raised floor halves again.
+const CALM_SAMPLES: u32 = 512;
 /// Consecutive timeouts double the timer at most this many times (the configured local ACK
 /// timeout caps it long before on any practical path).
 const MAX_BACKOFF: u32 = 10;
@@ -46,6 +52,16 @@ pub(crate) enum Expiry {
     /// The configured local ACK timeout passed without progress (IBTA §9.7.6.1.3): counts
     /// against `retry_cnt`.
     AckTimeout,
+}
+
+/// What an early expiry changed, kept until the first response tells whether it was premature.
+#[derive(Clone, Copy, Debug)]
+struct Undo {
+    cwnd: u32,
+    ssthresh: u32,
+    /// One past the last PSN resent (or re-requested, for a READ its whole response range)
+    /// since the expiry: an acknowledgement beyond it answers an original transmission.
+    resent_end: Psn,
 }
 
 /// Per-QP send window and retransmission timer state.
@@ -74,6 +90,12 @@ pub(crate) struct SendWindow {
     ack_deadline: Option<Nanos>,
     /// After a timeout until the first progress: the requester is probing.
     probing: bool,
+    /// This QP's retransmission-timer floor (`MIN_RTO`, raised by premature expiries).
+    min_rto: Nanos,
+    /// Set by an early expiry until the next response.
+    undo: Option<Undo>,
+    /// Round-trip samples since the floor was last raised or lowered.
+    calm: u32,
 }
 
 impl Default for SendWindow {
@@ -90,6 +112,9 @@ impl Default for SendWindow {
             sample: None,
             ack_deadline: None,
             probing: false,
+            min_rto: MIN_RTO,
+            undo: None,
+            calm: 0,
         }
     }
 }
@@ -122,7 +147,7 @@ impl SendWindow {
     /// The retransmission timeout for the next arming, capped by the configured one.
     pub fn rto(&self, configured: Nanos) -> Nanos {
         let base = match self.srtt {
-            Some(s) => (s + (4 * self.rttvar).max(1)).max(MIN_RTO),
+            Some(s) => (s + (4 * self.rttvar).max(1)).max(self.min_rto),
             None => configured,
         };
         base.saturating_mul(1 << self.backoff.min(MAX_BACKOFF)).min(configured)
@@ -130,9 +155,16 @@ impl SendWindow {
 
     // ---- inputs -----------------------------------------------------------------------
 
-    /// A request packet with PSN `psn` left at `now`; `resend` if it was sent before.
-    pub fn on_send(&mut self, now: Nanos, psn: Psn, resend: bool, c: &mut Counters) {
+    /// A request packet with PSN `psn`, using `consumes` PSNs (a READ request: its responses),
+    /// left at `now`; `resend` if it was sent before.
+    pub fn on_send(&mut self, now: Nanos, psn: Psn, consumes: u32, resend: bool, c: &mut Counters) {
         if resend {
+            if let Some(u) = &mut self.undo {
+                let end = psn.add(consumes.max(1));
+                if end.after(u.resent_end) {
+                    u.resent_end = end;
+                }
+            }
             // Karn: an ACK of a packet sent twice does not say which copy it answers.
             if self.sample.is_some_and(|(p, _)| !psn.after(p)) {
                 self.sample = None;
@@ -147,13 +179,32 @@ impl SendWindow {
 
     /// A valid response arrived; `unacked` is the oldest PSN still unacknowledged after it.
     /// Takes a round-trip sample, ends a backoff and grows the window by what was newly
-    /// acknowledged.
-    pub fn on_response(&mut self, now: Nanos, unacked: Psn, c: &mut Counters) {
+    /// acknowledged. True if it showed the last expiry premature: the requester should go
+    /// on from where it was before the expiry rather than resend what is in flight.
+    pub fn on_response(&mut self, now: Nanos, unacked: Psn, c: &mut Counters) -> bool {
         let newly = unacked.distance(self.unacked);
         if newly <= 0 {
-            return;
+            return false;
         }
+        let mut premature = false;
         self.unacked = unacked;
+        // The first response after an early expiry: if it acknowledges a PSN that was not
+        // resent since, the original transmission arrived and the expiry was premature (the
+        // ACK lagged, nothing was lost). Undo the window cut and raise this QP's floor so
+        // that the same lag does not fire the timer again; the caller resumes sending where it
+        // was, as the packets in flight got through too (a real loss among them draws a NAK
+        // or the timer, as any loss does).
+        if let Some(u) = self.undo.take() {
+            if unacked.after(u.resent_end) {
+                premature = true;
+                self.cwnd = u.cwnd;
+                self.ssthresh = u.ssthresh;
+                self.recover = None;
+                self.min_rto = (self.min_rto * 2).min(MAX_MIN_RTO);
+                self.calm = 0;
+                c.spurious_rtos += 1;
+            }
+        }
         if let Some((p, sent)) = self.sample {
             if unacked.after(p) {
                 self.sample = None;
@@ -179,12 +230,15 @@ impl SendWindow {
             }
         }
         c.send_window = self.cwnd as u64;
+        premature
     }
 
     /// A loss reported by the responder (NAK-sequence, a missing READ response, RNR) at
     /// `psn`, with `high` one past the highest PSN sent: shrinks the window once per episode.
     pub fn on_loss(&mut self, psn: Psn, high: Psn, c: &mut Counters) {
         self.sample = None;
+        // A reported loss is no premature expiry, whatever is acknowledged next.
+        self.undo = None;
         if self.recover.is_some_and(|r| psn.before(r)) {
             return;
         }
@@ -205,6 +259,11 @@ impl SendWindow {
         };
         if kind == Expiry::Early {
             c.early_rtos += 1;
+            if !self.probing {
+                self.undo = Some(Undo { cwnd: self.cwnd, ssthresh: self.ssthresh, resent_end: self.unacked });
+            }
+        } else {
+            self.undo = None;
         }
         if !self.probing {
             self.ssthresh = (self.cwnd / 2).max(MIN_WINDOW);
@@ -266,6 +325,11 @@ impl SendWindow {
         }
         c.rtt_samples += 1;
         c.srtt_ns = self.srtt.unwrap_or(r);
+        self.calm += 1;
+        if self.calm >= CALM_SAMPLES && self.min_rto > MIN_RTO {
+            self.min_rto = (self.min_rto / 2).max(MIN_RTO);
+            self.calm = 0;
+        }
     }
 
     fn reduced(&mut self, c: &mut Counters) {
@@ -339,7 +403,7 @@ mod tests {
         assert_eq!(w.limit(), PROBE_WINDOW as i32);
         assert_eq!(w.ack_every(), 1, "every probe packet asks for its ACK");
         assert!(w.probing());
-        w.on_send(t0 + CFG, p(0), true, &mut c);
+        w.on_send(t0 + CFG, p(0), 1, true, &mut c);
         assert_eq!(c.probe_resends, 1);
         w.on_response(t0 + CFG + 10, p(1), &mut c);
         assert!(!w.probing());
@@ -359,21 +423,21 @@ mod tests {
     fn rto_follows_measured_rtt_with_floor_and_karn() {
         let mut c = Counters::default();
         let mut w = SendWindow::starting_at(p(0));
-        w.on_send(0, p(0), false, &mut c);
-        w.on_send(10, p(1), false, &mut c); // not timed: one sample at a time
+        w.on_send(0, p(0), 1, false, &mut c);
+        w.on_send(10, p(1), 1, false, &mut c); // not timed: one sample at a time
         w.on_response(5_000_000, p(1), &mut c);
         assert_eq!(c.rtt_samples, 1);
         assert_eq!(c.srtt_ns, 5_000_000);
         assert_eq!(w.rto(CFG), 5_000_000 + 4 * 2_500_000);
         // A resent packet is not timed.
-        w.on_send(6_000_000, p(2), false, &mut c);
-        w.on_send(7_000_000, p(2), true, &mut c);
+        w.on_send(6_000_000, p(2), 1, false, &mut c);
+        w.on_send(7_000_000, p(2), 1, true, &mut c);
         w.on_response(8_000_000, p(3), &mut c);
         assert_eq!(c.rtt_samples, 1);
         // Tiny round trips: the floor holds.
         let mut w = SendWindow::starting_at(p(0));
         for i in 0..50u32 {
-            w.on_send(i as u64 * 100, p(i), false, &mut c);
+            w.on_send(i as u64 * 100, p(i), 1, false, &mut c);
             w.on_response(i as u64 * 100 + 20, p(i + 1), &mut c);
         }
         assert_eq!(w.rto(CFG), MIN_RTO);
@@ -385,7 +449,7 @@ mod tests {
     fn early_expiries_back_off_but_never_past_the_ack_timeout() {
         let mut c = Counters::default();
         let mut w = SendWindow::starting_at(p(0));
-        w.on_send(0, p(0), false, &mut c);
+        w.on_send(0, p(0), 1, false, &mut c);
         w.on_response(2_000_000, p(1), &mut c); // srtt 2 ms, rttvar 1 ms: rto 6 ms
         let t = 10_000_000;
         let mut at = w.arm(t, Some(CFG)).unwrap();
@@ -406,6 +470,99 @@ mod tests {
         assert!(kinds[3..].iter().all(|k| *k == Expiry::AckTimeout), "{kinds:?}");
         assert!(periods[3..].iter().all(|&d| d == CFG), "{periods:?}");
         assert_eq!((c.early_rtos, c.rto_backoffs), (3, 8));
+    }
+
+    /// A window of 100 PSNs in flight with a measured 100 µs round trip (RTO at the floor),
+    /// and its early expiry.
+    fn expired_window(c: &mut Counters) -> SendWindow {
+        let mut w = SendWindow::starting_at(p(0));
+        w.on_send(0, p(0), 1, false, c);
+        w.on_response(100_000, p(1), c);
+        for i in 1..101 {
+            w.on_send(200_000, p(i), 1, false, c);
+        }
+        w.arm(200_000, Some(CFG));
+        assert_eq!(w.rto(CFG), MIN_RTO);
+        assert_eq!(w.on_timeout(200_000 + MIN_RTO, p(101), c), Expiry::Early);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32);
+        w
+    }
+
+    #[test]
+    fn an_ack_of_an_original_after_an_early_expiry_undoes_it_and_raises_the_floor() {
+        let mut c = Counters::default();
+        let mut w = expired_window(&mut c);
+        // The probe goes out (PSNs 1 and 2); the lagging ACK of the originals covers 1..=60.
+        w.on_send(2_300_000, p(1), 1, true, &mut c);
+        w.on_send(2_300_001, p(2), 1, true, &mut c);
+        w.on_response(2_400_000, p(61), &mut c);
+        assert_eq!(c.spurious_rtos, 1);
+        assert!(!w.probing());
+        assert!(w.limit() >= 128, "the window before the expiry is back: {}", w.limit());
+        assert_eq!(w.rto(CFG), 2 * MIN_RTO, "the floor doubled");
+        // Each further premature expiry doubles it again, up to its cap (with a configured
+        // timeout of 10 s, so that every expiry is an early one).
+        const LONG: Nanos = 10_000_000_000;
+        for i in 0..12u32 {
+            let t = 1_000_000_000 * u64::from(i + 1);
+            w.arm(t, Some(LONG));
+            let at = t + w.rto(LONG);
+            assert_eq!(w.on_timeout(at, p(400), &mut c), Expiry::Early);
+            w.on_response(at + 1, p(61 + 10 * (i + 1)), &mut c);
+        }
+        assert_eq!(c.spurious_rtos, 13);
+        assert_eq!(w.rto(LONG), MAX_MIN_RTO, "the floor's own cap");
+        assert_eq!(w.rto(CFG), CFG, "never above the configured timeout");
+    }
+
+    #[test]
+    fn an_ack_that_only_covers_the_resent_probe_is_a_real_loss() {
+        let mut c = Counters::default();
+        let mut w = expired_window(&mut c);
+        w.on_send(2_300_000, p(1), 1, true, &mut c);
+        w.on_send(2_300_001, p(2), 1, true, &mut c);
+        w.on_response(2_400_000, p(3), &mut c);
+        assert_eq!(c.spurious_rtos, 0);
+        assert_eq!(w.limit(), PROBE_WINDOW as i32 + 2, "slow start from the probe");
+        assert_eq!(w.rto(CFG), MIN_RTO);
+        // A later response of the same episode does not reopen the question.
+        w.on_response(2_500_000, p(90), &mut c);
+        assert_eq!(c.spurious_rtos, 0);
+    }
+
+    #[test]
+    fn a_re_requested_read_covers_its_whole_response_range() {
+        let mut c = Counters::default();
+        let mut w = expired_window(&mut c);
+        // PSN 1 is a READ of 16 packets: re-requesting it makes the responder answer 1..=16.
+        w.on_send(2_300_000, p(1), 16, true, &mut c);
+        w.on_response(2_400_000, p(17), &mut c);
+        assert_eq!(c.spurious_rtos, 0, "responses to the re-request prove nothing");
+        let mut w = expired_window(&mut c);
+        w.on_send(2_300_000, p(1), 16, true, &mut c);
+        w.on_response(2_400_000, p(18), &mut c);
+        assert_eq!(c.spurious_rtos, 1, "PSN 17 was answered from its original request");
+    }
+
+    #[test]
+    fn a_local_ack_timeout_is_never_undone_and_a_raised_floor_decays() {
+        let mut c = Counters::default();
+        let mut w = expired_window(&mut c);
+        w.on_response(2_400_000, p(50), &mut c);
+        assert_eq!(w.rto(CFG), 2 * MIN_RTO);
+        // The configured timeout passes: a real timeout, whatever answers next.
+        let t = 10_000_000;
+        w.arm(t, Some(CFG));
+        assert_eq!(w.on_timeout(t + CFG, p(200), &mut c), Expiry::AckTimeout);
+        w.on_response(t + CFG + 1, p(150), &mut c);
+        assert_eq!(c.spurious_rtos, 1);
+        // Calm round trips bring the floor back down.
+        for i in 0..CALM_SAMPLES {
+            let psn = 150 + i;
+            w.on_send(u64::from(i) * 1000, p(psn), 1, false, &mut c);
+            w.on_response(u64::from(i) * 1000 + 100, p(psn + 1), &mut c);
+        }
+        assert_eq!(w.rto(CFG), MIN_RTO);
     }
 
     #[test]
