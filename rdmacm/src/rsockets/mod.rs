@@ -19,8 +19,11 @@
 //!   `riowrite` then RDMA WRITEs (no immediate) straight into the mapped buffer.
 //!
 //! Stream sockets only: `rsocket(…, SOCK_DGRAM, …)` (rsockets over UD with its UDP helper
-//! service) fails with EOPNOTSUPP, as does AF_IB. Keepalive is accepted and reported by
-//! `rgetsockopt` but sends no probes (the RC transport's retries detect a dead peer).
+//! service) fails with EOPNOTSUPP, as does AF_IB. rdma-core's datagram rsockets make an address
+//! handle to the socket's own QP from the port's LID, without a GRH (`ds_add_qp_dest`), and do
+//! not run on RoCE: Debian's `udpong` fails in `rconnect` on kernel rxe, so there is no RoCE
+//! peer to speak that protocol with. Keepalive is accepted and reported by `rgetsockopt` but
+//! sends no probes (the RC transport's retries detect a dead peer).
 //!
 //! An rsocket's number is the fd of its own rdma_cm event channel (as in librdmacm), so it is
 //! a real, unique fd number that select/poll sets can hold. Each rsocket is a
