@@ -194,7 +194,7 @@ fn lagging_acks_raise_the_timer_floor_after_one_premature_expiry() {
     net.run_idle(10 * MS);
     assert_eq!(net.poll_all(0, a.cq)[0].status, WcStatus::Success);
     // Each round: every ACK of a 256-packet WRITE is held for `lag`, then delivered in order.
-    let mut round = |net: &mut Net, id: u64, lag: u64| {
+    let round = |net: &mut Net, id: u64, lag: u64| {
         let before = *net.nodes[0].eng.counters();
         hold.set(true);
         net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(id, w, &[sge(src, len as u32, smr)])).unwrap();
