@@ -69,7 +69,8 @@ pub struct Counters {
     pub early_rtos: u64,
     /// Early expiries found premature: the first response after one acknowledged a PSN that
     /// was not resent (the ACK lagged). The window cut was undone and the QP's timer floor
-    /// doubled (up to 256 ms; it halves again after 512 round-trip samples).
+    /// raised to cover that lag (at least doubled, up to 256 ms; it halves again after 2048
+    /// round-trip samples).
     pub spurious_rtos: u64,
     /// Timer expiries that doubled the retransmission timeout (consecutive, no progress).
     pub rto_backoffs: u64,

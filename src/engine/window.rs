@@ -38,7 +38,7 @@ pub(crate) const MIN_RTO: Nanos = 2_000_000;
 /// host, an emulated one) stops drawing spurious go-back-N resends.
 pub(crate) const MAX_MIN_RTO: Nanos = 256_000_000;
 /// After this many round-trip samples with no premature expiry the raised floor halves again.
-const CALM_SAMPLES: u32 = 512;
+const CALM_SAMPLES: u32 = 2048;
 /// Consecutive timeouts double the timer at most this many times (the configured local ACK
 /// timeout caps it long before on any practical path).
 const MAX_BACKOFF: u32 = 10;
@@ -62,6 +62,8 @@ struct Undo {
     /// One past the last PSN resent (or re-requested, for a READ its whole response range)
     /// since the expiry: an acknowledgement beyond it answers an original transmission.
     resent_end: Psn,
+    /// When the expired timer was armed (the first send or last response before it).
+    armed_at: Nanos,
 }
 
 /// Per-QP send window and retransmission timer state.
@@ -96,6 +98,8 @@ pub(crate) struct SendWindow {
     undo: Option<Undo>,
     /// Round-trip samples since the floor was last raised or lowered.
     calm: u32,
+    /// When the timer was last armed.
+    armed_at: Nanos,
 }
 
 impl Default for SendWindow {
@@ -115,6 +119,7 @@ impl Default for SendWindow {
             min_rto: MIN_RTO,
             undo: None,
             calm: 0,
+            armed_at: 0,
         }
     }
 }
@@ -200,7 +205,10 @@ impl SendWindow {
                 self.cwnd = u.cwnd;
                 self.ssthresh = u.ssthresh;
                 self.recover = None;
-                self.min_rto = (self.min_rto * 2).min(MAX_MIN_RTO);
+                // At least double; at once to a quarter above the lag this ACK showed (from
+                // the arming of the timer that fired to now), so one expiry is enough.
+                let lag = now.saturating_sub(u.armed_at);
+                self.min_rto = (self.min_rto * 2).max(lag + lag / 4).min(MAX_MIN_RTO);
                 self.calm = 0;
                 c.spurious_rtos += 1;
             }
@@ -260,7 +268,12 @@ impl SendWindow {
         if kind == Expiry::Early {
             c.early_rtos += 1;
             if !self.probing {
-                self.undo = Some(Undo { cwnd: self.cwnd, ssthresh: self.ssthresh, resent_end: self.unacked });
+                self.undo = Some(Undo {
+                    cwnd: self.cwnd,
+                    ssthresh: self.ssthresh,
+                    resent_end: self.unacked,
+                    armed_at: self.armed_at,
+                });
             }
         } else {
             self.undo = None;
@@ -289,6 +302,7 @@ impl SendWindow {
     pub fn arm(&mut self, now: Nanos, configured: Option<Nanos>) -> Option<Nanos> {
         let cfg = configured?;
         self.ack_deadline = Some(now + cfg);
+        self.armed_at = now;
         Some(now + self.rto(cfg))
     }
 
@@ -302,6 +316,7 @@ impl SendWindow {
             _ => now + cfg,
         };
         self.ack_deadline = Some(deadline);
+        self.armed_at = now;
         Some((now + self.rto(cfg)).min(deadline))
     }
 
@@ -513,6 +528,16 @@ mod tests {
         assert_eq!(c.spurious_rtos, 13);
         assert_eq!(w.rto(LONG), MAX_MIN_RTO, "the floor's own cap");
         assert_eq!(w.rto(CFG), CFG, "never above the configured timeout");
+    }
+
+    #[test]
+    fn the_floor_jumps_to_the_lag_an_ack_showed() {
+        let mut c = Counters::default();
+        let mut w = expired_window(&mut c);
+        // Armed at 0.2 ms; the ACK of the originals comes 20 ms later.
+        w.on_response(20_200_000, p(61), &mut c);
+        assert_eq!(c.spurious_rtos, 1);
+        assert_eq!(w.rto(CFG), 25_000_000, "a quarter above the 20 ms lag, not just doubled");
     }
 
     #[test]
