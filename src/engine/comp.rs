@@ -7,7 +7,7 @@ use super::qp::{Qp, WqeState};
 use super::shared::EngineShared;
 use super::timer::{ack_timeout_nanos, rnr_nanos};
 use super::types::*;
-use super::window::Expiry;
+use super::window::{Expiry, Resume};
 use super::Counters;
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::opcode::{OpKind, Position};
@@ -287,13 +287,17 @@ fn after_progress<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {
     if q.state == QpState::Err {
         return;
     }
-    if q.req.win.on_response(now, q.req.unacked, &mut sh.counters) {
-        // The expiry was premature (the originals got through, their ACKs lagged): go on
-        // from where the requester was before it, not resend the rest of the window.
-        let h = q.req.high_psn;
-        if q.req.psn.before(h) {
-            position_at(q, h);
+    match q.req.win.on_response(now, q.req.unacked, &mut sh.counters) {
+        // The expiry was premature (the originals got through, their ACKs lagged), or that is
+        // not known yet: go on from where the requester was before it, not resend the rest of
+        // the window (the timer restarts go-back-N if it was a loss after all).
+        Resume::Premature | Resume::Hold => {
+            let h = q.req.high_psn;
+            if q.req.psn.before(h) {
+                position_at(q, h);
+            }
         }
+        Resume::GoBackN => {}
     }
     q.req.retx_at = if q.req.unacked.before(q.req.high_psn) && q.req.rnr_until.is_none() {
         q.req.win.arm(now, ack_timeout_nanos(q.attr.timeout))

@@ -54,7 +54,19 @@ pub(crate) enum Expiry {
     AckTimeout,
 }
 
-/// What an early expiry changed, kept until the first response tells whether it was premature.
+/// What a response after an early expiry tells the requester (see [`SendWindow::on_response`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// Nothing particular: go-back-N goes on from the oldest unacknowledged PSN.
+    GoBackN,
+    /// The expiry was premature: go on after the highest PSN sent.
+    Premature,
+    /// Not known yet (the response covers only resent PSNs): resend nothing more, go on after
+    /// the highest PSN sent; the next response or the timer decides (F-RTO, RFC 5682).
+    Hold,
+}
+
+/// What an early expiry changed, kept until a response tells whether it was premature.
 #[derive(Clone, Copy, Debug)]
 struct Undo {
     cwnd: u32,
@@ -64,6 +76,8 @@ struct Undo {
     resent_end: Psn,
     /// When the expired timer was armed (the first send or last response before it).
     armed_at: Nanos,
+    /// A response already came that covered only resent PSNs: the requester holds.
+    held: bool,
 }
 
 /// Per-QP send window and retransmission timer state.
@@ -94,8 +108,11 @@ pub(crate) struct SendWindow {
     probing: bool,
     /// This QP's retransmission-timer floor (`MIN_RTO`, raised by premature expiries).
     min_rto: Nanos,
-    /// Set by an early expiry until the next response.
+    /// Set by an early expiry until a response shows it premature or a real loss shows.
     undo: Option<Undo>,
+    /// A hold ended in another expiry (a real loss): no undo or hold until everything sent
+    /// before this PSN is acknowledged.
+    no_undo_before: Option<Psn>,
     /// Round-trip samples since the floor was last raised or lowered.
     calm: u32,
     /// When the timer was last armed.
@@ -118,6 +135,7 @@ impl Default for SendWindow {
             probing: false,
             min_rto: MIN_RTO,
             undo: None,
+            no_undo_before: None,
             calm: 0,
             armed_at: 0,
         }
@@ -184,24 +202,33 @@ impl SendWindow {
 
     /// A valid response arrived; `unacked` is the oldest PSN still unacknowledged after it.
     /// Takes a round-trip sample, ends a backoff and grows the window by what was newly
-    /// acknowledged. True if it showed the last expiry premature: the requester should go
-    /// on from where it was before the expiry rather than resend what is in flight.
-    pub fn on_response(&mut self, now: Nanos, unacked: Psn, c: &mut Counters) -> bool {
+    /// acknowledged. After an early expiry it also says where the requester goes on.
+    pub fn on_response(&mut self, now: Nanos, unacked: Psn, c: &mut Counters) -> Resume {
         let newly = unacked.distance(self.unacked);
         if newly <= 0 {
-            return false;
+            return Resume::GoBackN;
         }
-        let mut premature = false;
+        let mut resume = Resume::GoBackN;
         self.unacked = unacked;
-        // The first response after an early expiry: if it acknowledges a PSN that was not
-        // resent since, the original transmission arrived and the expiry was premature (the
-        // ACK lagged, nothing was lost). Undo the window cut and raise this QP's floor so
-        // that the same lag does not fire the timer again; the caller resumes sending where it
-        // was, as the packets in flight got through too (a real loss among them draws a NAK
-        // or the timer, as any loss does).
-        if let Some(u) = self.undo.take() {
-            if unacked.after(u.resent_end) {
-                premature = true;
+        if self.no_undo_before.is_some_and(|p| !unacked.before(p)) {
+            self.no_undo_before = None;
+        }
+        // After an early expiry: a response that acknowledges a PSN not resent since shows
+        // that the original transmission arrived and the expiry was premature (the ACK lagged,
+        // nothing was lost). Undo the window cut and raise this QP's floor so that the same
+        // lag does not fire the timer again; the caller resumes sending where it was, as the
+        // packets in flight got through too (a real loss among them draws a NAK or the timer,
+        // as any loss does). A response that covers only resent PSNs says nothing yet (it may
+        // answer the resend or the original): the requester holds, resending nothing more,
+        // until a response decides; if the timer fires first, that was a real loss and
+        // go-back-N runs as usual (F-RTO, RFC 5682).
+        if let Some(mut u) = self.undo.take() {
+            if !unacked.after(u.resent_end) {
+                u.held = true;
+                self.undo = Some(u);
+                resume = Resume::Hold;
+            } else {
+                resume = Resume::Premature;
                 self.cwnd = u.cwnd;
                 self.ssthresh = u.ssthresh;
                 self.recover = None;
@@ -238,7 +265,7 @@ impl SendWindow {
             }
         }
         c.send_window = self.cwnd as u64;
-        premature
+        resume
     }
 
     /// A loss reported by the responder (NAK-sequence, a missing READ response, RNR) at
@@ -265,14 +292,20 @@ impl SendWindow {
             Some(d) if d > now => Expiry::Early,
             _ => Expiry::AckTimeout,
         };
+        if self.undo.is_some_and(|u| u.held) {
+            // Held, and no response came that showed the expiry premature: a real loss.
+            self.no_undo_before = Some(high);
+            self.undo = None;
+        }
         if kind == Expiry::Early {
             c.early_rtos += 1;
-            if !self.probing {
+            if !self.probing && self.no_undo_before.is_none() && self.undo.is_none() {
                 self.undo = Some(Undo {
                     cwnd: self.cwnd,
                     ssthresh: self.ssthresh,
                     resent_end: self.unacked,
                     armed_at: self.armed_at,
+                    held: false,
                 });
             }
         } else {
@@ -541,18 +574,46 @@ mod tests {
     }
 
     #[test]
-    fn an_ack_that_only_covers_the_resent_probe_is_a_real_loss() {
+    fn an_ack_that_only_covers_the_resent_probe_holds_until_the_next_one_decides() {
         let mut c = Counters::default();
         let mut w = expired_window(&mut c);
         w.on_send(2_300_000, p(1), 1, true, &mut c);
         w.on_send(2_300_001, p(2), 1, true, &mut c);
-        w.on_response(2_400_000, p(3), &mut c);
+        // PSN 1 acknowledged: the probe's answer or the original's, unknown. Hold.
+        assert_eq!(w.on_response(2_400_000, p(2), &mut c), Resume::Hold);
+        assert_eq!(w.on_response(2_450_000, p(3), &mut c), Resume::Hold, "still only resent PSNs");
         assert_eq!(c.spurious_rtos, 0);
-        assert_eq!(w.limit(), PROBE_WINDOW as i32 + 2, "slow start from the probe");
-        assert_eq!(w.rto(CFG), MIN_RTO);
-        // A later response of the same episode does not reopen the question.
-        w.on_response(2_500_000, p(90), &mut c);
+        // PSN 3 was never resent: the originals got through.
+        assert_eq!(w.on_response(2_500_000, p(90), &mut c), Resume::Premature);
+        assert_eq!(c.spurious_rtos, 1);
+        assert!(w.limit() >= 128);
+    }
+
+    #[test]
+    fn a_hold_that_ends_in_an_expiry_is_a_real_loss() {
+        let mut c = Counters::default();
+        let mut w = expired_window(&mut c);
+        w.on_send(2_300_000, p(1), 1, true, &mut c);
+        w.on_send(2_300_001, p(2), 1, true, &mut c);
+        assert_eq!(w.on_response(2_400_000, p(3), &mut c), Resume::Hold);
+        // Nothing more comes: the timer fires again. Go-back-N as usual from here on: no undo
+        // and no hold until all that was sent (up to PSN 101) is acknowledged.
+        w.arm(2_400_000, Some(CFG));
+        assert_eq!(w.on_timeout(2_400_000 + w.rto(CFG), p(101), &mut c), Expiry::Early);
+        w.on_send(4_500_000, p(3), 1, true, &mut c);
+        w.on_send(4_500_001, p(4), 1, true, &mut c);
+        assert_eq!(w.on_response(4_600_000, p(5), &mut c), Resume::GoBackN);
+        assert_eq!(w.on_response(4_700_000, p(60), &mut c), Resume::GoBackN);
         assert_eq!(c.spurious_rtos, 0);
+        assert_eq!(w.rto(CFG), MIN_RTO, "no floor raised for a real loss");
+        // Once PSN 101 is acknowledged, premature expiries are recognised again.
+        w.on_response(4_800_000, p(101), &mut c);
+        for i in 101..201 {
+            w.on_send(5_000_000, p(i), 1, false, &mut c);
+        }
+        w.arm(5_000_000, Some(CFG));
+        assert_eq!(w.on_timeout(5_000_000 + w.rto(CFG), p(201), &mut c), Expiry::Early);
+        assert_eq!(w.on_response(7_500_000, p(150), &mut c), Resume::Premature);
     }
 
     #[test]
