@@ -33,7 +33,7 @@ const LOSS_QUARTERS: u32 = 3;
 /// (urxe's progress thread holds one up to 1 ms for the application's next post), so, like
 /// TCP's minimum RTO above delayed ACKs, the floor stays above that hold.
 pub(crate) const MIN_RTO: Nanos = 2_000_000;
-/// A premature expiry (see [`SendWindow::on_response`]) doubles the QP's own floor up to this:
+/// A premature expiry (see [`SendWindow::on_response`]) raises the QP's own floor up to this:
 /// a peer whose ACKs lag by more than the measured round trip suggests (a slow or descheduled
 /// host, an emulated one) stops drawing spurious go-back-N resends.
 pub(crate) const MAX_MIN_RTO: Nanos = 256_000_000;
@@ -536,13 +536,18 @@ mod tests {
         w
     }
 
+    /// The probe after [`expired_window`]'s expiry: PSNs 1 and 2 resent.
+    fn resend_probe(w: &mut SendWindow, c: &mut Counters) {
+        w.on_send(2_300_000, p(1), 1, true, c);
+        w.on_send(2_300_001, p(2), 1, true, c);
+    }
+
     #[test]
     fn an_ack_of_an_original_after_an_early_expiry_undoes_it_and_raises_the_floor() {
         let mut c = Counters::default();
         let mut w = expired_window(&mut c);
         // The probe goes out (PSNs 1 and 2); the lagging ACK of the originals covers 1..=60.
-        w.on_send(2_300_000, p(1), 1, true, &mut c);
-        w.on_send(2_300_001, p(2), 1, true, &mut c);
+        resend_probe(&mut w, &mut c);
         w.on_response(2_400_000, p(61), &mut c);
         assert_eq!(c.spurious_rtos, 1);
         assert!(!w.probing());
@@ -577,8 +582,7 @@ mod tests {
     fn an_ack_that_only_covers_the_resent_probe_holds_until_the_next_one_decides() {
         let mut c = Counters::default();
         let mut w = expired_window(&mut c);
-        w.on_send(2_300_000, p(1), 1, true, &mut c);
-        w.on_send(2_300_001, p(2), 1, true, &mut c);
+        resend_probe(&mut w, &mut c);
         // PSN 1 acknowledged: the probe's answer or the original's, unknown. Hold.
         assert_eq!(w.on_response(2_400_000, p(2), &mut c), Resume::Hold);
         assert_eq!(w.on_response(2_450_000, p(3), &mut c), Resume::Hold, "still only resent PSNs");
@@ -593,8 +597,7 @@ mod tests {
     fn a_hold_that_ends_in_an_expiry_is_a_real_loss() {
         let mut c = Counters::default();
         let mut w = expired_window(&mut c);
-        w.on_send(2_300_000, p(1), 1, true, &mut c);
-        w.on_send(2_300_001, p(2), 1, true, &mut c);
+        resend_probe(&mut w, &mut c);
         assert_eq!(w.on_response(2_400_000, p(3), &mut c), Resume::Hold);
         // Nothing more comes: the timer fires again. Go-back-N as usual from here on: no undo
         // and no hold until all that was sent (up to PSN 101) is acknowledged.
