@@ -133,6 +133,7 @@ impl<M: HostMemory> Engine<M> {
                 events: VecDeque::new(),
                 counters: Counters::default(),
                 clock: 0,
+                completions_made: 0,
             },
             qps: Vec::new(),
             qspace: QpnSpace::WHOLE,
@@ -153,6 +154,12 @@ impl<M: HostMemory> Engine<M> {
     }
     pub fn counters(&self) -> &Counters {
         &self.sh.counters
+    }
+    /// How many completions the engine has stored in its CQs so far (a running count: a
+    /// caller that remembers it learns whether new completions wait in *some* CQ, which a
+    /// poll of one CQ cannot see).
+    pub fn completions_made(&self) -> u64 {
+        self.sh.completions_made
     }
     /// The host memory the engine reaches (tests inspect it).
     pub fn memory(&self) -> &M {

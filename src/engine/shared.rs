@@ -89,6 +89,9 @@ pub(crate) struct EngineShared<M> {
     /// The latest time an input told the engine (never goes back): the completion
     /// timestamp of every completion produced while handling it.
     pub clock: Nanos,
+    /// Completions stored in any CQ since the engine was made (see
+    /// [`super::Engine::completions_made`]).
+    pub completions_made: u64,
 }
 
 impl<M> EngineShared<M> {
@@ -98,6 +101,7 @@ impl<M> EngineShared<M> {
         wc.timestamp = self.clock;
         match c.push(wc, solicited) {
             PushOutcome::Stored { notify } => {
+                self.completions_made += 1;
                 if notify {
                     self.events.push_back(Event::Completion(cq));
                 }

@@ -302,7 +302,9 @@ impl Device {
     /// up to `out.len()` completions of CQ `cq` into `out` and returns how many.
     ///
     /// A poll that found a completion may leave the ACKs it produced for the caller's next post
-    /// (see `Pacing::poll_may_wait`); one that finds nothing sends what is owed at once. A
+    /// (see `Pacing::poll_may_wait`), and so may one that found nothing while completions the
+    /// caller has not polled yet wait in another CQ; otherwise one that finds nothing sends
+    /// what is owed at once. A
     /// caller that keeps finding nothing yields the CPU every [`IDLE_POLLS_PER_YIELD`] polls,
     /// because on a soft device the peer it waits for (often a process on the same few cores)
     /// needs CPU time to answer.
@@ -320,7 +322,9 @@ impl Device {
         // Nothing waits long: every library call transmits, and the progress thread takes over
         // if the application goes quiet. A poll that finds nothing means the application
         // waits: owed packets go now.
-        let defer = c.pacing.poll_may_wait(got, c.engine.may_transmit(), sig.armed_hint(), now);
+        let made = c.engine.completions_made();
+        let defer = c.pacing.poll_may_wait(got, made, c.engine.may_transmit(), sig.armed_hint(), now);
+        c.pacing.poll_done(got, defer, made);
         let sent_all = if defer {
             c.pacing.owe(now);
             c.counters.tx_deferred_polls += 1;

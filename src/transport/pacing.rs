@@ -2,8 +2,9 @@
 //!
 //! Three decisions, each made here and nowhere else:
 //! - **Doorbell batching.** A small send post in a burst leaves its packets for the next call
-//!   ([`Pacing::post_may_wait`]); a poll that found a completion leaves the ACKs it produced
-//!   for the post that usually follows ([`Pacing::poll_may_wait`]); the progress thread holds
+//!   ([`Pacing::post_may_wait`]); a poll that found a completion (or received one for another
+//!   CQ) leaves the ACKs it produced for the post that usually follows
+//!   ([`Pacing::poll_may_wait`]); the progress thread holds
 //!   ACKs for an active application's next post ([`HOLD_ACK_NS`]). Whatever is left is *owed*
 //!   ([`Pacing::owe`]) and leaves with the next transmit.
 //! - **Arming.** Packet arrivals wake the progress thread only while it is armed: a poller that
@@ -100,6 +101,10 @@ pub(super) struct Pacing {
     deferred_bytes: u64,
     /// The progress thread holds ACKs among them (it holds once, then sends).
     held_by_thread: bool,
+    /// The engine's running completion count (`Engine::completions_made`) as of the last poll
+    /// that found a completion or transmitted: a higher count means completions wait in some
+    /// CQ that the application has not polled yet.
+    seen_completions: u64,
 }
 
 /// What a poll decided about packet-arrival wakeups and the CPU.
@@ -124,6 +129,7 @@ impl Pacing {
             deferred_since: 0,
             deferred_bytes: 0,
             held_by_thread: false,
+            seen_completions: 0,
         }
     }
 
@@ -187,8 +193,27 @@ impl Pacing {
     /// A busy poller (`armed` false) that found a completion (`got`) acts on it next, typically
     /// by posting: what the packets just received call for (ACKs, `may_transmit`) leaves with
     /// that post, one send call instead of two on the round trip's critical path.
-    pub(super) fn poll_may_wait(&self, got: bool, may_transmit: bool, armed: bool, now: Nanos) -> bool {
-        got && may_transmit && !armed && self.may_owe_more(now, POLL_DEFER_MAX, POLL_DEFER_NS)
+    ///
+    /// So does one whose poll found nothing while completions it has not seen wait in another
+    /// CQ (`made`, the engine's running completion count, grew since a poll last found one or
+    /// transmitted): an application that polls several CQs in turn (UCX polls four per
+    /// progress call) receives the peer's SEND in whichever poll comes first, and reaps it a
+    /// few polls later. The wait is bounded like any other ([`POLL_DEFER_MAX`] calls within
+    /// [`POLL_DEFER_NS`]); whatever the answer, the caller reports it with
+    /// [`Pacing::poll_done`].
+    pub(super) fn poll_may_wait(&self, got: bool, made: u64, may_transmit: bool, armed: bool, now: Nanos) -> bool {
+        (got || made != self.seen_completions)
+            && may_transmit
+            && !armed
+            && self.may_owe_more(now, POLL_DEFER_MAX, POLL_DEFER_NS)
+    }
+
+    /// After a poll: one that found a completion (`got`) or transmitted (`deferred` false) has
+    /// caught up with the completions made so far (`made`).
+    pub(super) fn poll_done(&mut self, got: bool, deferred: bool, made: u64) {
+        if got || !deferred {
+            self.seen_completions = made;
+        }
     }
 
     /// The progress thread may hold the ACKs it would send for an active application's next
@@ -509,15 +534,55 @@ mod tests {
     #[test]
     fn a_poll_owes_only_when_it_found_something_to_answer_while_disarmed() {
         let mut p = Pacing::new();
-        assert!(p.poll_may_wait(true, true, false, 0));
-        assert!(!p.poll_may_wait(false, true, false, 0));
-        assert!(!p.poll_may_wait(true, false, false, 0));
-        assert!(!p.poll_may_wait(true, true, true, 0));
+        assert!(p.poll_may_wait(true, 0, true, false, 0));
+        assert!(!p.poll_may_wait(false, 0, true, false, 0));
+        assert!(!p.poll_may_wait(true, 0, false, false, 0));
+        assert!(!p.poll_may_wait(true, 0, true, true, 0));
         for i in 0..POLL_DEFER_MAX as u64 {
-            assert!(p.poll_may_wait(true, true, false, i));
+            assert!(p.poll_may_wait(true, 0, true, false, i));
             p.owe(i);
         }
-        assert!(!p.poll_may_wait(true, true, false, POLL_DEFER_MAX as u64));
+        assert!(!p.poll_may_wait(true, 0, true, false, POLL_DEFER_MAX as u64));
+    }
+
+    #[test]
+    fn an_empty_poll_owes_while_completions_wait_in_another_cq() {
+        let mut p = Pacing::new();
+        // The poll of the send CQ receives the peer's SEND: a completion waits in the receive
+        // CQ (the running count went from 0 to 1), so the ACK waits for the next call.
+        assert!(p.poll_may_wait(false, 1, true, false, 0));
+        p.owe(0);
+        p.poll_done(false, true, 1);
+        // The polls of other CQs that follow still see it waiting ...
+        assert!(p.poll_may_wait(false, 1, true, false, 100));
+        p.owe(100);
+        p.poll_done(false, true, 1);
+        // ... until the receive CQ's poll finds it: from then on an empty poll sends at once.
+        assert!(p.poll_may_wait(true, 1, true, false, 200));
+        p.owe(200);
+        p.poll_done(true, true, 1);
+        p.paid();
+        assert!(!p.poll_may_wait(false, 1, true, false, 300));
+        // A completion nobody polls for holds packets back for a bounded while only: once the
+        // limit is reached the poll transmits, and that catches up with the count.
+        let mut t = 1_000;
+        let mut waited = 0;
+        while p.poll_may_wait(false, 2, true, false, t) {
+            p.owe(t);
+            p.poll_done(false, true, 2);
+            t += 100;
+            waited += 1;
+            assert!(waited <= POLL_DEFER_MAX);
+        }
+        assert_eq!(waited, POLL_DEFER_MAX);
+        p.poll_done(false, false, 2);
+        p.paid();
+        assert!(!p.poll_may_wait(false, 2, true, false, t));
+        // The limit also runs out in time.
+        assert!(p.poll_may_wait(false, 3, true, false, t));
+        p.owe(t);
+        p.poll_done(false, true, 3);
+        assert!(!p.poll_may_wait(false, 3, true, false, t + POLL_DEFER_NS));
     }
 
     #[test]
