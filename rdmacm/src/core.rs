@@ -376,9 +376,8 @@ impl Lib {
             gsi,
             pd: ptr::null_mut(),
         });
-        std::thread::Builder::new()
-            .name("urxe-rdmacm".into())
-            .spawn(move || cm_thread(gsi, gsi_fd, tfd))
+        // Started before we return (see `spawn_started`: libfabric patches libc right after).
+        urxe::transport::spawn::spawn_started("urxe-rdmacm", move || cm_thread(gsi, gsi_fd, tfd))
             .map_err(|_| libc::EAGAIN)?;
         Ok(())
     }

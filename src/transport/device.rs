@@ -124,8 +124,7 @@ impl Device {
             group,
         });
         let h = hub.clone();
-        let thread =
-            std::thread::Builder::new().name("urxe-progress".into()).spawn(move || progress::run(h, poll, rt))?;
+        let thread = super::spawn::spawn_started("urxe-progress", move || progress::run(h, poll, rt))?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process,
         // served by its own normal-priority thread (best effort: a name clash leaves it out).
         let h = hub.clone();

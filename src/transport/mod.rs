@@ -30,6 +30,7 @@ mod pacing;
 mod progress;
 pub mod registration;
 pub mod socket;
+pub mod spawn;
 mod stats;
 pub mod tap;
 

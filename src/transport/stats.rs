@@ -160,8 +160,7 @@ impl StatsServer {
         // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
         let stop = unsafe { OwnedFd::from_raw_fd(fd) };
         let stop_fd = stop.as_raw_fd();
-        let thread =
-            std::thread::Builder::new().name("urxe-stat".into()).spawn(move || serve(listener, stop_fd, &report))?;
+        let thread = super::spawn::spawn_started("urxe-stat", move || serve(listener, stop_fd, &report))?;
         Ok(StatsServer { stop, thread: Some(thread) })
     }
 }

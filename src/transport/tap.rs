@@ -206,7 +206,7 @@ impl Drop for Tap {
 /// a process that stops sending and then dies loses at most about `2 * FLUSH_AGE` of capture.
 /// Ends when the file is closed.
 fn spawn_flusher(file: Weak<Mutex<Writer>>) -> io::Result<()> {
-    std::thread::Builder::new().name("urxe-pcap".into()).spawn(move || loop {
+    super::spawn::spawn_started("urxe-pcap", move || loop {
         std::thread::sleep(FLUSH_AGE);
         let Some(f) = file.upgrade() else { return };
         let mut w = f.lock().unwrap_or_else(|p| p.into_inner());
