@@ -8,6 +8,7 @@
 //! [`super::pacing`].
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
@@ -31,12 +32,32 @@ struct SendKey {
     gso: bool,
 }
 
+/// Hashes a UDP port (Fibonacci hashing: the product's high bits, which the table uses, depend
+/// on every bit of the port).
+#[derive(Default)]
+pub(super) struct PortHasher(u64);
+
+impl Hasher for PortHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.0 = (self.0 ^ v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// The device's sockets and the batches between them and the engine.
 pub(super) struct Io {
     /// The 4791 socket: receives everything, sends when a flow port cannot be bound.
     rx: RoceSocket,
-    /// Send sockets by flow source port.
-    tx_socks: HashMap<u16, RoceSocket>,
+    /// Send sockets by flow source port (looked up for every send call: a multiplicative hash
+    /// of the port, not SipHash; the ports are ours, not an attacker's).
+    tx_socks: HashMap<u16, RoceSocket, BuildHasherDefault<PortHasher>>,
     local: IpAddr,
     recv: RecvBatch,
     send: SendBatch,
@@ -57,7 +78,7 @@ impl Io {
         let local = rx.local_addr().ip();
         Io {
             rx,
-            tx_socks: HashMap::new(),
+            tx_socks: HashMap::default(),
             local,
             recv: RecvBatch::new(),
             send: SendBatch::new(MAX_GSO_SEGMENTS, MAX_GSO_BYTES + TX_SLOT),
@@ -291,5 +312,28 @@ pub(super) fn gso_setting() -> io::Result<bool> {
         Err(_) | Ok("1") => Ok(true),
         Ok("0") => Ok(false),
         Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_GSO={v}: expected 0 or 1"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn port_hashes_spread_over_the_bits_the_table_uses() {
+        // hashbrown takes the control byte from the top 7 bits and the bucket from the low
+        // ones: consecutive flow ports (rxe and we pick them from a range) must differ in both.
+        let h = BuildHasherDefault::<PortHasher>::default();
+        let ports = 49152u16..49152 + 128;
+        let top: std::collections::HashSet<u64> = ports.clone().map(|p| h.hash_one(p) >> 57).collect();
+        let low: std::collections::HashSet<u64> = ports.map(|p| h.hash_one(p) & 127).collect();
+        assert!(top.len() > 64, "top 7 bits: {} distinct of 128", top.len());
+        assert!(low.len() > 64, "low 7 bits: {} distinct of 128", low.len());
+        let mut m: HashMap<u16, u16, BuildHasherDefault<PortHasher>> = HashMap::default();
+        for p in 0..5000u16 {
+            m.insert(p.wrapping_mul(13), p);
+        }
+        assert!((0..5000u16).all(|p| m.get(&p.wrapping_mul(13)) == Some(&p)));
     }
 }
