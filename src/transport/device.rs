@@ -321,9 +321,8 @@ impl Device {
         // Nothing waits long: every library call transmits, and the progress thread takes over
         // if the application goes quiet. A poll that finds nothing means the application
         // waits: owed packets go now.
-        let made = c.engine.completions_made();
-        let defer = c.pacing.poll_may_wait(got, made, c.engine.may_transmit(), sig.armed_hint(), now);
-        c.pacing.poll_done(got, defer, made);
+        let (made, may_transmit) = (c.engine.completions_made(), c.engine.may_transmit());
+        let defer = c.pacing.poll_may_wait(got, made, may_transmit, sig.armed_hint(), now);
         let sent_all = if defer {
             c.pacing.owe(now);
             c.counters.tx_deferred_polls += 1;

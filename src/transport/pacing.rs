@@ -199,21 +199,17 @@ impl Pacing {
     /// transmitted): an application that polls several CQs in turn (UCX polls four per
     /// progress call) receives the peer's SEND in whichever poll comes first, and reaps it a
     /// few polls later. The wait is bounded like any other ([`POLL_DEFER_MAX`] calls within
-    /// [`POLL_DEFER_NS`]); whatever the answer, the caller reports it with
-    /// [`Pacing::poll_done`].
-    pub(super) fn poll_may_wait(&self, got: bool, made: u64, may_transmit: bool, armed: bool, now: Nanos) -> bool {
-        (got || made != self.seen_completions)
+    /// [`POLL_DEFER_NS`]). A poll that found a completion or is told to transmit catches up
+    /// with `made`.
+    pub(super) fn poll_may_wait(&mut self, got: bool, made: u64, may_transmit: bool, armed: bool, now: Nanos) -> bool {
+        let wait = (got || made != self.seen_completions)
             && may_transmit
             && !armed
-            && self.may_owe_more(now, POLL_DEFER_MAX, POLL_DEFER_NS)
-    }
-
-    /// After a poll: one that found a completion (`got`) or transmitted (`deferred` false) has
-    /// caught up with the completions made so far (`made`).
-    pub(super) fn poll_done(&mut self, got: bool, deferred: bool, made: u64) {
-        if got || !deferred {
+            && self.may_owe_more(now, POLL_DEFER_MAX, POLL_DEFER_NS);
+        if got || !wait {
             self.seen_completions = made;
         }
+        wait
     }
 
     /// The progress thread may hold the ACKs it would send for an active application's next
@@ -552,15 +548,12 @@ mod tests {
         // CQ (the running count went from 0 to 1), so the ACK waits for the next call.
         assert!(p.poll_may_wait(false, 1, true, false, 0));
         p.owe(0);
-        p.poll_done(false, true, 1);
         // The polls of other CQs that follow still see it waiting ...
         assert!(p.poll_may_wait(false, 1, true, false, 100));
         p.owe(100);
-        p.poll_done(false, true, 1);
         // ... until the receive CQ's poll finds it: from then on an empty poll sends at once.
         assert!(p.poll_may_wait(true, 1, true, false, 200));
         p.owe(200);
-        p.poll_done(true, true, 1);
         p.paid();
         assert!(!p.poll_may_wait(false, 1, true, false, 300));
         // A completion nobody polls for holds packets back for a bounded while only: once the
@@ -569,19 +562,16 @@ mod tests {
         let mut waited = 0;
         while p.poll_may_wait(false, 2, true, false, t) {
             p.owe(t);
-            p.poll_done(false, true, 2);
             t += 100;
             waited += 1;
             assert!(waited <= POLL_DEFER_MAX);
         }
         assert_eq!(waited, POLL_DEFER_MAX);
-        p.poll_done(false, false, 2);
         p.paid();
         assert!(!p.poll_may_wait(false, 2, true, false, t));
         // The limit also runs out in time.
         assert!(p.poll_may_wait(false, 3, true, false, t));
         p.owe(t);
-        p.poll_done(false, true, 3);
         assert!(!p.poll_may_wait(false, 3, true, false, t + POLL_DEFER_NS));
     }
 
