@@ -10,6 +10,10 @@
 # and hold the CM exchange of the case (RC: REQ, REP, RTU, DREQ, DREP; UD: SIDR_REQ, SIDR_REP),
 # decoded by `urxe check`, from both sides (with loss the DREP may be the lost packet: there the
 # DREQ is required, the DREP is not; the DREQ is retried, a lost DREP ends in timewait).
+# With loss, urxe's side also writes its own capture (URXE_PCAP, pcaps/CASE.DIR.urxe.pcapng).
+# A loss case is run again (at most twice, and the row says so) only when it ended the one way
+# the loss makes correct: the ACK of the server's last request and the client's DREQ both lost,
+# the client gone, the server's RETRY_EXC_ERR (see lost_end).
 #
 # usage: rdmacm.sh [-o OUTDIR] [-s CASE,CASE]    exit status: 0 = every case passed
 # env: URXE_LIB_DIR (<repo>/target/urxe/lib), URXE_CHECK (<repo>/target/release/urxe),
@@ -98,6 +102,37 @@ cmd() {
   echo "${c//PEER/$3}"
 }
 
+# lost_end DIR VM_RC RC CHECKED OWN_CHECKED: whether a failed loss case ended the one way random loss
+# makes correct. rping's client disconnects (DREQ) right after the server's last SEND reaches
+# it, and its VM powers off (the bridge then has no port left, and the kernel drops what is
+# sent into it before any capture). If the random loss took both the ACK of that SEND and the
+# DREQ, the server's requester can only resend until retry_cnt is spent and complete the SEND
+# with RETRY_EXC_ERR (12), as any RC implementation must; rping then fails. Accepted as that
+# only when all of it is on record: the status-12 failure on the server's side, the client's
+# success, the server's last request and its ACK and the DREQ in the bridge's capture, no
+# DREP, and (urxe the server) urxe's own capture shows that neither the ACK nor the DREQ ever
+# reached it. Prints what it found.
+lost_end() {
+  local dir=$1 checked=$4 own=$5 req=$HOST_IP peer=$VM_IP flog=$log.urxe.log ok_rc=$2
+  if [ "$dir" = vs ]; then req=$VM_IP peer=$HOST_IP flog=$log.vm.log ok_rc=$3; fi
+  [ "$ok_rc" = 0 ] && grep -q 'cq completion failed status 12' "$flog" || return 1
+  local last psn
+  last=$(grep -E "^[0-9]+ $req:[0-9]+ > $peer:4791 RC (SEND|RDMA_WRITE|RDMA_READ_REQUEST)" <<<"$checked" | tail -n 1)
+  psn=$(grep -oE ' psn=0x[0-9a-f]+ ' <<<"$last" | tr -d ' ')
+  [ -n "$psn" ] || return 1
+  local ack="^[0-9]+ $peer:[0-9]+ > $req:4791 RC ACKNOWLEDGE .* $psn .* ACK "
+  grep -qE "$ack" <<<"$checked" || return 1
+  grep -qE "^[0-9]+ $peer:[0-9]+ > $req:4791 UD SEND_ONLY qp=0x000001 .* CM DREQ " <<<"$checked" || return 1
+  grep -qE " CM DREP " <<<"$checked" && return 1
+  if [ "$dir" = hs ]; then
+    [ -n "$own" ] || return 1
+    grep -qE "$ack| CM DREQ " <<<"$own" && return 1
+  fi
+  local seen="" gone="the client's process exited"
+  [ "$dir" = hs ] && seen=" (urxe's own capture has neither)" gone="the client's VM powered off"
+  echo "the server's last request ($psn) was ACKed and the client sent its DREQ, both lost at the server's input$seen, then $gone: RETRY_EXC_ERR after retry_cnt resends is the correct end"
+}
+
 # A client whose connection request comes before the server listens is refused at once (REJ 8,
 # "no listener"): perftest -R opens a second connection right after its handshake on the first,
 # and a server in a TCG guest may not have called rdma_listen for it yet (the kernel would
@@ -105,7 +140,12 @@ cmd() {
 # row then says so. Any other failure fails the row at once.
 run_case() {  # NAME SRV CLI MSGS LOSS DELAY DIR
   local name=$1 srv=$2 cli=$3 msgs=$4 loss=$5 delay=$6 dir=$7 id="$1.$7" rc=0 vm_rc=0 i vmpid spid
-  local cap="$OUT/pcaps/$id.pcap" log="$OUT/logs/$id"
+  local cap="$OUT/pcaps/$id.pcap" log="$OUT/logs/$id" own="$OUT/pcaps/$id.urxe.pcapng"
+  # With loss, urxe also records what it sent and received itself (URXE_PCAP): the bridge's
+  # capture cannot tell a packet dropped at urxe's input from one urxe ignored.
+  local tap=()
+  [ "$loss" != 0 ] && tap=(env "URXE_PCAP=$own")
+  rm -f "$own"
   "$HERE/lab.sh" loss "$loss" >/dev/null
   ip netns exec "$IX_NS" dumpcap -q -P -i br0 -f 'udp port 4791' -a "duration:$((LIMIT + 90))" \
     -w "$cap" >"$log.dumpcap.log" 2>&1 &
@@ -115,7 +155,7 @@ run_case() {  # NAME SRV CLI MSGS LOSS DELAY DIR
   if [ "$dir" = hs ]; then
     # urxe serves; the VM's client comes after its boot (seconds), when the server listens.
     # shellcheck disable=SC2046
-    in_ns timeout -k 5 "$((LIMIT + 60))" $(cmd urxe "$srv" "") >"$log.urxe.log" 2>&1 &
+    in_ns "${tap[@]}" timeout -k 5 "$((LIMIT + 60))" $(cmd urxe "$srv" "") >"$log.urxe.log" 2>&1 &
     spid=$!
     PIDS+=("$spid")
     vm "timeout $LIMIT $(cmd rxe "$cli" "$HOST_IP")" >"$log.vm.log" 2>&1 || vm_rc=$?
@@ -135,7 +175,7 @@ run_case() {  # NAME SRV CLI MSGS LOSS DELAY DIR
     [ -f "$IX_RUN/vm-r/share/ready" ] || say "$id: the VM did not get ready"
     sleep 3   # the tool's own start in a TCG guest
     # shellcheck disable=SC2046
-    in_ns timeout -k 5 "$LIMIT" $(cmd urxe "$cli" "$VM_IP") >"$log.urxe.log" 2>&1 || rc=$?
+    in_ns "${tap[@]}" timeout -k 5 "$LIMIT" $(cmd urxe "$cli" "$VM_IP") >"$log.urxe.log" 2>&1 || rc=$?
     # After a failure the VM's server runs into its own timeout (a killed VM can leave its
     # tap behind for the next one): the perftest rows give it a short one.
     wait "$vmpid" || vm_rc=$?
@@ -158,6 +198,21 @@ run_case() {  # NAME SRV CLI MSGS LOSS DELAY DIR
     case $m in DREQ | DREP) src='[0-9.]*' ;; esac
     grep -qE "^[0-9]+ $src:[0-9]+ > [0-9.]+:4791 UD SEND_ONLY qp=0x000001 .* CM $m " <<<"$checked" || missing="$missing $m"
   done
+  local own_checked="" why
+  [ -s "$own" ] && own_checked=$("$URXE_CHECK" check "$own" 2>&1 || true)
+  [ -n "$own_checked" ] && printf '%s\n' "$own_checked" >"$log.urxe-own.check.txt"
+  if [ "$loss" != 0 ] && { [ "$rc" != 0 ] || [ "$vm_rc" != 0 ]; } &&
+    why=$(lost_end "$dir" "$vm_rc" "$rc" "$checked" "$own_checked"); then
+    say "$id: ended by loss: $why; the case runs again"
+    local n=1
+    while [ -e "${cap%.pcap}.lostend$n.pcap" ]; do n=$((n + 1)); done
+    for f in "$log".{urxe,vm,check,dumpcap,urxe-own}.*; do [ -e "$f" ] && mv "$f" "${f/$id/$id.lostend$n}"; done
+    [ -e "$own" ] && mv "$own" "${own/$id/$id.lostend$n}"
+    mv "$cap" "${cap%.pcap}.lostend$n.pcap"
+    LOST_WHY=$why
+    "$HERE/lab.sh" loss 0 >/dev/null
+    return 4
+  fi
   if [ "$rc" != 0 ] && grep -qE ' CM REJ .*reason=8 ' <<<"$checked"; then
     say "$id: refused with REJ 8 (server not listening yet): the case runs again"
     local n=1
@@ -180,25 +235,34 @@ run_case() {  # NAME SRV CLI MSGS LOSS DELAY DIR
   [ "$verdict" = pass ]
 }
 
-fail=0 ran=0 races=0
+fail=0 ran=0 races=0 lostends=0 LOST_WHY=""
 for c in "${CASES[@]}"; do
   IFS='|' read -r name srv cli msgs loss delay <<<"$c"
   [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]] && continue
   for dir in hs vs; do
     ran=$((ran + 1))
+    lost=0
     for try in 1 2 3; do
       r=0
       d=0
       [ "$dir" = vs ] && d=$delay
       run_case "$name" "$srv" "$cli" "$msgs" "$loss" "$d" "$dir" || r=$?
-      [ "$r" = 3 ] && [ "$try" -lt 3 ] && continue
+      [ "$r" = 4 ] && lost=$((lost + 1))
+      { [ "$r" = 3 ] || [ "$r" = 4 ]; } && [ "$try" -lt 3 ] && continue
       if [ "$r" = 3 ]; then
         # Refused in every run before the emulated server listened: not a verdict on urxe
         # (the kernel refuses any client that early), reported as such and counted apart.
         races=$((races + 1))
         echo "rdmacm $name $dir: RACE: REJ 8 in $try of $try runs (perftest's client opens its data connection before the TCG guest's server listens for it)"
+      elif [ "$r" = 4 ]; then
+        # Three runs in a row each losing both of two given packets: not what 5 % loss does.
+        fail=$((fail + 1))
+        echo "rdmacm $name $dir: FAIL: every run ended by loss ($LOST_WHY)"
       elif [ "$r" != 0 ]; then
         fail=$((fail + 1))
+      elif [ "$lost" -gt 0 ]; then
+        lostends=$((lostends + 1))
+        echo "rdmacm $name $dir: passed at run $try; run $lost ended by loss: $LOST_WHY"
       elif [ "$try" -gt 1 ]; then
         echo "rdmacm $name $dir: passed at run $try (REJ 8 before the server listened in the runs before)"
       fi
@@ -207,7 +271,7 @@ for c in "${CASES[@]}"; do
   done
 done
 if [ "$fail" = 0 ]; then
-  echo "rdmacm: $ran cases urxe <-> kernel rxe rdma_cm: $((ran - races)) passed, $races lost the listen race in every run"
+  echo "rdmacm: $ran cases urxe <-> kernel rxe rdma_cm: $((ran - races)) passed ($lostends after a run ended by loss), $races lost the listen race in every run"
 else
   echo "rdmacm: $fail of $ran cases FAILED (logs in $OUT/logs)"
 fi
