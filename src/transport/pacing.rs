@@ -42,8 +42,50 @@ const AWAY_MEANS_ELSEWHERE_NS: u64 = 10_000;
 const AWAY_STREAK_TO_REARM: u32 = 2;
 
 /// With packet wakeups disarmed, the progress thread re-arms them when no application thread
-/// polled for this long (and checks that often).
+/// polled for this long (and first checks that often, see [`RearmCheck`]).
 pub(super) const REARM_AFTER_NS: u64 = 1_000_000;
+
+/// While packet wakeups are disarmed and the application keeps polling, the progress thread's
+/// looks (is anyone still polling?) come at doubling intervals from [`REARM_AFTER_NS`] up to
+/// this. Each look preempts the poller when the two share a CPU (the thread is real-time, and
+/// an application pinned with taskset pins it too): at one look a millisecond, ib_send_lat
+/// (about 100,000 iterations a second) had a context-switch pair in 1 % of its iterations,
+/// which was its 99th percentile (18 µs; 10–12 µs with looks 8 ms apart). The price: an
+/// application that stops calling the library without arming a completion event is noticed up
+/// to this late, so its peer's packets and its own timers wait that long once — far below the
+/// local ACK timeouts applications set (perftest 67 ms, rdma_cm 2.1 s); the peer's early
+/// retransmission probes cover the gap.
+pub(super) const REARM_CHECK_MAX_NS: u64 = 8_000_000;
+
+/// The progress thread's interval between looks while disarmed (see [`REARM_CHECK_MAX_NS`]).
+#[derive(Debug)]
+pub(super) struct RearmCheck {
+    every: u64,
+}
+
+impl RearmCheck {
+    pub(super) fn new() -> RearmCheck {
+        RearmCheck { every: REARM_AFTER_NS }
+    }
+
+    /// How long the thread sleeps before its next look while disarmed.
+    pub(super) fn every(&self) -> u64 {
+        self.every
+    }
+
+    /// A look found the application still polling: the next one comes later.
+    pub(super) fn still_polling(&mut self) {
+        self.every = (self.every * 2).min(REARM_CHECK_MAX_NS);
+    }
+
+    /// The application went away (the thread re-armed): looks start at [`REARM_AFTER_NS`]
+    /// again the next time it is disarmed. (An arm by the application itself does not reset
+    /// them: it is often brief — a poll after a preemption — and the bound stays
+    /// [`REARM_CHECK_MAX_NS`] either way.)
+    pub(super) fn reset(&mut self) {
+        self.every = REARM_AFTER_NS;
+    }
+}
 
 /// Consecutive empty polls after which a polling thread yields the CPU once.
 pub const IDLE_POLLS_PER_YIELD: u32 = 32;
@@ -392,14 +434,14 @@ impl Signals {
         };
         if !done {
             // Cannot change it: the flag keeps telling the truth (disarmed, the thread still
-            // looks every REARM_AFTER_NS; armed, it is woken by packets).
+            // looks at least every REARM_CHECK_MAX_NS; armed, it is woken by packets).
             return;
         }
         self.rx_armed.store(armed, Ordering::SeqCst);
         WakeCounters::bump(if armed { &self.wake_counters.rx_arms } else { &self.wake_counters.rx_disarms });
-        // Disarmed, the thread must still check within REARM_AFTER_NS whether anyone polls: if it
-        // sleeps longer than that (e.g. with no timeout at all), ring it so it re-plans.
-        if !armed && self.thread_wake_at.load(Ordering::SeqCst) > self.now() + REARM_AFTER_NS {
+        // Disarmed, the thread must still check within REARM_CHECK_MAX_NS whether anyone polls:
+        // if it sleeps longer than that (e.g. with no timeout at all), ring it so it re-plans.
+        if !armed && self.thread_wake_at.load(Ordering::SeqCst) > self.now() + REARM_CHECK_MAX_NS {
             self.ring();
         }
     }
@@ -421,21 +463,23 @@ impl Signals {
     /// a long time.
     ///
     /// A poller runs the timers itself, but only while it polls: the exemption holds only
-    /// where the thread looks within a few milliseconds anyway (disarmed, or armed while the
-    /// application is active: see the progress thread). An armed thread asleep with no timeout
-    /// is always rung — otherwise an application that posts, then waits in
-    /// `ibv_get_cq_event` (rping), would lose a packet and never resend it.
+    /// where the thread looks by itself anyway (disarmed: within [`REARM_CHECK_MAX_NS`]; armed
+    /// while the application is active: within a few milliseconds, see the progress thread).
+    /// An armed thread asleep with no timeout is always rung — otherwise an application that
+    /// posts, then waits in `ibv_get_cq_event` (rping), would lose a packet and never resend it.
     pub(super) fn kick_needed(&self, due: Option<Nanos>, now: Nanos, sent_all: bool) -> bool {
         let due = due.unwrap_or(u64::MAX);
         let polling = now.saturating_sub(self.poll_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
-        // Disarmed, the thread looks by itself within REARM_AFTER_NS and takes over once nobody
-        // has polled for that long; until then the pollers run the timers.
-        let thread_looks_by = if self.armed() {
+        // Disarmed, the thread wakes by itself at `thread_wake_at` (never later than
+        // REARM_CHECK_MAX_NS ahead) and takes over once nobody has polled for REARM_AFTER_NS;
+        // until then the pollers run the timers.
+        let armed = self.armed();
+        let thread_looks_by = if armed {
             self.thread_deadline.load(Ordering::Acquire).min(self.thread_wake_at.load(Ordering::SeqCst))
         } else {
-            now + 2 * REARM_AFTER_NS
+            self.thread_wake_at.load(Ordering::SeqCst)
         };
-        let looks_soon = thread_looks_by <= now + 2 * REARM_AFTER_NS;
+        let looks_soon = !armed || thread_looks_by <= now + 2 * REARM_AFTER_NS;
         !sent_all || (due < thread_looks_by && (!polling || !looks_soon))
     }
 }
@@ -630,5 +674,50 @@ mod arm_tests {
             }
             assert_eq!(registered(&poll, fd), sig.armed(), "round {round}");
         }
+    }
+
+    #[test]
+    fn disarmed_looks_double_while_the_application_polls_and_start_over_when_it_went_away() {
+        let mut r = RearmCheck::new();
+        let mut seen = vec![r.every()];
+        for _ in 0..6 {
+            r.still_polling();
+            seen.push(r.every());
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 8, 8, 8].map(|ms| ms * 1_000_000));
+        r.reset();
+        assert_eq!(r.every(), REARM_AFTER_NS);
+    }
+
+    fn signals() -> (mio::Poll, Signals, std::net::UdpSocket) {
+        let poll = mio::Poll::new().unwrap();
+        let waker = Waker::new(poll.registry(), crate::transport::progress::WAKE).unwrap();
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let reg = poll.registry().try_clone().unwrap();
+        let sig = Signals::new(waker, reg, sock.as_raw_fd(), Instant::now());
+        (poll, sig, sock)
+    }
+
+    #[test]
+    fn disarmed_a_timer_due_before_the_threads_next_look_rings_only_if_nobody_polls() {
+        let (_poll, sig, _sock) = signals();
+        sig.set_rx_armed(false);
+        assert!(!sig.armed());
+        let now = sig.now() + 10 * REARM_CHECK_MAX_NS;
+        // The thread sleeps until its next look, 8 ms away.
+        sig.thread_wake_at.store(now + REARM_CHECK_MAX_NS, Ordering::SeqCst);
+        let due = Some(now + 3_000_000);
+        // Nobody polled for a while: only the thread can run the timer, and it would be late.
+        sig.poll_active_at.store(now - 2 * APP_ACTIVE_NS, Ordering::Release);
+        assert!(sig.kick_needed(due, now, true));
+        // The thread looks before the timer is due: it re-plans then, no ring.
+        sig.thread_wake_at.store(now + 2_000_000, Ordering::SeqCst);
+        assert!(!sig.kick_needed(due, now, true));
+        // Someone polls: the poller runs the timer, however far away the thread's look is.
+        sig.thread_wake_at.store(now + REARM_CHECK_MAX_NS, Ordering::SeqCst);
+        sig.poll_active_at.store(now, Ordering::Release);
+        assert!(!sig.kick_needed(due, now, true));
+        // A full socket always rings.
+        assert!(sig.kick_needed(None, now, false));
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use mio::{Events, Poll, Token};
 
 use super::hub::{Core, Hub};
-use super::pacing::{APP_ACTIVE_NS, REARM_AFTER_NS};
+use super::pacing::{RearmCheck, APP_ACTIVE_NS, REARM_AFTER_NS};
 use super::stats::WakeCounters;
 
 /// mio token of the doorbell.
@@ -32,9 +32,9 @@ const RT_RESUME_PCT: u64 = 10;
 /// Packet arrivals that in a row find an application thread holding the device lock after
 /// which the thread stops being woken by packets (disarms): that application is busy in the
 /// library and takes the packets itself (it runs the step left to it), so each further
-/// wakeup would only preempt it. The thread still looks every [`REARM_AFTER_NS`] and re-arms
-/// once nobody has called the library for that long; the application re-arms it when it
-/// starts waiting elsewhere (see `pacing`).
+/// wakeup would only preempt it. The thread still looks now and then ([`RearmCheck`]) and
+/// re-arms once nobody has called the library for [`REARM_AFTER_NS`]; the application re-arms
+/// it when it starts waiting elsewhere (see `pacing`).
 const BUSY_WAKEUPS_TO_DISARM: u32 = 4;
 
 /// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
@@ -143,24 +143,27 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     let mut deadline: Option<u64> = None;
     // Consecutive wakeups that found the device lock held (see BUSY_WAKEUPS_TO_DISARM).
     let mut busy_streak = 0u32;
+    // How far apart the looks are while disarmed.
+    let mut rearm = RearmCheck::new();
     loop {
         if hub.stop.load(Ordering::Acquire) {
             return;
         }
         let now = sig.now();
         let mut wake_at = deadline;
-        if !sig.armed() || sig.app_away_for(now) < APP_ACTIVE_NS {
+        let armed = sig.armed();
+        if !armed || sig.app_away_for(now) < APP_ACTIVE_NS {
             // Disarmed: pollers take the packets; check now and then that someone still polls.
             // Armed while the application is active: its posts may arm timers without ringing
             // us (see `Signals::kick_needed`); look at least this often until it goes quiet.
-            let check = now + REARM_AFTER_NS;
+            let check = now + if armed { REARM_AFTER_NS } else { rearm.every() };
             wake_at = Some(wake_at.map_or(check, |d| d.min(check)));
         }
         let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
         sig.thread_wake_at.store(wake_at.unwrap_or(u64::MAX), Ordering::SeqCst);
         // A disarm between reading rx_armed above and storing the wake time would not ring us:
         // look again now that the wake time is published.
-        if wake_at.is_none_or(|w| w > now + REARM_AFTER_NS) && !sig.armed() {
+        if wake_at.is_none_or(|w| w > now + rearm.every()) && !sig.armed() {
             continue;
         }
         if let Err(e) = poll.poll(&mut events, timeout) {
@@ -179,10 +182,12 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         if !sig.armed() {
             let idle_for = sig.app_away_for(sig.now());
             if idle_for < REARM_AFTER_NS && events.is_empty() && deadline.is_none_or(|d| d > sig.now()) {
+                rearm.still_polling();
                 continue;
             }
             if idle_for >= REARM_AFTER_NS {
                 sig.set_rx_armed(true);
+                rearm.reset();
             }
         }
         let Some(mut c) = try_core(&hub) else {
@@ -197,8 +202,14 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
                 busy_streak = 0;
             }
             // The application runs timers and packets now; look again in a while rather than
-            // re-waking at a deadline that is already past.
-            deadline = Some(sig.now() + REARM_AFTER_NS);
+            // re-waking at a deadline that is already past (disarmed: as the looks go).
+            let later = if sig.armed() {
+                REARM_AFTER_NS
+            } else {
+                rearm.still_polling();
+                rearm.every()
+            };
+            deadline = Some(sig.now() + later);
             continue;
         };
         busy_streak = 0;
