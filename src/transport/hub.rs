@@ -60,9 +60,10 @@ impl Core {
     /// Takes in what arrived and what is due: queued datagrams, then expired timers.
     pub(super) fn take_in(&mut self, now: Nanos) {
         let epoch = self.epoch;
-        self.io.receive(&mut self.engine, || epoch.elapsed().as_nanos() as Nanos, &mut self.counters);
-        // The drain took time: timers are checked against the clock as it is now.
-        let now = self.now().max(now);
+        let last = self.io.receive(&mut self.engine, || epoch.elapsed().as_nanos() as Nanos, &mut self.counters);
+        // A drain that received took time: timers are checked against the clock as it read
+        // last (after its last batch's receive call); an empty one leaves `now` as it was.
+        let now = last.map_or(now, |t| t.max(now));
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
         }

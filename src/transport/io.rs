@@ -100,17 +100,20 @@ impl Io {
     }
 
     /// Receives everything queued on the sockets (bounded per call) and feeds the engine. The
-    /// clock is read per batch: timers a packet arms (RNR) start from when it was handled.
+    /// clock is read per batch received, after the receive call: timers a packet arms (RNR)
+    /// start from when it was handled. Returns the clock's last reading (`None`: nothing came,
+    /// and the clock was not read: an empty poll reads it once, in its caller).
     pub(super) fn receive(
         &mut self,
         engine: &mut Engine<ProcessMemory>,
         clock: impl Fn() -> Nanos,
         counters: &mut TransportCounters,
-    ) {
-        self.drain(None, engine, &clock, counters);
+    ) -> Option<Nanos> {
+        let mut last = self.drain(None, engine, &clock, counters);
         for i in 0..self.mcast.len() {
-            self.drain(Some(i), engine, &clock, counters);
+            last = self.drain(Some(i), engine, &clock, counters).or(last);
         }
+        last
     }
 
     /// Drains one socket: the 4791 socket (`None`) or multicast socket `Some(i)`, whose
@@ -122,21 +125,23 @@ impl Io {
         engine: &mut Engine<ProcessMemory>,
         clock: &impl Fn() -> Nanos,
         counters: &mut TransportCounters,
-    ) {
+    ) -> Option<Nanos> {
         let (sock, local) = match mcast {
             None => (&self.rx, self.local),
             Some(i) => (&self.mcast[i].1, self.mcast[i].0),
         };
+        let mut last = None;
         for _ in 0..16 {
-            let now = clock();
             let n = match sock.recv_batch(&mut self.recv) {
-                Ok(0) => return,
+                Ok(0) => return last,
                 Ok(n) => n,
                 Err(_) => {
                     counters.rx_errors += 1;
-                    return;
+                    return last;
                 }
             };
+            let now = clock();
+            last = Some(now);
             counters.rx_batches += 1;
             for (src, pkt) in self.recv.packets() {
                 let Some(src) = src else {
@@ -174,9 +179,10 @@ impl Io {
                 engine.handle_datagram(now, &d);
             }
             if n < RECV_BATCH {
-                return;
+                return last;
             }
         }
+        last
     }
 
     /// Opens the receive socket of multicast group `group` (see
