@@ -118,7 +118,7 @@ impl Device {
         core.qpn_reserved = qpn_reserved;
         let hub = Arc::new(Hub {
             core: Mutex::new(core),
-            signals: Signals::new(waker, poll.registry().try_clone()?, rx_fd, epoch),
+            signals: Signals::new(waker, poll.registry().try_clone()?, rx_fd, epoch)?,
             stop: AtomicBool::new(false),
             rt: AtomicBool::new(false),
             group,
@@ -286,7 +286,7 @@ impl Device {
     /// about to wait for that event (in `ibv_get_cq_event` or poll(2) on the channel) instead of
     /// polling: packet arrivals must wake the progress thread again even if the empty polls
     /// before (a short spin, as rsockets and UCX do before they sleep) had disarmed them, or
-    /// the event would wait for the thread's next re-arm check (up to `pacing::REARM_CHECK_MAX_NS`).
+    /// the event would wait for the away timer (1–1.5 ms after the application's last call).
     pub fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<(), Error> {
         let r = self.control(|en, _| en.req_notify_cq(cq, solicited_only));
         if r.is_ok() {

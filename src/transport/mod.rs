@@ -20,6 +20,7 @@
 //! - [`group`]: one address shared by every process of a user (slot sockets, registry,
 //!   steering program).
 
+mod away;
 pub mod device;
 pub mod fault;
 pub mod group;

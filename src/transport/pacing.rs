@@ -23,11 +23,14 @@ use std::time::Instant;
 use mio::unix::SourceFd;
 use mio::{Interest, Token, Waker};
 
+use super::away::AwayTimer;
 use super::stats::WakeCounters;
 use crate::engine::Nanos;
 
 /// mio token of the receive socket.
 pub(super) const RX: Token = Token(0);
+/// Token of the away timer (see `away.rs`).
+pub(super) const AWAY: Token = Token(3);
 /// Token of the multicast groups' receive sockets (watched whether or not `RX` is armed:
 /// multicast is rare enough that a busy poller does not need the thread kept off it).
 pub(super) const MCAST: Token = Token(2);
@@ -42,50 +45,14 @@ const AWAY_MEANS_ELSEWHERE_NS: u64 = 10_000;
 const AWAY_STREAK_TO_REARM: u32 = 2;
 
 /// With packet wakeups disarmed, the progress thread re-arms them when no application thread
-/// polled for this long (and first checks that often, see [`RearmCheck`]).
+/// polled or posted for this long (it learns that from the away timer, see `away.rs`).
 pub(super) const REARM_AFTER_NS: u64 = 1_000_000;
 
-/// While packet wakeups are disarmed and the application keeps polling, the progress thread's
-/// looks (is anyone still polling?) come at doubling intervals from [`REARM_AFTER_NS`] up to
-/// this. Each look preempts the poller when the two share a CPU (the thread is real-time, and
-/// an application pinned with taskset pins it too): at one look a millisecond, ib_send_lat
-/// (about 100,000 iterations a second) had a context-switch pair in 1 % of its iterations,
-/// which was its 99th percentile (18 µs; 10–12 µs with looks 8 ms apart). The price: an
-/// application that stops calling the library without arming a completion event is noticed up
-/// to this late, so its peer's packets and its own timers wait that long once — far below the
-/// local ACK timeouts applications set (perftest 67 ms, rdma_cm 2.1 s); the peer's early
-/// retransmission probes cover the gap.
-pub(super) const REARM_CHECK_MAX_NS: u64 = 8_000_000;
-
-/// The progress thread's interval between looks while disarmed (see [`REARM_CHECK_MAX_NS`]).
-#[derive(Debug)]
-pub(super) struct RearmCheck {
-    every: u64,
-}
-
-impl RearmCheck {
-    pub(super) fn new() -> RearmCheck {
-        RearmCheck { every: REARM_AFTER_NS }
-    }
-
-    /// How long the thread sleeps before its next look while disarmed.
-    pub(super) fn every(&self) -> u64 {
-        self.every
-    }
-
-    /// A look found the application still polling: the next one comes later.
-    pub(super) fn still_polling(&mut self) {
-        self.every = (self.every * 2).min(REARM_CHECK_MAX_NS);
-    }
-
-    /// The application went away (the thread re-armed): looks start at [`REARM_AFTER_NS`]
-    /// again the next time it is disarmed. (An arm by the application itself does not reset
-    /// them: it is often brief — a poll after a preemption — and the bound stays
-    /// [`REARM_CHECK_MAX_NS`] either way.)
-    pub(super) fn reset(&mut self) {
-        self.every = REARM_AFTER_NS;
-    }
-}
+/// The away timer's slack: while disarmed, an application call pushes the timer to fire
+/// [`REARM_AFTER_NS`] plus this after it, once it would fire sooner than [`REARM_AFTER_NS`] from
+/// now; so a busy poller makes one `timerfd_settime` per this much time, and the thread wakes
+/// between 1 and 1.5 ms after the application's last call.
+pub(super) const AWAY_SLACK_NS: u64 = 500_000;
 
 /// Consecutive empty polls after which a polling thread yields the CPU once.
 pub const IDLE_POLLS_PER_YIELD: u32 = 32;
@@ -321,8 +288,12 @@ pub(super) struct Signals {
     rx_armed: AtomicBool,
     /// Serialises arming and disarming: the flag and the epoll registration change together.
     arm_lock: std::sync::Mutex<()>,
-    /// When (ns) the progress thread will wake at the latest (`u64::MAX`: no timeout).
+    /// When (ns) the progress thread will wake at the latest (`u64::MAX`: no timeout), the
+    /// away timer aside.
     pub(super) thread_wake_at: AtomicU64,
+    /// Disarmed, the progress thread sleeps until the application has been away for
+    /// [`REARM_AFTER_NS`]: application calls keep pushing this timer ahead.
+    pub(super) away: AwayTimer,
     registry: mio::Registry,
     rx_fd: std::os::fd::RawFd,
     /// The same epoch as the device core's, readable without the lock.
@@ -333,9 +304,16 @@ pub(super) struct Signals {
 
 impl Signals {
     /// Over the progress thread's `waker` and `registry`, with the receive socket `rx_fd`
-    /// registered (armed).
-    pub(super) fn new(waker: Waker, registry: mio::Registry, rx_fd: std::os::fd::RawFd, epoch: Instant) -> Signals {
-        Signals {
+    /// registered (armed); registers the away timer there too.
+    pub(super) fn new(
+        waker: Waker,
+        registry: mio::Registry,
+        rx_fd: std::os::fd::RawFd,
+        epoch: Instant,
+    ) -> std::io::Result<Signals> {
+        let away = AwayTimer::new()?;
+        registry.register(&mut SourceFd(&away.raw_fd()), AWAY, Interest::READABLE)?;
+        Ok(Signals {
             waker,
             thread_deadline: AtomicU64::new(u64::MAX),
             app_active_at: AtomicU64::new(0),
@@ -344,11 +322,12 @@ impl Signals {
             rx_armed: AtomicBool::new(true),
             arm_lock: std::sync::Mutex::new(()),
             thread_wake_at: AtomicU64::new(u64::MAX),
+            away,
             registry,
             rx_fd,
             epoch,
             wake_counters: WakeCounters::default(),
-        }
+        })
     }
 
     pub(super) fn now(&self) -> u64 {
@@ -369,6 +348,26 @@ impl Signals {
     /// An application thread is in the library at `now`.
     pub(super) fn app_enters(&self, now: Nanos) {
         self.app_active_at.store(now.max(1), Ordering::Release);
+        if !self.armed_hint() {
+            self.push_away(now);
+        }
+    }
+
+    /// Keeps the away timer at least [`REARM_AFTER_NS`] ahead of an application call at `now`.
+    fn push_away(&self, now: Nanos) {
+        if self.away.at() < now + REARM_AFTER_NS {
+            self.away.set(now, REARM_AFTER_NS + AWAY_SLACK_NS);
+        }
+    }
+
+    /// The progress thread, disarmed, is about to sleep: the away timer must be set, for when
+    /// the application will have been away [`REARM_AFTER_NS`] (an application call pushes it
+    /// further; it fired or was never set otherwise).
+    pub(super) fn ensure_away(&self, now: Nanos) {
+        if self.away.at() == 0 {
+            let due = self.app_active_at.load(Ordering::Acquire).saturating_add(REARM_AFTER_NS);
+            self.away.set(now, due.saturating_sub(now).max(AWAY_SLACK_NS / 10));
+        }
     }
 
     /// An application thread polls a CQ at `now`.
@@ -433,16 +432,16 @@ impl Signals {
             }
         };
         if !done {
-            // Cannot change it: the flag keeps telling the truth (disarmed, the thread still
-            // looks at least every REARM_CHECK_MAX_NS; armed, it is woken by packets).
+            // Cannot change it: the flag keeps telling the truth (disarmed, the away timer
+            // still wakes the thread; armed, packets do).
             return;
         }
         self.rx_armed.store(armed, Ordering::SeqCst);
         WakeCounters::bump(if armed { &self.wake_counters.rx_arms } else { &self.wake_counters.rx_disarms });
-        // Disarmed, the thread must still check within REARM_CHECK_MAX_NS whether anyone polls:
-        // if it sleeps longer than that (e.g. with no timeout at all), ring it so it re-plans.
-        if !armed && self.thread_wake_at.load(Ordering::SeqCst) > self.now() + REARM_CHECK_MAX_NS {
-            self.ring();
+        // Disarmed, the thread must learn when nobody calls the library any more: the away
+        // timer, pushed ahead by every call from now on, wakes it then.
+        if !armed {
+            self.push_away(self.now());
         }
     }
 
@@ -463,21 +462,26 @@ impl Signals {
     /// a long time.
     ///
     /// A poller runs the timers itself, but only while it polls: the exemption holds only
-    /// where the thread looks by itself anyway (disarmed: within [`REARM_CHECK_MAX_NS`]; armed
-    /// while the application is active: within a few milliseconds, see the progress thread).
+    /// where the thread looks by itself anyway (disarmed: when the away timer fires, 1–1.5 ms
+    /// after the last call; armed while the application is active: within a few milliseconds,
+    /// see the progress thread).
     /// An armed thread asleep with no timeout is always rung — otherwise an application that
     /// posts, then waits in `ibv_get_cq_event` (rping), would lose a packet and never resend it.
     pub(super) fn kick_needed(&self, due: Option<Nanos>, now: Nanos, sent_all: bool) -> bool {
         let due = due.unwrap_or(u64::MAX);
         let polling = now.saturating_sub(self.poll_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
-        // Disarmed, the thread wakes by itself at `thread_wake_at` (never later than
-        // REARM_CHECK_MAX_NS ahead) and takes over once nobody has polled for REARM_AFTER_NS;
-        // until then the pollers run the timers.
+        // Disarmed, the thread wakes by itself at `thread_wake_at` or when the away timer fires
+        // (once nobody has called the library for REARM_AFTER_NS), and takes over; until then
+        // the pollers run the timers.
         let armed = self.armed();
         let thread_looks_by = if armed {
             self.thread_deadline.load(Ordering::Acquire).min(self.thread_wake_at.load(Ordering::SeqCst))
         } else {
-            self.thread_wake_at.load(Ordering::SeqCst)
+            let away = match self.away.at() {
+                0 => u64::MAX,
+                t => t,
+            };
+            self.thread_wake_at.load(Ordering::SeqCst).min(away)
         };
         let looks_soon = !armed || thread_looks_by <= now + 2 * REARM_AFTER_NS;
         !sent_all || (due < thread_looks_by && (!polling || !looks_soon))
@@ -658,7 +662,7 @@ mod arm_tests {
             let fd = sock.as_raw_fd();
             let reg = poll.registry().try_clone().unwrap();
             reg.register(&mut SourceFd(&fd), RX, Interest::READABLE).unwrap();
-            let sig = Arc::new(Signals::new(waker, reg, fd, Instant::now()));
+            let sig = Arc::new(Signals::new(waker, reg, fd, Instant::now()).unwrap());
             let threads: Vec<_> = (0..4)
                 .map(|t| {
                     let sig = sig.clone();
@@ -676,48 +680,64 @@ mod arm_tests {
         }
     }
 
-    #[test]
-    fn disarmed_looks_double_while_the_application_polls_and_start_over_when_it_went_away() {
-        let mut r = RearmCheck::new();
-        let mut seen = vec![r.every()];
-        for _ in 0..6 {
-            r.still_polling();
-            seen.push(r.every());
-        }
-        assert_eq!(seen, [1, 2, 4, 8, 8, 8, 8].map(|ms| ms * 1_000_000));
-        r.reset();
-        assert_eq!(r.every(), REARM_AFTER_NS);
-    }
-
     fn signals() -> (mio::Poll, Signals, std::net::UdpSocket) {
         let poll = mio::Poll::new().unwrap();
         let waker = Waker::new(poll.registry(), crate::transport::progress::WAKE).unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let reg = poll.registry().try_clone().unwrap();
-        let sig = Signals::new(waker, reg, sock.as_raw_fd(), Instant::now());
+        let sig = Signals::new(waker, reg, sock.as_raw_fd(), Instant::now()).unwrap();
         (poll, sig, sock)
     }
 
     #[test]
     fn disarmed_a_timer_due_before_the_threads_next_look_rings_only_if_nobody_polls() {
         let (_poll, sig, _sock) = signals();
+        // Old enough that "no poll for APP_ACTIVE_NS" can be true.
+        std::thread::sleep(std::time::Duration::from_nanos(2 * APP_ACTIVE_NS));
         sig.set_rx_armed(false);
         assert!(!sig.armed());
-        let now = sig.now() + 10 * REARM_CHECK_MAX_NS;
-        // The thread sleeps until its next look, 8 ms away.
-        sig.thread_wake_at.store(now + REARM_CHECK_MAX_NS, Ordering::SeqCst);
-        let due = Some(now + 3_000_000);
-        // Nobody polled for a while: only the thread can run the timer, and it would be late.
-        sig.poll_active_at.store(now - 2 * APP_ACTIVE_NS, Ordering::Release);
-        assert!(sig.kick_needed(due, now, true));
-        // The thread looks before the timer is due: it re-plans then, no ring.
-        sig.thread_wake_at.store(now + 2_000_000, Ordering::SeqCst);
-        assert!(!sig.kick_needed(due, now, true));
-        // Someone polls: the poller runs the timer, however far away the thread's look is.
-        sig.thread_wake_at.store(now + REARM_CHECK_MAX_NS, Ordering::SeqCst);
-        sig.poll_active_at.store(now, Ordering::Release);
-        assert!(!sig.kick_needed(due, now, true));
+        let now = sig.now();
+        // The thread sleeps with no timeout; the away timer wakes it 1.5 ms after the disarm.
+        sig.thread_wake_at.store(u64::MAX, Ordering::SeqCst);
+        assert!(sig.away.at() >= now + REARM_AFTER_NS, "the disarm set the away timer");
+        let away = sig.away.at();
+        // Nobody polled for a while and the timer is due before the away timer fires: ring.
+        sig.poll_active_at.store(0, Ordering::Release);
+        assert!(sig.kick_needed(Some(now + 100_000), now, true));
+        // Due after the away timer: the thread takes over by then, no ring.
+        assert!(!sig.kick_needed(Some(away + 1), now, true));
+        // Someone polls: the poller runs the timer.
+        sig.poll_active_at.store(now.max(1), Ordering::Release);
+        assert!(!sig.kick_needed(Some(now + 100_000), now, true));
         // A full socket always rings.
         assert!(sig.kick_needed(None, now, false));
+    }
+
+    #[test]
+    fn disarmed_calls_push_the_away_timer_at_most_once_per_slack() {
+        let (_poll, sig, _sock) = signals();
+        sig.set_rx_armed(false);
+        let t0 = sig.away.at();
+        let start = t0 - REARM_AFTER_NS - AWAY_SLACK_NS;
+        // Calls within the slack leave it where it is (no system call).
+        sig.app_enters(start + AWAY_SLACK_NS / 2);
+        assert_eq!(sig.away.at(), t0);
+        // A call past the slack pushes it a whole period plus the slack on.
+        let later = start + AWAY_SLACK_NS + 1;
+        sig.app_enters(later);
+        assert_eq!(sig.away.at(), later + REARM_AFTER_NS + AWAY_SLACK_NS);
+        // Armed, calls do not touch it.
+        sig.set_rx_armed(true);
+        sig.app_enters(later + 10 * REARM_AFTER_NS);
+        assert_eq!(sig.away.at(), later + REARM_AFTER_NS + AWAY_SLACK_NS);
+        // The thread, disarmed and about to sleep after the timer fired, sets it for when the
+        // application will have been away a whole period.
+        sig.set_rx_armed(false);
+        sig.away.fired();
+        assert_eq!(sig.away.at(), 0);
+        let now = sig.now();
+        sig.app_active_at.store(now, Ordering::Release);
+        sig.ensure_away(now);
+        assert_eq!(sig.away.at(), now + REARM_AFTER_NS);
     }
 }

@@ -1,7 +1,8 @@
 //! The progress thread: moves the device when no application thread does.
 //!
-//! Blocked in `mio::Poll` on the receive socket (while armed, see [`super::pacing`]), the
-//! doorbell and the engine's next deadline, it covers what nobody polls for: ACKs and responses
+//! Blocked in `mio::Poll` on the receive socket and the engine's next deadline (while armed,
+//! see [`super::pacing`]), or on the away timer (disarmed, see [`super::away`]), and the
+//! doorbell, it covers what nobody polls for: ACKs and responses
 //! while the application sleeps, retransmission timers, completion-channel events, and the
 //! `urxe stat` socket. It never spins and never waits for the device lock.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -15,7 +16,7 @@ use std::time::Duration;
 use mio::{Events, Poll, Token};
 
 use super::hub::{Core, Hub};
-use super::pacing::{RearmCheck, APP_ACTIVE_NS, REARM_AFTER_NS};
+use super::pacing::{APP_ACTIVE_NS, AWAY, REARM_AFTER_NS};
 use super::stats::WakeCounters;
 
 /// mio token of the doorbell.
@@ -32,9 +33,9 @@ const RT_RESUME_PCT: u64 = 10;
 /// Packet arrivals that in a row find an application thread holding the device lock after
 /// which the thread stops being woken by packets (disarms): that application is busy in the
 /// library and takes the packets itself (it runs the step left to it), so each further
-/// wakeup would only preempt it. The thread still looks now and then ([`RearmCheck`]) and
-/// re-arms once nobody has called the library for [`REARM_AFTER_NS`]; the application re-arms
-/// it when it starts waiting elsewhere (see `pacing`).
+/// wakeup would only preempt it. The away timer wakes the thread once nobody has called the
+/// library for [`REARM_AFTER_NS`], and it re-arms then; the application re-arms it when it
+/// starts waiting elsewhere (see `pacing`).
 const BUSY_WAKEUPS_TO_DISARM: u32 = 4;
 
 /// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
@@ -143,29 +144,30 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     let mut deadline: Option<u64> = None;
     // Consecutive wakeups that found the device lock held (see BUSY_WAKEUPS_TO_DISARM).
     let mut busy_streak = 0u32;
-    // How far apart the looks are while disarmed.
-    let mut rearm = RearmCheck::new();
     loop {
         if hub.stop.load(Ordering::Acquire) {
             return;
         }
         let now = sig.now();
-        let mut wake_at = deadline;
-        let armed = sig.armed();
-        if !armed || sig.app_away_for(now) < APP_ACTIVE_NS {
-            // Disarmed: pollers take the packets; check now and then that someone still polls.
-            // Armed while the application is active: its posts may arm timers without ringing
-            // us (see `Signals::kick_needed`); look at least this often until it goes quiet.
-            let check = now + if armed { REARM_AFTER_NS } else { rearm.every() };
-            wake_at = Some(wake_at.map_or(check, |d| d.min(check)));
+        let mut wake_at = None;
+        if sig.armed() {
+            wake_at = deadline;
+            if sig.app_away_for(now) < APP_ACTIVE_NS {
+                // Armed while the application is active: its posts may arm timers without
+                // ringing us (see `Signals::kick_needed`); look at least this often until it
+                // goes quiet.
+                let check = now + REARM_AFTER_NS;
+                wake_at = Some(wake_at.map_or(check, |d| d.min(check)));
+            }
+        } else {
+            // Disarmed: the pollers take the packets and run the timers, and every call of
+            // theirs pushes the away timer ahead; it wakes us once nobody calls any more. No
+            // look in between: each would preempt a poller that shares our CPU.
+            sig.ensure_away(now);
         }
         let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
+        // (A disarm after the armed() above pushes the away timer, which wakes us.)
         sig.thread_wake_at.store(wake_at.unwrap_or(u64::MAX), Ordering::SeqCst);
-        // A disarm between reading rx_armed above and storing the wake time would not ring us:
-        // look again now that the wake time is published.
-        if wake_at.is_none_or(|w| w > now + rearm.every()) && !sig.armed() {
-            continue;
-        }
         if let Err(e) = poll.poll(&mut events, timeout) {
             if e.kind() != io::ErrorKind::Interrupted {
                 // Cannot wait: back off rather than spin.
@@ -179,15 +181,23 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         if rt {
             budget.check(&hub, sig.now());
         }
+        let mut other_events = false;
+        for ev in events.iter() {
+            if ev.token() == AWAY {
+                sig.away.fired();
+                WakeCounters::bump(&sig.wake_counters.away_wakeups);
+            } else {
+                other_events = true;
+            }
+        }
         if !sig.armed() {
             let idle_for = sig.app_away_for(sig.now());
-            if idle_for < REARM_AFTER_NS && events.is_empty() && deadline.is_none_or(|d| d > sig.now()) {
-                rearm.still_polling();
+            if idle_for < REARM_AFTER_NS && !other_events {
+                // Still polling (the away timer was set from an older call): sleep on.
                 continue;
             }
             if idle_for >= REARM_AFTER_NS {
                 sig.set_rx_armed(true);
-                rearm.reset();
             }
         }
         let Some(mut c) = try_core(&hub) else {
@@ -201,15 +211,10 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
                 WakeCounters::bump(&sig.wake_counters.busy_disarms);
                 busy_streak = 0;
             }
-            // The application runs timers and packets now; look again in a while rather than
-            // re-waking at a deadline that is already past (disarmed: as the looks go).
-            let later = if sig.armed() {
-                REARM_AFTER_NS
-            } else {
-                rearm.still_polling();
-                rearm.every()
-            };
-            deadline = Some(sig.now() + later);
+            // The application runs timers and packets now; armed, look again in a while rather
+            // than re-waking at a deadline that is already past; disarmed, the away timer
+            // brings us back once it stops.
+            deadline = sig.armed().then(|| sig.now() + REARM_AFTER_NS);
             continue;
         };
         busy_streak = 0;

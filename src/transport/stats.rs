@@ -67,6 +67,8 @@ pub(super) struct WakeCounters {
     /// Times the progress thread stopped packet wakeups because the application kept holding
     /// the device lock when packets woke it.
     pub(super) busy_disarms: AtomicU64,
+    /// Wakeups by the away timer (disarmed: nobody had called the library for a while).
+    pub(super) away_wakeups: AtomicU64,
     /// Times the progress thread gave up real-time priority after using its CPU budget, and
     /// took it back once idle again.
     pub(super) rt_demotions: AtomicU64,
@@ -82,13 +84,14 @@ impl WakeCounters {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "WakeCounters\n    doorbells: {}\n    rx_arms: {}\n    rx_disarms: {}\n    thread_wakeups: {}\n    lock_busy: {}\n    \
-             busy_disarms: {}\n    rt_demotions: {}\n    rt_promotions: {}\n",
+             busy_disarms: {}\n    away_wakeups: {}\n    rt_demotions: {}\n    rt_promotions: {}\n",
             l(&self.doorbells),
             l(&self.rx_arms),
             l(&self.rx_disarms),
             l(&self.thread_wakeups),
             l(&self.lock_busy),
             l(&self.busy_disarms),
+            l(&self.away_wakeups),
             l(&self.rt_demotions),
             l(&self.rt_promotions)
         )
