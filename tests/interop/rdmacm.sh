@@ -102,6 +102,18 @@ cmd() {
   echo "${c//PEER/$3}"
 }
 
+# set_aside WHY: a run of the case that will run again keeps its files under CASE.DIR.WHYn
+# (captures and logs; run_case's $id, $cap, $log and $own), and the lab's loss goes off.
+set_aside() {
+  local why=$1 n=1 f
+  while [ -e "${cap%.pcap}.$why$n.pcap" ]; do n=$((n + 1)); done
+  for f in "$log".{urxe,vm,check,dumpcap,urxe-own}.* "$own"; do
+    [ -e "$f" ] && mv "$f" "${f/$id/$id.$why$n}"
+  done
+  mv "$cap" "${cap%.pcap}.$why$n.pcap"
+  "$HERE/lab.sh" loss 0 >/dev/null
+}
+
 # lost_end DIR VM_RC RC CHECKED OWN_CHECKED: whether a failed loss case ended the one way random loss
 # makes correct. rping's client disconnects (DREQ) right after the server's last SEND reaches
 # it, and its VM powers off (the bridge then has no port left, and the kernel drops what is
@@ -204,22 +216,13 @@ run_case() {  # NAME SRV CLI MSGS LOSS DELAY DIR
   if [ "$loss" != 0 ] && { [ "$rc" != 0 ] || [ "$vm_rc" != 0 ]; } &&
     why=$(lost_end "$dir" "$vm_rc" "$rc" "$checked" "$own_checked"); then
     say "$id: ended by loss: $why; the case runs again"
-    local n=1
-    while [ -e "${cap%.pcap}.lostend$n.pcap" ]; do n=$((n + 1)); done
-    for f in "$log".{urxe,vm,check,dumpcap,urxe-own}.*; do [ -e "$f" ] && mv "$f" "${f/$id/$id.lostend$n}"; done
-    [ -e "$own" ] && mv "$own" "${own/$id/$id.lostend$n}"
-    mv "$cap" "${cap%.pcap}.lostend$n.pcap"
     LOST_WHY=$why
-    "$HERE/lab.sh" loss 0 >/dev/null
+    set_aside lostend
     return 4
   fi
   if [ "$rc" != 0 ] && grep -qE ' CM REJ .*reason=8 ' <<<"$checked"; then
     say "$id: refused with REJ 8 (server not listening yet): the case runs again"
-    local n=1
-    while [ -e "${cap%.pcap}.refused$n.pcap" ]; do n=$((n + 1)); done
-    for f in "$log".{urxe,vm,check,dumpcap}.*; do [ -e "$f" ] && mv "$f" "${f/$id/$id.refused$n}"; done
-    mv "$cap" "${cap%.pcap}.refused$n.pcap"
-    "$HERE/lab.sh" loss 0 >/dev/null
+    set_aside refused
     return 3
   fi
   [ "$vm_rc" = 0 ] || verdict="FAIL (rxe side rc $vm_rc)"
