@@ -20,6 +20,7 @@ use crate::engine::Nanos;
 pub(super) struct AwayTimer {
     fd: OwnedFd,
     /// When (device ns) the timer is set to fire; 0 when it is not set (fired, or never set).
+    /// Read through [`AwayTimer::at`].
     at: AtomicU64,
 }
 
@@ -39,9 +40,12 @@ impl AwayTimer {
         self.fd.as_raw_fd()
     }
 
-    /// When the timer is set to fire (device ns; 0: not set).
-    pub(super) fn at(&self) -> Nanos {
-        self.at.load(Ordering::Acquire)
+    /// When the timer is set to fire (device ns), if it is set.
+    pub(super) fn at(&self) -> Option<Nanos> {
+        match self.at.load(Ordering::Acquire) {
+            0 => None,
+            t => Some(t),
+        }
     }
 
     /// Sets the timer to fire `after` ns from `now` (device ns), replacing any earlier setting.
@@ -86,18 +90,18 @@ mod tests {
     #[test]
     fn fires_once_when_set_and_a_later_setting_replaces_an_earlier_one() {
         let t = AwayTimer::new().unwrap();
-        assert_eq!(t.at(), 0);
+        assert_eq!(t.at(), None);
         assert!(!readable(t.raw_fd(), 0), "a timer never set does not fire");
         let start = Instant::now();
         t.set(1_000, 5_000_000);
-        assert_eq!(t.at(), 5_001_000);
+        assert_eq!(t.at(), Some(5_001_000));
         // Set again before it fired: the new setting replaces the old one.
         t.set(2_000, 20_000_000);
-        assert_eq!(t.at(), 20_002_000);
+        assert_eq!(t.at(), Some(20_002_000));
         assert!(readable(t.raw_fd(), 2_000), "it fires");
         assert!(start.elapsed() >= Duration::from_millis(20), "not at the replaced setting");
         t.fired();
-        assert_eq!(t.at(), 0);
+        assert_eq!(t.at(), None);
         assert!(!readable(t.raw_fd(), 50), "consumed, one-shot: not readable again");
     }
 }

@@ -355,7 +355,7 @@ impl Signals {
 
     /// Keeps the away timer at least [`REARM_AFTER_NS`] ahead of an application call at `now`.
     fn push_away(&self, now: Nanos) {
-        if self.away.at() < now + REARM_AFTER_NS {
+        if self.away.at().is_none_or(|t| t < now + REARM_AFTER_NS) {
             self.away.set(now, REARM_AFTER_NS + AWAY_SLACK_NS);
         }
     }
@@ -364,7 +364,7 @@ impl Signals {
     /// the application will have been away [`REARM_AFTER_NS`] (an application call pushes it
     /// further; it fired or was never set otherwise).
     pub(super) fn ensure_away(&self, now: Nanos) {
-        if self.away.at() == 0 {
+        if self.away.at().is_none() {
             let due = self.app_active_at.load(Ordering::Acquire).saturating_add(REARM_AFTER_NS);
             self.away.set(now, due.saturating_sub(now).max(AWAY_SLACK_NS / 10));
         }
@@ -477,11 +477,7 @@ impl Signals {
         let thread_looks_by = if armed {
             self.thread_deadline.load(Ordering::Acquire).min(self.thread_wake_at.load(Ordering::SeqCst))
         } else {
-            let away = match self.away.at() {
-                0 => u64::MAX,
-                t => t,
-            };
-            self.thread_wake_at.load(Ordering::SeqCst).min(away)
+            self.thread_wake_at.load(Ordering::SeqCst).min(self.away.at().unwrap_or(u64::MAX))
         };
         let looks_soon = !armed || thread_looks_by <= now + 2 * REARM_AFTER_NS;
         !sent_all || (due < thread_looks_by && (!polling || !looks_soon))
@@ -699,8 +695,8 @@ mod arm_tests {
         let now = sig.now();
         // The thread sleeps with no timeout; the away timer wakes it 1.5 ms after the disarm.
         sig.thread_wake_at.store(u64::MAX, Ordering::SeqCst);
-        assert!(sig.away.at() >= now + REARM_AFTER_NS, "the disarm set the away timer");
-        let away = sig.away.at();
+        assert!(sig.away.at() >= Some(now + REARM_AFTER_NS), "the disarm set the away timer");
+        let away = sig.away.at().unwrap();
         // Nobody polled for a while and the timer is due before the away timer fires: ring.
         sig.poll_active_at.store(0, Ordering::Release);
         assert!(sig.kick_needed(Some(now + 100_000), now, true));
@@ -717,27 +713,27 @@ mod arm_tests {
     fn disarmed_calls_push_the_away_timer_at_most_once_per_slack() {
         let (_poll, sig, _sock) = signals();
         sig.set_rx_armed(false);
-        let t0 = sig.away.at();
+        let t0 = sig.away.at().unwrap();
         let start = t0 - REARM_AFTER_NS - AWAY_SLACK_NS;
         // Calls within the slack leave it where it is (no system call).
         sig.app_enters(start + AWAY_SLACK_NS / 2);
-        assert_eq!(sig.away.at(), t0);
+        assert_eq!(sig.away.at(), Some(t0));
         // A call past the slack pushes it a whole period plus the slack on.
         let later = start + AWAY_SLACK_NS + 1;
         sig.app_enters(later);
-        assert_eq!(sig.away.at(), later + REARM_AFTER_NS + AWAY_SLACK_NS);
+        assert_eq!(sig.away.at(), Some(later + REARM_AFTER_NS + AWAY_SLACK_NS));
         // Armed, calls do not touch it.
         sig.set_rx_armed(true);
         sig.app_enters(later + 10 * REARM_AFTER_NS);
-        assert_eq!(sig.away.at(), later + REARM_AFTER_NS + AWAY_SLACK_NS);
+        assert_eq!(sig.away.at(), Some(later + REARM_AFTER_NS + AWAY_SLACK_NS));
         // The thread, disarmed and about to sleep after the timer fired, sets it for when the
         // application will have been away a whole period.
         sig.set_rx_armed(false);
         sig.away.fired();
-        assert_eq!(sig.away.at(), 0);
+        assert_eq!(sig.away.at(), None);
         let now = sig.now();
         sig.app_active_at.store(now, Ordering::Release);
         sig.ensure_away(now);
-        assert_eq!(sig.away.at(), now + REARM_AFTER_NS);
+        assert_eq!(sig.away.at(), Some(now + REARM_AFTER_NS));
     }
 }
