@@ -286,7 +286,7 @@ impl Device {
     /// about to wait for that event (in `ibv_get_cq_event` or poll(2) on the channel) instead of
     /// polling: packet arrivals must wake the progress thread again even if the empty polls
     /// before (a short spin, as rsockets and UCX do before they sleep) had disarmed them, or
-    /// the event would wait for the away timer (1–1.5 ms after the application's last call).
+    /// the event would wait for the away timer (1–9 ms after the application's last call).
     pub fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<(), Error> {
         let r = self.control(|en, _| en.req_notify_cq(cq, solicited_only));
         if r.is_ok() {
