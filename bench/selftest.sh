@@ -90,13 +90,19 @@ EOF
   chk "failing client reported" "| ib_write_bw 4 KiB, Gb/s | error: client exit 1: Couldn't post send: stand-in failure"
   chk "hanging client reported" "| ib_write_lat 2 B typical, µs | error: timed out after 3s"
   row=$(grep -F "| ib_write_bw 64 KiB, Gb/s | 12.61 |" <<<"$out" | grep -F "TCP loopback")
-  if [[ $row =~ \|\ ([0-9]+\.[0-9]+)\ \|\ ≥\ 0\.5×\ \|\ (PASS|FAIL)\ \| ]]; then
+  if [[ $row =~ \|\ ([0-9]+\.[0-9]+)\ \|\ ≥\ 1\.5×\ \|\ (PASS|FAIL)\ \| ]]; then
     ok "write_bw ratio ${BASH_REMATCH[1]} and verdict ${BASH_REMATCH[2]}"
   else
     bad "write_bw row has no ratio/verdict: $row"
   fi
   row=$(grep -F "| ib_send_lat 2 B typical, µs | 4.37 |" <<<"$out")
-  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ ≤\ 3×\ \|\ (PASS|FAIL)\ \| ]] && ok "send_lat ratio and verdict" || bad "send_lat row: $row"
+  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ ≤\ 1\.4×\ \|\ (PASS|FAIL)\ \| ]] && ok "send_lat ratio and verdict" || bad "send_lat row: $row"
+  # The ping-pong computing for urxe's extra time per one-way: the stand-in's 4.37 µs typical
+  # less the ping-pong's p50, so a positive amount of work, and a p99 row against it.
+  work=$(grep -o "^mode=pingpong .*work_ns=[1-9][0-9]*" "$W/out/raw.txt" | head -n 1 | sed 's/.*work_ns=//')
+  [ -n "$work" ] && ok "ping-pong with $work ns of work per one-way measured" || bad "no ping-pong with work in raw.txt"
+  row=$(grep -F "| ib_send_lat 2 B p99, µs | 7.05 | " <<<"$out" | grep -F "the ping-pong computing ${work:-?} ns per one-way, p99")
+  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ -\ \|\ -\ \|$ ]] && ok "send_lat p99 against the ping-pong with work (ratio, no bar)" || bad "send_lat p99 row against the ping-pong with work: ${row:-missing}"
   for m in gso mmsg64 pingpong iperf3_tcp; do
     grep -q "^mode=$m .*" "$W/out/raw.txt" && ! grep -q "^mode=$m .*error=" "$W/out/raw.txt" &&
       ok "ceiling $m measured" || bad "ceiling $m: $(grep "mode=$m\|error" "$W/out/raw.txt" | head -n 2)"

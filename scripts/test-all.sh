@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (README, .ci/run): installs what it needs, checks formatting and lints,
 # builds the drop-in library, runs every test: unit, property, simulator, capture verifier,
-# ABI, unmodified Debian binaries and our C programs over urxe, rdma-core's own suite, and the
-# interop matrix against the Linux kernel's rdma_rxe.
+# ABI, unmodified Debian binaries and our C programs over urxe, the benchmark script's
+# self-check, rdma-core's own suite, and the interop matrix against the Linux kernel's rdma_rxe.
 # Exits nonzero on the first failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,8 @@ step "build the drop-in libibverbs.so.1 (release)"
 bash provider/build.sh --release
 step "cargo test (release: the application tests time real traffic)"
 cargo test --release --workspace
+step "the benchmark's own checks (bench/run.sh with stand-ins, the ceiling tool's tests, brief real ceilings)"
+bash bench/selftest.sh
 step "rdma-core's pyverbs test suite against urxe"
 # The suite's huge-page tests (parent domain, ODP) need reserved 2 MiB pages: reserve 16
 # (32 MiB) if fewer are there. Root only; the host's setting is raised, never lowered.

@@ -11,6 +11,10 @@
 //!   pingpong_srvblock  the same with a server that sleeps in poll() between pings: the round
 //!             trip to a process that is not polling (a passive READ responder)
 //!
+//! `-w NS` makes each side of the busy-poll ping-pong compute (spin on the clock) NS ns before
+//! each send, so that a one-way trip takes as long as another engine's: what the platform's
+//! interruptions (timer ticks, the host) do to the tail of a trip that long.
+//!
 //! Sender / client thread pinned to CPU 0, receiver / server thread to CPU 1 (`-c`), receiver on
 //! 127.0.0.2:4791 (another port if 4791 is taken), sender on 127.0.0.3. Loopback only. Every loop
 //! ends on a deadline and on a count.
@@ -51,6 +55,8 @@ struct Cfg {
     tx_cpu: Option<usize>,
     rx_cpu: Option<usize>,
     buf: usize,
+    /// ns each side of the busy-poll ping-pong computes before each send (`-w`).
+    work_ns: u64,
 }
 
 // ---------------------------------------------------------------- small socket layer over libc
@@ -615,6 +621,7 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
                 }
                 let r = unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
                 if r > 0 {
+                    work(cfg.work_ns);
                     let w = unsafe { libc::send(sfd, buf.as_ptr() as *const libc::c_void, r as usize, 0) };
                     if w < 0 && !is_would_block(errno()) {
                         err = Some(format!("server send: {}", io::Error::last_os_error()));
@@ -657,6 +664,7 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
                 }
                 buf[..8].copy_from_slice(&i.to_le_bytes());
                 let ts = Instant::now();
+                work(cfg.work_ns);
                 let w = unsafe { libc::send(cfd, buf.as_ptr() as *const libc::c_void, SMALL, 0) };
                 if w < 0 && !is_would_block(errno()) {
                     o.err = Some(format!("client send: {}", io::Error::last_os_error()));
@@ -704,7 +712,7 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
     Ok(format!(
         "mode={name} rtt_p50_us={:.2} ow_p50_us={:.2} ow_p99_us={:.2} ow_avg_us={:.2} ow_min_us={:.2} ow_max_us={:.2} \
          round_trips={} warmup={} measured={} lost={} stale={} echoed={} wall_s={:.3} cli_cpu_s={:.2} srv_cpu_s={:.2} \
-         msg_bytes={} port={} pinned={}{}",
+         msg_bytes={} work_ns={} port={} pinned={}{}",
         percentile(&rtt, 50.0) as f64 / 1000.0,
         ow(percentile(&rtt, 50.0)),
         ow(percentile(&rtt, 99.0)),
@@ -721,23 +729,37 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
         c.cpu_s,
         s_cpu,
         SMALL,
+        cfg.work_ns,
         port,
         if c.pinned && s_pinned { 1 } else { 0 },
         if errs.is_empty() { String::new() } else { format!(" error={}", clean(&errs.join("; "))) }
     ))
 }
 
+/// Computes for `ns` nanoseconds (spins on the clock): the stand-in for an engine's own work
+/// on each one-way trip.
+fn work(ns: u64) {
+    if ns == 0 {
+        return;
+    }
+    let t = Instant::now();
+    while (t.elapsed().as_nanos() as u64) < ns {
+        std::hint::spin_loop();
+    }
+}
+
 // ---------------------------------------------------------------- main
 
-const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] MODE...
+const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] [-w NS] MODE...
 modes: gso gso64 mmsg64 pingpong pingpong_srvblock all
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
   -c  CPUs of the sender/client and receiver/server threads (default 0,1)
-  -b  socket buffer size requested (default 33554432; the kernel doubles it)";
+  -b  socket buffer size requested (default 33554432; the kernel doubles it)
+  -w  ns each side of the busy-poll ping-pong computes before each send (default 0, at most 1000000)";
 
 fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
-    let mut cfg = Cfg { secs: 3.0, round_trips: 100_000, tx_cpu: Some(0), rx_cpu: Some(1), buf: 32 << 20 };
+    let mut cfg = Cfg { secs: 3.0, round_trips: 100_000, tx_cpu: Some(0), rx_cpu: Some(1), buf: 32 << 20, work_ns: 0 };
     let mut modes = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -756,6 +778,12 @@ fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
                 }
             }
             "-b" => cfg.buf = val("-b")?.parse().map_err(|_| "bad -b".to_string())?,
+            "-w" => {
+                cfg.work_ns = val("-w")?.parse().map_err(|_| "bad -w".to_string())?;
+                if cfg.work_ns > 1_000_000 {
+                    return Err("-w must be in [0, 1000000]".into());
+                }
+            }
             "-c" => {
                 let v = val("-c")?;
                 if v == "none" {
@@ -851,8 +879,14 @@ mod tests {
         let (c, m) = parse_args(&a).unwrap();
         assert_eq!(c.secs, 1.0);
         assert_eq!(c.tx_cpu, None);
-        assert_eq!(m, ["gso", "mmsg64", "pingpong"]);
+        assert_eq!(m, ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock"]);
         assert!(parse_args(&["-t".to_string(), "0".to_string(), "gso".to_string()]).is_err());
         assert!(parse_args(&[]).is_err());
+        let w: Vec<String> = ["-w", "3500", "pingpong"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(parse_args(&w).unwrap().0.work_ns, 3500);
+        let too_long: Vec<String> = ["-w", "1000001", "pingpong"].iter().map(|s| s.to_string()).collect();
+        assert!(parse_args(&too_long).is_err());
+        let bad: Vec<String> = ["-w", "x", "pingpong"].iter().map(|s| s.to_string()).collect();
+        assert!(parse_args(&bad).is_err());
     }
 }
