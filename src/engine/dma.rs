@@ -20,11 +20,26 @@ pub(crate) fn gather<M: HostMemory>(sh: &EngineShared<M>, pd: PdId, sges: &[Sge]
 /// responses, atomic results, received SENDs), checking LOCAL_WRITE on every lkey first.
 #[must_use]
 pub(crate) fn scatter<M: HostMemory>(sh: &EngineShared<M>, pd: PdId, sges: &[Sge], off: u64, data: &[u8]) -> bool {
-    // Check everything before writing anything.
+    // Check everything before writing anything. The usual case, one piece, is resolved once.
+    let mut pieces = 0usize;
+    let mut first = 0u64;
     if !walk(sges, off, data.len(), |s, va, _, n| {
-        sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE).is_ok()
+        match sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE) {
+            Ok(r) => {
+                if pieces == 0 {
+                    first = r.host;
+                }
+                pieces += 1;
+                true
+            }
+            Err(_) => false,
+        }
     }) {
         return false;
+    }
+    if pieces == 1 {
+        // One piece covered all of `data` (the walk ended with every byte placed).
+        return sh.mem.write(first, data).is_ok();
     }
     walk(sges, off, data.len(), |s, va, at, n| {
         match sh.keys.check_lkey(s.lkey, pd, va, n as u64, AccessFlags::LOCAL_WRITE) {

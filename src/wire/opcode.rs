@@ -136,6 +136,13 @@ impl HeaderSet {
         self.0 == 0
     }
 
+    /// The headers of this set in wire order, each with its offset from the start of the BTH:
+    /// one pass, as long as the set is (nothing to do for a SEND).
+    #[inline]
+    pub const fn walk(self) -> HeaderWalk {
+        HeaderWalk { bits: self.0, at: crate::wire::bth::BTH_LEN }
+    }
+
     /// Offset of `h` from the start of the BTH, if this set contains it. `h` is one header.
     #[inline]
     pub const fn offset_of(self, h: HeaderSet) -> Option<usize> {
@@ -146,6 +153,30 @@ impl HeaderSet {
         // add up to the offset.
         let before = HeaderSet(self.0 & (h.0 - 1));
         Some(crate::wire::bth::BTH_LEN + before.len())
+    }
+}
+
+/// Iterator of [`HeaderSet::walk`]: `(header, offset from the BTH's start)`.
+pub struct HeaderWalk {
+    bits: u16,
+    at: usize,
+}
+
+impl Iterator for HeaderWalk {
+    type Item = (HeaderSet, usize);
+
+    #[inline]
+    fn next(&mut self) -> Option<(HeaderSet, usize)> {
+        if self.bits == 0 {
+            return None;
+        }
+        let i = self.bits.trailing_zeros() as usize;
+        let one = HeaderSet(1 << i);
+        let at = self.at;
+        // Bits past ORDER are never set by the opcode table; they would only add nothing.
+        self.at += if i < HeaderSet::ORDER.len() { HeaderSet::ORDER[i].1 } else { 0 };
+        self.bits &= self.bits - 1;
+        Some((one, at))
     }
 }
 
@@ -485,15 +516,19 @@ mod tests {
         // And offsets agree with a plain walk over the wire order for every opcode.
         for info in OPCODES.iter() {
             let mut off = crate::wire::bth::BTH_LEN;
+            let mut expected = Vec::new();
             for (h, size) in HeaderSet::ORDER {
                 if info.headers.contains(h) {
                     assert_eq!(info.headers.offset_of(h), Some(off));
+                    expected.push((h, off));
                     off += size;
                 } else {
                     assert_eq!(info.headers.offset_of(h), None);
                 }
             }
             assert_eq!(info.header_len(), off);
+            // walk() yields exactly those headers, in wire order, at those offsets.
+            assert_eq!(info.headers.walk().collect::<Vec<_>>(), expected);
         }
     }
 

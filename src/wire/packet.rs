@@ -105,45 +105,41 @@ pub fn parse(p: &[u8]) -> Result<Parsed<'_>, WireError> {
         return Err(WireError::PayloadTooLong { len: payload_len });
     }
 
-    let h = info.headers;
-    let at = |set: HeaderSet| h.offset_of(set);
     let mut headers = Headers { bth, ..Headers::default() };
-    if let Some(o) = at(HeaderSet::RETH) {
-        headers.reth = Some(RethRepr::parse(&Reth::new_unchecked(&p[o..])));
-    }
-    if let Some(o) = at(HeaderSet::AETH) {
-        headers.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(&p[o..])));
-    }
     let mut reserved_nonzero = bth_view.resv6() != 0 || bth_view.resv7() != 0;
-    if let Some(o) = at(HeaderSet::DETH) {
-        let d = Deth::new_unchecked(&p[o..]);
-        reserved_nonzero |= d.reserved() != 0;
-        headers.deth = Some(DethRepr::parse(&d));
-    }
-    if let Some(o) = at(HeaderSet::XRCETH) {
-        let x = XrcEth::new_unchecked(&p[o..]);
-        reserved_nonzero |= x.reserved() != 0;
-        headers.xrceth = Some(XrcEthRepr::parse(&x));
-    }
-    if let Some(o) = at(HeaderSet::IMMDT) {
-        headers.immdt = Some(ImmDtRepr::parse(&ImmDt::new_unchecked(&p[o..])));
-    }
-    if let Some(o) = at(HeaderSet::IETH) {
-        headers.ieth = Some(IethRepr::parse(&Ieth::new_unchecked(&p[o..])));
-    }
-    if let Some(o) = at(HeaderSet::ATOMIC_ETH) {
-        headers.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(&p[o..])));
-    }
-    if let Some(o) = at(HeaderSet::ATOMIC_ACK_ETH) {
-        headers.atomic_ack_eth = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(&p[o..])));
-    }
-    if let Some(o) = at(HeaderSet::FETH) {
-        let f = Feth::new_unchecked(&p[o..]);
-        reserved_nonzero |= f.reserved() != 0;
-        headers.feth = Some(FethRepr::parse(&f));
-    }
-    if let Some(o) = at(HeaderSet::CNP_PAD) {
-        reserved_nonzero |= p[o..o + super::cnp::CNP_RESERVED_LEN].iter().any(|&b| b != 0);
+    // One pass over the extension headers the opcode has (none for a SEND or a WRITE MIDDLE).
+    for (set, o) in info.headers.walk() {
+        let q = &p[o..];
+        match set {
+            HeaderSet::RETH => headers.reth = Some(RethRepr::parse(&Reth::new_unchecked(q))),
+            HeaderSet::AETH => headers.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(q))),
+            HeaderSet::DETH => {
+                let d = Deth::new_unchecked(q);
+                reserved_nonzero |= d.reserved() != 0;
+                headers.deth = Some(DethRepr::parse(&d));
+            }
+            HeaderSet::XRCETH => {
+                let x = XrcEth::new_unchecked(q);
+                reserved_nonzero |= x.reserved() != 0;
+                headers.xrceth = Some(XrcEthRepr::parse(&x));
+            }
+            HeaderSet::IMMDT => headers.immdt = Some(ImmDtRepr::parse(&ImmDt::new_unchecked(q))),
+            HeaderSet::IETH => headers.ieth = Some(IethRepr::parse(&Ieth::new_unchecked(q))),
+            HeaderSet::ATOMIC_ETH => headers.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(q))),
+            HeaderSet::ATOMIC_ACK_ETH => {
+                headers.atomic_ack_eth = Some(AtomicAckEthRepr::parse(&AtomicAckEth::new_unchecked(q)))
+            }
+            HeaderSet::FETH => {
+                let f = Feth::new_unchecked(q);
+                reserved_nonzero |= f.reserved() != 0;
+                headers.feth = Some(FethRepr::parse(&f));
+            }
+            HeaderSet::CNP_PAD => {
+                reserved_nonzero |= q[..super::cnp::CNP_RESERVED_LEN].iter().any(|&b| b != 0);
+            }
+            // RDETH: the opcodes that carry it (RD) are not supported, so were refused above.
+            _ => {}
+        }
     }
     let payload = &p[header_len..header_len + payload_len];
     reserved_nonzero |= p[header_len + payload_len..header_len + body].iter().any(|&b| b != 0);
