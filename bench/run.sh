@@ -268,6 +268,18 @@ run_ceiling() {  # $1 mode, $2 timeout s, $3... more options of the ceiling tool
   echo "$line"
 }
 
+# ceiling_runs KEY MODE [OPTIONS...] -> the median (by KEY) of LAT_RUNS runs of a ping-pong
+# mode of the ceiling tool, each run recorded
+ceiling_runs() {
+  local key=$1 mode=$2 i runs=()
+  shift 2
+  for i in $(seq 1 "$LAT_RUNS"); do
+    runs+=("$(run_ceiling "$mode" $((DUR * 10 + 30)) "$@")")
+    record "run $i: ${runs[-1]}"
+  done
+  median_of "$key" "${runs[@]}"
+}
+
 note "ceiling: iperf3 TCP loopback, one stream, ${DUR}s"
 step_begin
 TCP=$(run_iperf3)
@@ -290,22 +302,12 @@ step_end mmsg64
 record "$MMSG"
 note "ceiling: 64-byte busy-poll UDP ping-pong, $PP round trips, $LAT_RUNS run(s)"
 step_begin
-runs=()
-for i in $(seq 1 "$LAT_RUNS"); do
-  runs+=("$(run_ceiling pingpong $((DUR * 10 + 30)))")
-  record "run $i: ${runs[-1]}"
-done
-PPONG=$(median_of ow_p50_us "${runs[@]}")
+PPONG=$(ceiling_runs ow_p50_us pingpong)
 step_end pingpong
 record "$PPONG"
 note "ceiling: 64-byte ping-pong to a server that sleeps in poll(), $PP round trips, $LAT_RUNS run(s)"
 step_begin
-runs=()
-for i in $(seq 1 "$LAT_RUNS"); do
-  runs+=("$(run_ceiling pingpong_srvblock $((DUR * 10 + 30)))")
-  record "run $i: ${runs[-1]}"
-done
-PPBLK=$(median_of rtt_p50_us "${runs[@]}")
+PPBLK=$(ceiling_runs rtt_p50_us pingpong_srvblock)
 step_end pingpong_srvblock
 record "$PPBLK"
 [ -n "$(kv "$PPBLK" error)" ] && ERRORS=$((ERRORS + 1))
@@ -422,12 +424,7 @@ record "urxe=ib_send_lat_2 $SLAT"
 WORK_NS=$(awk -v u="$(kv "$SLAT" lat_typical_us)" -v c="$(kv "$PPONG" ow_p50_us)" 'BEGIN { if (u + 0 > c + 0 && c + 0 > 0) printf "%d", (u - c) * 1000; else print 0 }')
 note "ceiling: the busy-poll ping-pong computing ${WORK_NS} ns per one-way (ib_send_lat's typical trip), $PP round trips, $LAT_RUNS run(s)"
 step_begin
-runs=()
-for i in $(seq 1 "$LAT_RUNS"); do
-  runs+=("$(run_ceiling pingpong $((DUR * 10 + 30)) -w "$WORK_NS")")
-  record "run $i: ${runs[-1]}"
-done
-PPWORK=$(median_of ow_p50_us "${runs[@]}")
+PPWORK=$(ceiling_runs ow_p50_us pingpong -w "$WORK_NS")
 step_end pingpong_work
 record "$PPWORK"
 [ -n "$(kv "$PPWORK" error)" ] && ERRORS=$((ERRORS + 1))
