@@ -259,7 +259,8 @@ impl RoceSocket {
         Ok(())
     }
 
-    /// Sends up to `n` datagrams described by `batch` in one `sendmmsg`; returns how many went.
+    /// Sends up to `n` datagrams described by `batch` in one `sendmmsg` (one `sendmsg` for a
+    /// single datagram); returns how many went.
     pub fn send_mmsg(&self, batch: &mut SendBatch) -> io::Result<usize> {
         let n = batch.len;
         if n == 0 {
@@ -279,9 +280,23 @@ impl RoceSocket {
             m.msg_hdr.msg_iovlen = 1;
             batch.hdrs[i] = m;
         }
-        // SAFETY: `hdrs[..n]` (n <= hdrs.len()) were filled above with pointers to `batch`'s
-        // own addresses, iovecs and data, all alive and unmoved for the call.
-        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), batch.hdrs.as_mut_ptr(), n as u32, 0) };
+        self.send_headers(&mut batch.hdrs[..n])
+    }
+
+    /// Sends the messages `hdrs` describes: one `sendmsg` for one (a `sendmmsg` of one message
+    /// costs its loop on top), else one `sendmmsg`. Returns how many went.
+    fn send_headers(&self, hdrs: &mut [libc::mmsghdr]) -> io::Result<usize> {
+        if let [one] = hdrs {
+            // SAFETY: the caller filled `one` with pointers to its batch's own addresses,
+            // iovecs, control buffers and data, all alive and unmoved for the call.
+            let r = unsafe { libc::sendmsg(self.sock.as_raw_fd(), &one.msg_hdr, 0) };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            return Ok(1);
+        }
+        // SAFETY: as above, for every header of `hdrs` (at most `hdrs.len()` are read).
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), hdrs.len() as u32, 0) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -336,13 +351,8 @@ impl RoceSocket {
         if trains == 0 {
             return Ok(0);
         }
-        // SAFETY: `hdrs[..trains]` were filled above with pointers to `batch`'s own addresses,
-        // iovecs, control buffers and data, all alive and unmoved for the call.
-        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), batch.hdrs.as_mut_ptr(), trains as u32, 0) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(batch.train_pkts[..r as usize].iter().sum())
+        let r = self.send_headers(&mut batch.hdrs[..trains])?;
+        Ok(batch.train_pkts[..r].iter().sum())
     }
 
     /// Receives up to [`RECV_BATCH`] datagrams (each possibly a GRO train) without blocking.
@@ -359,29 +369,50 @@ impl RoceSocket {
             h.msg_len = 0;
         }
         b.dirty = 0;
-        // SAFETY: all RECV_BATCH headers point at `b`'s own heap slots (RECV_SLOT bytes each),
-        // address storage and cmsg buffers, set up by `RecvBatch::new` and never moved or
-        // resized (the boxes and vectors are private and keep their length); their lengths
-        // were reset above. MSG_DONTWAIT keeps it non-blocking.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.sock.as_raw_fd(),
-                b.hdrs.as_mut_ptr(),
-                RECV_BATCH as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+        let r = if b.idle {
+            // The last call found nothing (a busy poller's loop): one datagram (a GRO train
+            // counts as one) with `recvmsg`, which costs less than `recvmmsg` both when
+            // nothing is there and when one datagram is, the ping-pong case (64-byte one-way
+            // here: 0.2-0.5 µs less). The next call, if this one found something, takes a
+            // whole batch.
+            // SAFETY: header 0 points at `b`'s own first slot, address storage and cmsg
+            // buffer (see `RecvBatch::new`), its lengths reset above; MSG_DONTWAIT keeps it
+            // non-blocking.
+            let r = unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut b.hdrs[0].msg_hdr, libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                b.hdrs[0].msg_len = r as u32;
+                1
+            } else {
+                -1
+            }
+        } else {
+            // SAFETY: all RECV_BATCH headers point at `b`'s own heap slots (RECV_SLOT bytes
+            // each), address storage and cmsg buffers, set up by `RecvBatch::new` and never
+            // moved or resized (the boxes and vectors are private and keep their length);
+            // their lengths were reset above. MSG_DONTWAIT keeps it non-blocking.
+            unsafe {
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    b.hdrs.as_mut_ptr(),
+                    RECV_BATCH as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            }
         };
         if r < 0 {
-            // Nothing was received, but reset every header next time all the same.
-            b.dirty = RECV_BATCH;
+            // Nothing was received, but reset the headers the call had next time all the
+            // same.
+            b.dirty = if b.idle { 1 } else { RECV_BATCH };
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock {
                 b.count = 0;
+                b.idle = true;
                 return Ok(0);
             }
             return Err(e);
         }
+        b.idle = false;
         b.dirty = (r as usize).min(RECV_BATCH);
         let n = r as usize;
         for i in 0..n {
@@ -464,6 +495,8 @@ pub struct RecvBatch {
     /// How many headers (from the first) the kernel may have written back since they were
     /// last reset.
     dirty: usize,
+    /// The last receive found nothing: the next takes one datagram with `recvmsg`.
+    idle: bool,
 }
 
 // SAFETY: the raw pointers inside iov/hdrs only ever point into this struct's own heap
@@ -487,6 +520,7 @@ impl RecvBatch {
             meta: vec![RecvMeta::default(); RECV_BATCH],
             count: 0,
             dirty: 0,
+            idle: false,
         };
         // Every header points at its slot once and for all: the slots live on the heap, so
         // moving the batch moves none of them.
