@@ -68,6 +68,11 @@ impl Cq {
         self.ring.retain(|wc| wc.qp_num != qpn || ((wc.opcode as u32) & 0x80 != 0) != recv);
     }
 
+    /// Completions queued.
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
     pub fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         let n = out.len().min(self.ring.len());
         for (o, wc) in out.iter_mut().zip(self.ring.drain(..n)) {

@@ -415,6 +415,11 @@ impl<M: HostMemory> Engine<M> {
         Ok(())
     }
 
+    /// How many completions CQ `cq` holds (0 for a CQ that does not exist).
+    pub fn cq_len(&self, cq: CqId) -> usize {
+        self.sh.cqs.get(cq).map_or(0, |c| c.len())
+    }
+
     /// Moves up to `out.len()` completions into `out`, oldest first.
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize, Error> {
         Ok(self.sh.cqs.get_mut(cq).ok_or(Error::NotFound)?.poll(out))
