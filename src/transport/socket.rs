@@ -8,7 +8,8 @@
 //!   IDs to the segments, which a peer verifying the ICRC with the real ID (kernel rxe, NICs)
 //!   would reject; on loopback nobody sees the ID.
 //! - Receive: `recvmmsg` with `UDP_GRO`, so GSO trains arrive as one buffer plus a segment
-//!   size.
+//!   size; after a receive that found nothing, one datagram with `recvmsg` (a busy poller's
+//!   loop).
 //!
 //! All buffers are allocated once; nothing here allocates per packet.
 //!
