@@ -319,7 +319,7 @@ impl Device {
         // again before returning that receive completion put an empty recvmmsg, about
         // 0.3 µs, on every one-way trip.) The next poll that needs more receives.
         if c.engine.cq_len(cq) < out.len().max(1) {
-            c.take_in(now);
+            c.take_in(now, true);
         }
         sig.app_enters(now);
         sig.app_polls(now);
@@ -367,7 +367,7 @@ impl Device {
         if sig.work_left.swap(false, Ordering::SeqCst) {
             let mut c = self.lock();
             let now = c.now();
-            c.take_in(now);
+            c.take_in(now, false);
             // Like a busy poller's own receive: plain ACKs it produces wait for our next call.
             let hold = c.pacing.owes() || (!sig.armed_hint() && c.engine.only_acks_pending());
             let sent_all = if hold {

@@ -58,9 +58,11 @@ impl Core {
     }
 
     /// Takes in what arrived and what is due: queued datagrams, then expired timers.
-    pub(super) fn take_in(&mut self, now: Nanos) {
+    /// `poller`: an application's poll (see `Io::receive`).
+    pub(super) fn take_in(&mut self, now: Nanos, poller: bool) {
         let epoch = self.epoch;
-        let last = self.io.receive(&mut self.engine, || epoch.elapsed().as_nanos() as Nanos, &mut self.counters);
+        let last =
+            self.io.receive(&mut self.engine, || epoch.elapsed().as_nanos() as Nanos, &mut self.counters, poller);
         // A drain that received took time: timers are checked against the clock as it read
         // last (after its last batch's receive call); an empty one leaves `now` as it was.
         let now = last.map_or(now, |t| t.max(now));

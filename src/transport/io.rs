@@ -103,15 +103,23 @@ impl Io {
     /// clock is read per batch received, after the receive call: timers a packet arms (RNR)
     /// start from when it was handled. Returns the clock's last reading (`None`: nothing came,
     /// and the clock was not read: an empty poll reads it once, in its caller).
+    ///
+    /// `poller`: the caller is an application's poll, which calls again. A receive after an
+    /// empty one takes a single datagram ([`RoceSocket::recv_batch`]); a poller returns with
+    /// it (its next poll, if this one found nothing for it, takes the rest with `recvmmsg`),
+    /// everyone else drains on. The progress thread must empty the socket: its epoll
+    /// registration is edge-triggered, and a datagram left behind would wait for the next
+    /// packet to wake it (rping over a lossy link timed out that way).
     pub(super) fn receive(
         &mut self,
         engine: &mut Engine<ProcessMemory>,
         clock: impl Fn() -> Nanos,
         counters: &mut TransportCounters,
+        poller: bool,
     ) -> Option<Nanos> {
-        let mut last = self.drain(None, engine, &clock, counters);
+        let mut last = self.drain(None, engine, &clock, counters, poller);
         for i in 0..self.mcast.len() {
-            last = self.drain(Some(i), engine, &clock, counters).or(last);
+            last = self.drain(Some(i), engine, &clock, counters, poller).or(last);
         }
         last
     }
@@ -125,6 +133,7 @@ impl Io {
         engine: &mut Engine<ProcessMemory>,
         clock: &impl Fn() -> Nanos,
         counters: &mut TransportCounters,
+        poller: bool,
     ) -> Option<Nanos> {
         let (sock, local) = match mcast {
             None => (&self.rx, self.local),
@@ -178,7 +187,7 @@ impl Io {
                 let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt };
                 engine.handle_datagram(now, &d);
             }
-            if n < RECV_BATCH {
+            if n < RECV_BATCH && (poller || !self.recv.was_single()) {
                 return last;
             }
         }

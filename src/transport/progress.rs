@@ -221,7 +221,7 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         c.counters.progress_wakeups += 1;
         let now = c.now();
         let active = sig.app_away_for(now) < APP_ACTIVE_NS;
-        c.take_in(now);
+        c.take_in(now, false);
         if c.pacing.thread_may_hold(active) && c.engine.only_acks_pending() {
             // Requests that arrived while the application waits elsewhere (ib_write_lat spins on
             // memory): their ACKs are held for a moment so they leave with the application's

@@ -370,6 +370,7 @@ impl RoceSocket {
             h.msg_len = 0;
         }
         b.dirty = 0;
+        b.single = b.idle;
         let r = if b.idle {
             // The last call found nothing (a busy poller's loop): one datagram (a GRO train
             // counts as one) with `recvmsg`, which costs less than `recvmmsg` both when
@@ -498,6 +499,8 @@ pub struct RecvBatch {
     dirty: usize,
     /// The last receive found nothing: the next takes one datagram with `recvmsg`.
     idle: bool,
+    /// The last receive was such a one-datagram `recvmsg`: more may be queued.
+    single: bool,
 }
 
 // SAFETY: the raw pointers inside iov/hdrs only ever point into this struct's own heap
@@ -522,6 +525,7 @@ impl RecvBatch {
             count: 0,
             dirty: 0,
             idle: false,
+            single: false,
         };
         // Every header points at its slot once and for all: the slots live on the heap, so
         // moving the batch moves none of them.
@@ -538,6 +542,13 @@ impl RecvBatch {
             b.hdrs[i] = m;
         }
         b
+    }
+
+    /// The last receive took one datagram with `recvmsg` (it followed an empty one): it says
+    /// nothing about what else is queued, where a `recvmmsg` that returns fewer than
+    /// [`RECV_BATCH`] has emptied the socket.
+    pub fn was_single(&self) -> bool {
+        self.single
     }
 
     /// Datagrams of the last receive, each split into its packets:
@@ -748,6 +759,43 @@ mod tests {
         for (i, (src, p)) in packets.iter().enumerate() {
             assert_eq!(*src, Some(a.local_addr()));
             assert!(p.len() == 1000 && p.iter().all(|&x| x == 200 + i as u8), "train packet {i}");
+        }
+    }
+
+    #[test]
+    fn a_receive_after_an_empty_one_takes_one_datagram_and_says_so() {
+        // A busy poller's loop: the receive after an empty one is a one-datagram recvmsg,
+        // which must say so (whoever needs the socket empty, the progress thread with its
+        // edge-triggered epoll, receives on); the one after it takes the rest in one batch.
+        let (a, b) = pair();
+        let dst = b.local_addr();
+        let mut batch = RecvBatch::new();
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 0);
+        assert!(!batch.was_single());
+        for i in 0..3u8 {
+            a.send_to(&[i; 40], dst).unwrap();
+        }
+        // Loopback delivery is synchronous with the send call; wait a little all the same.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 1);
+        assert!(batch.was_single());
+        let first: Vec<Vec<u8>> = batch.packets().map(|(_, p)| p.to_vec()).collect();
+        assert_eq!(first, vec![vec![0u8; 40]]);
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 2, "the next call takes the rest");
+        assert!(!batch.was_single());
+        let rest: Vec<Vec<u8>> = batch.packets().map(|(_, p)| p.to_vec()).collect();
+        assert_eq!(rest, vec![vec![1u8; 40], vec![2u8; 40]]);
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 0);
+        // After that empty call, a GRO train still arrives whole through the one-datagram call.
+        let train: Vec<u8> = (0..4u8).flat_map(|i| std::iter::repeat_n(100 + i, 500)).collect();
+        a.send_gso(&train, 500, dst).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(b.recv_batch(&mut batch).unwrap(), 1);
+        assert!(batch.was_single());
+        let pkts: Vec<Vec<u8>> = batch.packets().map(|(_, p)| p.to_vec()).collect();
+        assert_eq!(pkts.len(), 4);
+        for (i, p) in pkts.iter().enumerate() {
+            assert!(p.len() == 500 && p.iter().all(|&x| x == 100 + i as u8), "train packet {i}");
         }
     }
 
