@@ -405,7 +405,7 @@ impl RoceSocket {
         if r < 0 {
             // Nothing was received, but reset the headers the call had next time all the
             // same.
-            b.dirty = if b.idle { 1 } else { RECV_BATCH };
+            b.dirty = if b.single { 1 } else { RECV_BATCH };
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::WouldBlock {
                 b.count = 0;
