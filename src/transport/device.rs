@@ -306,7 +306,8 @@ impl Device {
     /// what is owed at once. A
     /// caller that keeps finding nothing yields the CPU every [`IDLE_POLLS_PER_YIELD`] polls,
     /// because on a soft device the peer it waits for (often a process on the same few cores)
-    /// needs CPU time to answer.
+    /// needs CPU time to answer; after every empty poll while its yields show that another
+    /// thread waits for its core.
     #[must_use = "the completions written to `out` are only known through the count"]
     pub fn poll_cq(&self, cq: CqId, out: &mut [WorkCompletion]) -> Result<usize, Error> {
         let sig = &self.hub.signals;
@@ -339,7 +340,7 @@ impl Device {
         };
         c.deliver_events();
         self.kick_if_needed(&mut c, now, sent_all);
-        let after = c.pacing.after_poll(got, now);
+        let after = c.pacing.after_poll(got, now, sig.take_yield_took());
         drop(c);
         if after.rearm {
             sig.set_rx_armed(true);
@@ -348,7 +349,7 @@ impl Device {
         }
         self.take_left_work();
         if after.yield_cpu {
-            std::thread::yield_now();
+            sig.yield_cpu();
         }
         r
     }

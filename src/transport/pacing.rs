@@ -66,6 +66,21 @@ pub(super) const AWAY_SLACK_MAX_NS: u64 = 8_000_000;
 
 /// Consecutive empty polls after which a polling thread yields the CPU once.
 pub const IDLE_POLLS_PER_YIELD: u32 = 32;
+/// A yield that kept the poller off the CPU this long ran another thread: the poller shares
+/// its core with something runnable, perhaps the very peer it waits for (two busy-polling
+/// processes on one core, which a 2-core machine does when a third process takes the other
+/// core). For [`CROWDED_FOR_NS`] after such a yield the poller yields after every empty poll;
+/// one yield in 32 polls would leave the peer's answer waiting 32 polls. On this kind of VM a
+/// `sched_yield` that finds nobody else takes about 0.5 µs; one that runs another polling
+/// process and comes back, 2.8 µs. ib_send_lat with both processes on one core (`taskset -c 0`)
+/// had a typical latency of 26-35 µs; with this, and the two rules below for packet wakeups,
+/// 8.4 µs (1.7x its figure on two cores; tests/local_flood.rs failed in CI on the old figure,
+/// when the scheduler put both processes on one core beside a flooding third).
+pub(super) const YIELD_RAN_OTHERS_NS: u64 = 1_500;
+/// How long one such yield keeps a poller yielding at every empty poll. A yield that returns
+/// at once does not end it early: the scheduler may keep the yielder running while the other
+/// thread is not yet owed CPU time, and the next yield runs it.
+pub(super) const CROWDED_FOR_NS: u64 = 1_000_000;
 
 /// How long after an application poll or post the doorbell is not rung for a moved deadline.
 pub(super) const APP_ACTIVE_NS: u64 = 1_000_000;
@@ -100,6 +115,8 @@ const POLL_DEFER_NS: u64 = 20_000;
 pub(super) struct Pacing {
     /// Consecutive `poll` calls that found nothing.
     idle_polls: u32,
+    /// Until when (ns) the poller yields after every empty poll (see [`YIELD_RAN_OTHERS_NS`]).
+    crowded_until: u64,
     /// When the last poll that found a completion returned (ns), if no poll came since.
     found_at: Option<u64>,
     /// How long the application stayed away from polling after its last completion: a
@@ -140,6 +157,7 @@ impl Pacing {
     pub(super) fn new() -> Pacing {
         Pacing {
             idle_polls: 0,
+            crowded_until: 0,
             found_at: None,
             away_after_found: u64::MAX,
             away_streak: 0,
@@ -245,13 +263,18 @@ impl Pacing {
 
     /// Bookkeeping after a poll that found a completion (`got`) or not: when to yield the CPU,
     /// and whether the application's pattern calls for arming or disarming packet wakeups.
-    pub(super) fn after_poll(&mut self, got: bool, now: Nanos) -> AfterPoll {
+    /// `last_yield_took`: how long the last yield since the previous call kept its thread away,
+    /// if one did (see [`YIELD_RAN_OTHERS_NS`]).
+    pub(super) fn after_poll(&mut self, got: bool, now: Nanos, last_yield_took: Option<u64>) -> AfterPoll {
+        if last_yield_took.is_some_and(|t| t >= YIELD_RAN_OTHERS_NS) {
+            self.crowded_until = now + CROWDED_FOR_NS;
+        }
         let yield_cpu = if got {
             self.idle_polls = 0;
             false
         } else {
             self.idle_polls = self.idle_polls.wrapping_add(1);
-            self.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
+            now < self.crowded_until || self.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
         };
         // One long absence may be a preemption; the same absence after two completions in a
         // row is the application's pattern (it waits elsewhere after each completion).
@@ -259,14 +282,21 @@ impl Pacing {
         if got {
             if self.away_after_found >= AWAY_MEANS_ELSEWHERE_NS {
                 self.away_streak = self.away_streak.saturating_add(1);
-                rearm = self.away_streak >= AWAY_STREAK_TO_REARM;
+                // A crowded poller's absences are the scheduler's, not the application waiting
+                // elsewhere (see [`CROWDED_FOR_NS`]); packet wakeups would add a thread to its core.
+                rearm = self.away_streak >= AWAY_STREAK_TO_REARM && now >= self.crowded_until;
             } else {
                 self.away_streak = 0;
             }
             self.away_after_found = 0;
             self.found_at = Some(now);
         }
-        let disarm = !rearm && !got && self.idle_polls == DISARM_AFTER_EMPTY_POLLS;
+        // A crowded poller yields after its first empty poll, often before a second: it
+        // disarms at the first (the progress thread would be one more thread on its core,
+        // woken by each packet, preempting whoever runs there).
+        let crowded = now < self.crowded_until;
+        let disarm =
+            !rearm && !got && (self.idle_polls == DISARM_AFTER_EMPTY_POLLS || (crowded && self.idle_polls == 1));
         AfterPoll { rearm, disarm, yield_cpu }
     }
 }
@@ -312,6 +342,9 @@ pub(super) struct Signals {
     epoch: Instant,
     /// Counters of who woke whom.
     pub(super) wake_counters: WakeCounters,
+    /// How long (ns) a poller's last yield kept it away, until the next poll reads it
+    /// (`u64::MAX`: no yield since).
+    yield_took: AtomicU64,
 }
 
 impl Signals {
@@ -340,11 +373,24 @@ impl Signals {
             rx_fd,
             epoch,
             wake_counters: WakeCounters::default(),
+            yield_took: AtomicU64::new(u64::MAX),
         })
     }
 
     pub(super) fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Yields the CPU once and notes how long that took (see [`YIELD_RAN_OTHERS_NS`]).
+    pub(super) fn yield_cpu(&self) {
+        let t = self.now();
+        std::thread::yield_now();
+        self.yield_took.store(self.now().saturating_sub(t), Ordering::Relaxed);
+    }
+
+    /// How long the last [`Signals::yield_cpu`] since the previous call took, if there was one.
+    pub(super) fn take_yield_took(&self) -> Option<u64> {
+        Some(self.yield_took.swap(u64::MAX, Ordering::Relaxed)).filter(|&t| t != u64::MAX)
     }
 
     /// Whether packet arrivals wake the progress thread (relaxed: a hint for the policy).
@@ -516,18 +562,47 @@ mod tests {
     #[test]
     fn two_empty_polls_disarm_once_and_every_32nd_yields() {
         let mut p = Pacing::new();
-        let first = p.after_poll(false, 0);
+        let first = p.after_poll(false, 0, None);
         assert!(!first.disarm && !first.rearm && !first.yield_cpu);
-        assert!(p.after_poll(false, 1).disarm);
+        assert!(p.after_poll(false, 1, None).disarm);
         let mut yields = 0;
         for i in 3..=IDLE_POLLS_PER_YIELD as u64 * 2 {
-            let a = p.after_poll(false, i);
+            let a = p.after_poll(false, i, None);
             assert!(!a.disarm, "disarm only at the second empty poll");
             yields += a.yield_cpu as u32;
         }
         assert_eq!(yields, 2);
-        let found = p.after_poll(true, 100);
+        let found = p.after_poll(true, 100, None);
         assert!(!found.disarm && !found.yield_cpu);
+    }
+
+    #[test]
+    fn a_yield_that_ran_another_thread_makes_every_empty_poll_yield_for_a_while() {
+        let mut p = Pacing::new();
+        // A yield that came back at once changes nothing: one yield per 32 empty polls.
+        assert!(!p.after_poll(false, 0, Some(YIELD_RAN_OTHERS_NS - 1)).yield_cpu);
+        // One that kept the poller away: crowded. The next empty polls yield each, and the
+        // first of them disarms packet wakeups (a crowded poller yields before a second).
+        let t = 10_000;
+        assert!(!p.after_poll(true, t, Some(YIELD_RAN_OTHERS_NS)).rearm);
+        let first = p.after_poll(false, t + 1, None);
+        assert!(first.yield_cpu && first.disarm);
+        assert!(p.after_poll(false, t + 2, Some(100)).yield_cpu, "a quick yield does not end it");
+        // Long absences after completions do not re-arm wakeups while crowded ...
+        for i in 0..3 {
+            let at = t + 100_000 * (i + 1);
+            p.app_returns(at);
+            assert!(!p.after_poll(true, at, None).rearm);
+        }
+        // ... and CROWDED_FOR_NS after the last slow yield, polling is as before.
+        let later = t + CROWDED_FOR_NS;
+        let a = p.after_poll(false, later, None);
+        assert!(!a.yield_cpu && !a.disarm);
+        let b = p.after_poll(false, later + 1, None);
+        assert!(!b.yield_cpu && b.disarm);
+        let at = later + 2 + AWAY_MEANS_ELSEWHERE_NS;
+        p.app_returns(at);
+        assert!(p.after_poll(true, at, None).rearm, "long absences re-arm again");
     }
 
     #[test]
@@ -535,19 +610,19 @@ mod tests {
         let mut p = Pacing::new();
         // The first completion: no absence measured yet (away_after_found starts at MAX,
         // which counts as one).
-        assert!(!p.after_poll(true, 0).rearm);
+        assert!(!p.after_poll(true, 0, None).rearm);
         p.app_returns(AWAY_MEANS_ELSEWHERE_NS);
-        assert!(p.after_poll(true, AWAY_MEANS_ELSEWHERE_NS).rearm);
+        assert!(p.after_poll(true, AWAY_MEANS_ELSEWHERE_NS, None).rearm);
         // A quick return breaks the streak; it takes two long absences in a row again.
         let t = AWAY_MEANS_ELSEWHERE_NS + 1;
         p.app_returns(t);
-        assert!(!p.after_poll(true, t).rearm);
+        assert!(!p.after_poll(true, t, None).rearm);
         let t = t + AWAY_MEANS_ELSEWHERE_NS;
         p.app_returns(t);
-        assert!(!p.after_poll(true, t).rearm);
+        assert!(!p.after_poll(true, t, None).rearm);
         let t = t + AWAY_MEANS_ELSEWHERE_NS;
         p.app_returns(t);
-        assert!(p.after_poll(true, t).rearm);
+        assert!(p.after_poll(true, t, None).rearm);
     }
 
     #[test]
