@@ -1,7 +1,8 @@
 //! The requester's adaptation (src/engine/window.rs) seen from outside: a stalled peer gets
 //! backed-off probes, not whole windows; retry_cnt still counts configured local ACK timeouts
 //! only; a duplicate NAK does not restart go-back-N twice; ACKs that lag past the timer cost one
-//! premature expiry (a probe, not the window), after which the QP's floor covers that lag.
+//! premature expiry (a probe, not the window), after which the QP's floor covers that lag; and the
+//! responder's ACK of a duplicate SEND never covers a later READ whose response may be lost.
 
 mod sim;
 
@@ -230,4 +231,63 @@ fn lagging_acks_raise_the_timer_floor_after_one_premature_expiry() {
     assert_eq!(early, 0);
     let c = *net.nodes[0].eng.counters();
     assert_eq!((c.ack_timeouts, c.retry_exceeded), (0, 0));
+}
+
+/// A SEND and an RDMA READ behind it: the SEND's ACK and the READ's response are both lost, so
+/// the requester resends both. The responder's ACK of the duplicate SEND must stop below the
+/// READ (an ACK covering it tells a requester such as kernel rxe's that the READ's data came:
+/// rping over a lossy link to rxe echoed a stale buffer that way); the READ is answered again
+/// and completes with its data.
+#[test]
+fn ack_of_a_duplicate_send_stops_below_a_read_whose_response_was_lost() {
+    let mut net = Net::new(2, 29, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    let (local, lmr) = buffer(&mut net, a, 256);
+    let (remote, rmr) = buffer(&mut net, b, 256);
+    let data = pattern(256, 29);
+    net.nodes[1].mem().set(remote, &data);
+    net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 7, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    // The first ACK and the first READ response from node 1 are lost.
+    let lost = Rc::new(Cell::new((false, false)));
+    let l = lost.clone();
+    net.interceptor = Some(Box::new(move |p: &mut Packet| {
+        let (ack, resp) = l.get();
+        if p.from == 1 && p.opcode() == op::RC_ACKNOWLEDGE && !ack {
+            l.set((true, resp));
+            return Verdict::Drop;
+        }
+        if p.from == 1 && p.opcode() == op::RC_RDMA_READ_RESPONSE_ONLY && !resp {
+            l.set((ack, true));
+            return Verdict::Drop;
+        }
+        Verdict::Pass
+    }));
+    let e = &mut net.nodes[0].eng;
+    e.post_send(net.now, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, 64, smr)])).unwrap();
+    let r = WrKind::RdmaRead { remote_addr: remote, rkey: rmr.rkey };
+    e.post_send(net.now, a.qpn, &send_wr(2, r, &[sge(local, 256, lmr)])).unwrap();
+    let mut wcs = Vec::new();
+    net.run_until(100 * MS, |net| {
+        wcs.extend(net.poll_all(0, a.cq));
+        wcs.len() == 2
+    });
+    assert_eq!(lost.get(), (true, true), "both losses happened");
+    let trace = net.trace.as_ref().unwrap();
+    let send_psn = trace.iter().find(|(_, p)| p.from == 0 && p.opcode() == op::RC_SEND_ONLY).unwrap().1.psn();
+    let read_psn = trace.iter().find(|(_, p)| p.from == 0 && p.opcode() == op::RC_RDMA_READ_REQUEST).unwrap().1.psn();
+    assert_eq!(read_psn, (send_psn + 1) & 0xff_ffff);
+    let sends = trace.iter().filter(|(_, p)| p.from == 0 && p.opcode() == op::RC_SEND_ONLY).count();
+    assert_eq!(sends, 2, "the SEND went out again");
+    // Every plain ACK node 1 sent after the resend: none covers the READ.
+    let acks: Vec<u32> =
+        trace.iter().filter(|(_, p)| p.from == 1 && p.opcode() == op::RC_ACKNOWLEDGE).map(|(_, p)| p.psn()).collect();
+    assert!(!acks.is_empty(), "the duplicate SEND was acknowledged");
+    assert!(acks.iter().all(|&p| p == send_psn), "ACK PSNs {acks:x?}: SEND {send_psn:x}, READ {read_psn:x}");
+    assert_eq!(wcs.len(), 2, "{wcs:?}");
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success), "{wcs:?}");
+    assert_eq!(net.nodes[0].mem().get(local, 256), data);
+    assert_eq!(net.poll_all(1, b.cq).len(), 1, "the SEND was delivered once");
 }

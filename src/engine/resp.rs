@@ -558,12 +558,33 @@ fn finish_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>, mut wc: WorkCompletion, 
 
 /// A request with a PSN we already executed (IBTA 9.9.2.2): SEND/WRITE are acknowledged
 /// again, a READ is re-executed from its resource, an atomic replays its saved result.
+/// The PSN to ACK a duplicate SEND or WRITE at `dup` with. The IBA's duplicate-request rules
+/// let it be the duplicate's own PSN or any later one the responder executed (kernel rxe's
+/// responder takes the latest); we take the latest too, except that
+/// it stops short of the first RDMA READ or atomic executed after the duplicate. Their
+/// responses may be what the requester lost too, and an ACK past them tells it they arrived:
+/// kernel rxe's requester then completes such a READ without its data (seen over a lossy
+/// link: rping's server echoed the previous ping's text). Answered below them, the requester
+/// resends the READ or atomic (the duplicate-request path above answers it again).
+fn duplicate_ack_psn(q: &Qp, dup: Psn) -> Psn {
+    let latest = q.resp.epsn.sub(1);
+    q.resp
+        .res
+        .iter()
+        .filter_map(|x| match *x {
+            RdRes::Read { first: s, .. } | RdRes::Atomic { psn: s, .. } | RdRes::Executed { psn: s } => Some(s),
+            RdRes::Empty => None,
+        })
+        .filter(|s| s.after(dup) && !s.after(latest))
+        .min_by_key(|s| s.distance(dup))
+        .map_or(latest, |s| s.sub(1))
+}
+
 fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     match p.info.kind {
         OpKind::Send | OpKind::Write => {
-            let last = q.resp.epsn.sub(1);
-            queue_ack(q, ACK_OK, last);
+            queue_ack(q, ACK_OK, duplicate_ack_psn(q, psn));
         }
         OpKind::ReadRequest => {
             let Some(r) = p.headers.reth else { return };
