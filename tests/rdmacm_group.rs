@@ -262,13 +262,15 @@ def qpn():
     return QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap())).qp_num
 ready_r, ready_w = os.pipe()
 go_r, go_w = os.pipe()
-print("parent", qpn(), flush=True)
+# One write(2) per line: the children share the pipe, and print() may write a line in pieces
+# (seen: "childchild 131089 65553").
+os.write(1, b"parent %d\n" % qpn())
 kids = []
 for _ in range(2):
     pid = os.fork()
     if pid == 0:
         os.close(ready_r); os.close(go_w)
-        print("child", qpn(), flush=True)
+        os.write(1, b"child %d\n" % qpn())
         os.write(ready_w, b"x")
         os.read(go_r, 1)  # until the parent closes its end: both children live together
         os._exit(0)
