@@ -69,17 +69,27 @@ pub const IDLE_POLLS_PER_YIELD: u32 = 32;
 /// A yield that kept the poller off the CPU this long ran another thread: the poller shares
 /// its core with something runnable, perhaps the very peer it waits for (two busy-polling
 /// processes on one core, which a 2-core machine does when a third process takes the other
-/// core). For [`CROWDED_FOR_NS`] after such a yield the poller yields after every empty poll;
-/// one yield in 32 polls would leave the peer's answer waiting 32 polls. On this kind of VM a
+/// core). Then the poller yields after every empty poll (one yield in 32 polls would leave the
+/// peer's answer waiting 32 polls) while its yields go on showing it: see [`CROWDED_SCORE`].
+/// On this kind of VM a
 /// `sched_yield` that finds nobody else takes about 0.5 µs; one that runs another polling
 /// process and comes back, 2.8 µs. ib_send_lat with both processes on one core (`taskset -c 0`)
 /// had a typical latency of 26-35 µs; with this, and the two rules below for packet wakeups,
 /// 8.4 µs (1.7x its figure on two cores; tests/local_flood.rs failed in CI on the old figure,
 /// when the scheduler put both processes on one core beside a flooding third).
 pub(super) const YIELD_RAN_OTHERS_NS: u64 = 1_500;
-/// How long one such yield keeps a poller yielding at every empty poll. A yield that returns
-/// at once does not end it early: the scheduler may keep the yielder running while the other
-/// thread is not yet owed CPU time, and the next yield runs it.
+/// A yield that ran others adds this to the poller's crowding score, one that came back at once
+/// takes 1 off; the poller is crowded while the score is above 0 and its last slow yield is
+/// less than [`CROWDED_FOR_NS`] old. A few quick yields do not end it (the scheduler may keep
+/// the yielder running while the other thread is not yet owed CPU time, and the next yield
+/// runs it); eight in a row do, which keeps a lone poller from staying crowded on a yield an
+/// interrupt made slow (it yields at every empty poll while crowded, so such yields come by
+/// often: with a plain 1 ms window, ib_send_bw's sender on a core of its own made 110,000
+/// yields a second).
+pub(super) const CROWDED_SCORE: u32 = 8;
+/// The most the score holds.
+const CROWDED_SCORE_MAX: u32 = 64;
+/// How long after its last slow yield a poller counts as crowded at most.
 pub(super) const CROWDED_FOR_NS: u64 = 1_000_000;
 
 /// How long after an application poll or post the doorbell is not rung for a moved deadline.
@@ -115,8 +125,10 @@ const POLL_DEFER_NS: u64 = 20_000;
 pub(super) struct Pacing {
     /// Consecutive `poll` calls that found nothing.
     idle_polls: u32,
-    /// Until when (ns) the poller yields after every empty poll (see [`YIELD_RAN_OTHERS_NS`]).
+    /// Until when (ns) the poller may count as crowded, and its crowding score (see
+    /// [`CROWDED_SCORE`]).
     crowded_until: u64,
+    crowded_score: u32,
     /// When the last poll that found a completion returned (ns), if no poll came since.
     found_at: Option<u64>,
     /// How long the application stayed away from polling after its last completion: a
@@ -158,6 +170,7 @@ impl Pacing {
         Pacing {
             idle_polls: 0,
             crowded_until: 0,
+            crowded_score: 0,
             found_at: None,
             away_after_found: u64::MAX,
             away_streak: 0,
@@ -266,15 +279,21 @@ impl Pacing {
     /// `last_yield_took`: how long the last yield since the previous call kept its thread away,
     /// if one did (see [`YIELD_RAN_OTHERS_NS`]).
     pub(super) fn after_poll(&mut self, got: bool, now: Nanos, last_yield_took: Option<u64>) -> AfterPoll {
-        if last_yield_took.is_some_and(|t| t >= YIELD_RAN_OTHERS_NS) {
-            self.crowded_until = now + CROWDED_FOR_NS;
+        match last_yield_took {
+            Some(t) if t >= YIELD_RAN_OTHERS_NS => {
+                self.crowded_until = now + CROWDED_FOR_NS;
+                self.crowded_score = (self.crowded_score + CROWDED_SCORE).min(CROWDED_SCORE_MAX);
+            }
+            Some(_) => self.crowded_score = self.crowded_score.saturating_sub(1),
+            None => {}
         }
+        let crowded = self.crowded_score > 0 && now < self.crowded_until;
         let yield_cpu = if got {
             self.idle_polls = 0;
             false
         } else {
             self.idle_polls = self.idle_polls.wrapping_add(1);
-            now < self.crowded_until || self.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
+            crowded || self.idle_polls.is_multiple_of(IDLE_POLLS_PER_YIELD)
         };
         // One long absence may be a preemption; the same absence after two completions in a
         // row is the application's pattern (it waits elsewhere after each completion).
@@ -283,8 +302,8 @@ impl Pacing {
             if self.away_after_found >= AWAY_MEANS_ELSEWHERE_NS {
                 self.away_streak = self.away_streak.saturating_add(1);
                 // A crowded poller's absences are the scheduler's, not the application waiting
-                // elsewhere (see [`CROWDED_FOR_NS`]); packet wakeups would add a thread to its core.
-                rearm = self.away_streak >= AWAY_STREAK_TO_REARM && now >= self.crowded_until;
+                // elsewhere (see [`CROWDED_SCORE`]); packet wakeups would add a thread to its core.
+                rearm = self.away_streak >= AWAY_STREAK_TO_REARM && !crowded;
             } else {
                 self.away_streak = 0;
             }
@@ -294,7 +313,6 @@ impl Pacing {
         // A crowded poller yields after its first empty poll, often before a second: it
         // disarms at the first (the progress thread would be one more thread on its core,
         // woken by each packet, preempting whoever runs there).
-        let crowded = now < self.crowded_until;
         let disarm =
             !rearm && !got && (self.idle_polls == DISARM_AFTER_EMPTY_POLLS || (crowded && self.idle_polls == 1));
         AfterPoll { rearm, disarm, yield_cpu }
@@ -603,6 +621,28 @@ mod tests {
         let at = later + 2 + AWAY_MEANS_ELSEWHERE_NS;
         p.app_returns(at);
         assert!(p.after_poll(true, at, None).rearm, "long absences re-arm again");
+    }
+
+    #[test]
+    fn quick_yields_in_a_row_end_crowding_before_its_time_is_up() {
+        let mut p = Pacing::new();
+        let t = 10_000;
+        // One slow yield (an interrupt, say) on a core of its own ...
+        assert!(p.after_poll(false, t, Some(YIELD_RAN_OTHERS_NS)).yield_cpu);
+        // ... then quick ones: CROWDED_SCORE of them and it polls as before, long before
+        // CROWDED_FOR_NS.
+        for i in 1..CROWDED_SCORE as u64 {
+            assert!(p.after_poll(false, t + i, Some(500)).yield_cpu, "quick yield {i}");
+        }
+        let n = CROWDED_SCORE as u64;
+        assert!(!p.after_poll(false, t + n, Some(500)).yield_cpu);
+        // Slow yields among quick ones, one in four (two pollers on one core, some yields
+        // not running the other): it stays crowded.
+        let mut q = Pacing::new();
+        for i in 0..200u64 {
+            let took = if i % 4 == 0 { 3_000 } else { 500 };
+            assert!(q.after_poll(false, t + i, Some(took)).yield_cpu, "yield {i}");
+        }
     }
 
     #[test]
