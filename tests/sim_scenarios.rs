@@ -687,15 +687,35 @@ fn requester_keeps_at_most_512_psns_unacknowledged() {
     net.trace = Some(Vec::new());
     let o = QpOpts { mtu: Mtu::Mtu256, timeout: 10, ..QpOpts::default() };
     let (a, b) = connect(&mut net, 0, 1, &o);
-    net.nodes[1].vanished = true;
     let len = 1000 * 256;
     let (src, smr) = buffer(&mut net, a, len as u64);
-    let w = WrKind::RdmaWrite { remote_addr: 0x1000, rkey: 1 };
-    let _ = b;
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    // A new QP starts at 128 PSNs (engine::window::INITIAL_WINDOW): to a vanished peer, 128 go.
+    net.nodes[1].vanished = true;
     net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
     // Well before the first local ACK timeout (4.096 µs << 10 = 4.2 ms).
     net.run_until(MS, |_| false);
-    assert_eq!(net.stats.sent, 512, "the window's ceiling (engine::window::MAX_UNACKED_PSNS)");
+    assert_eq!(net.stats.sent, 128, "the initial window");
+    // A second QP that first moves a loss-free transfer grows to the ceiling: 512 go.
+    let (c, d) = connect(&mut net, 0, 1, &o);
+    net.nodes[1].vanished = false;
+    let (src, smr) = buffer(&mut net, c, len as u64);
+    let (dst, dmr) = buffer(&mut net, d, len as u64);
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, c.qpn, &send_wr(2, w, &[sge(src, len as u32, smr)])).unwrap();
+    let wc = net.first_completion(0, c.cq, 100 * MS);
+    assert!(wc.is_some_and(|wc| wc.status == WcStatus::Success), "{wc:?}");
+    // The first QP's WRITE completes too, now that its peer answers: nothing else is sent.
+    let wa = net.first_completion(0, a.cq, 100 * MS);
+    assert!(wa.is_some_and(|wc| wc.status == WcStatus::Success), "{wa:?}");
+    net.run_idle(10 * MS);
+    net.nodes[1].vanished = true;
+    let before = net.stats.sent;
+    net.nodes[0].eng.post_send(net.now, c.qpn, &send_wr(3, w, &[sge(src, len as u32, smr)])).unwrap();
+    net.run_until(MS, |_| false);
+    assert_eq!(net.stats.sent - before, 512, "the window's ceiling (engine::window::MAX_UNACKED_PSNS)");
+    let _ = b;
 }
 
 #[test]

@@ -21,8 +21,12 @@ pub(crate) const ACK_EVERY: u32 = 64;
 use super::types::Nanos;
 use crate::wire::Psn;
 
-/// The window's ceiling: what the requester kept outstanding before it adapted.
+/// The window's ceiling.
 pub(crate) const MAX_WINDOW: u32 = MAX_UNACKED_PSNS as u32;
+/// Where a new QP's window starts (rxe's ceiling); it slow-starts from there to the ceiling,
+/// which a loss-free link reaches within two round trips. Starting at the ceiling made each of
+/// the first losses of a transfer on a lossy link resend most of 512 PSNs.
+pub(crate) const INITIAL_WINDOW: u32 = 128;
 /// A loss (NAK, RNR) shrinks the window down to this; only a timeout goes below it.
 pub(crate) const MIN_WINDOW: u32 = 8;
 /// After a timer expiry the requester resends this many packets first (the probe).
@@ -125,7 +129,7 @@ pub(crate) struct SendWindow {
 impl Default for SendWindow {
     fn default() -> Self {
         SendWindow {
-            cwnd: MAX_WINDOW,
+            cwnd: INITIAL_WINDOW,
             ssthresh: MAX_WINDOW,
             acked: 0,
             recover: None,
@@ -409,11 +413,20 @@ mod tests {
     }
 
     #[test]
-    fn starts_at_the_ceiling_and_asks_for_acks_every_half_window() {
-        let w = SendWindow::starting_at(p(10));
-        assert_eq!(w.limit(), MAX_UNACKED_PSNS);
+    fn starts_at_the_initial_window_and_slow_starts_to_the_ceiling() {
+        let mut c = Counters::default();
+        let mut w = SendWindow::starting_at(p(10));
+        assert_eq!(w.limit(), INITIAL_WINDOW as i32);
         assert_eq!(w.ack_every(), 64);
         assert_eq!(w.rto(CFG), CFG, "no sample yet: the configured timeout");
+        // Each acknowledged PSN adds one (slow start) up to the ceiling: one window's worth
+        // of ACKs doubles it.
+        w.on_response(1_000, p(10 + 128), &mut c);
+        assert_eq!(w.limit(), 256);
+        w.on_response(2_000, p(10 + 128 + 256), &mut c);
+        assert_eq!(w.limit(), MAX_UNACKED_PSNS);
+        w.on_response(3_000, p(10 + 128 + 256 + 512), &mut c);
+        assert_eq!(w.limit(), MAX_UNACKED_PSNS, "never above the ceiling");
     }
 
     #[test]
