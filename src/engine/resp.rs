@@ -556,16 +556,14 @@ fn finish_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>, mut wc: WorkCompletion, 
     sh.push_wc(q.recv_cq, wc, solicited);
 }
 
-/// A request with a PSN we already executed (IBTA 9.9.2.2): SEND/WRITE are acknowledged
-/// again, a READ is re-executed from its resource, an atomic replays its saved result.
 /// The PSN to ACK a duplicate SEND or WRITE at `dup` with. The IBA's duplicate-request rules
 /// let it be the duplicate's own PSN or any later one the responder executed (kernel rxe's
-/// responder takes the latest); we take the latest too, except that
-/// it stops short of the first RDMA READ or atomic executed after the duplicate. Their
-/// responses may be what the requester lost too, and an ACK past them tells it they arrived:
-/// kernel rxe's requester then completes such a READ without its data (seen over a lossy
-/// link: rping's server echoed the previous ping's text). Answered below them, the requester
-/// resends the READ or atomic (the duplicate-request path above answers it again).
+/// responder takes the latest); we take the latest too, but stop short of the first RDMA
+/// READ or atomic executed after the duplicate. Their responses may be what the requester
+/// lost too, and an ACK past them tells it they arrived: kernel rxe's requester then completes
+/// such a READ without its data (seen over a lossy link: rping's server echoed the previous
+/// ping's text). Answered below them, the requester resends the READ or atomic, which
+/// [`duplicate`] answers again.
 fn duplicate_ack_psn(q: &Qp, dup: Psn) -> Psn {
     let latest = q.resp.epsn.sub(1);
     q.resp
@@ -580,6 +578,8 @@ fn duplicate_ack_psn(q: &Qp, dup: Psn) -> Psn {
         .map_or(latest, |s| s.sub(1))
 }
 
+/// A request with a PSN we already executed (IBTA 9.9.2.2): SEND/WRITE are acknowledged
+/// again, a READ is re-executed from its resource, an atomic replays its saved result.
 fn duplicate<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_>) {
     let psn = p.headers.bth.psn;
     match p.info.kind {

@@ -71,13 +71,12 @@ pub const IDLE_POLLS_PER_YIELD: u32 = 32;
 /// processes on one core, which a 2-core machine does when a third process takes the other
 /// core). Then the poller yields after every empty poll (one yield in 32 polls would leave the
 /// peer's answer waiting 32 polls) while its yields go on showing it: see [`CROWDED_SCORE`].
-/// On this kind of VM a
-/// `sched_yield` that finds nobody else takes about 0.5 µs; one that runs another polling
-/// process and comes back, 2.8 µs. ib_send_lat with both processes on one core (`taskset -c 0`)
+/// On this kind of VM a `sched_yield` that finds nobody else takes about 0.5 µs; one that runs
+/// another polling process and comes back, 2.8 µs. ib_send_lat with both processes on one core (`taskset -c 0`)
 /// had a typical latency of 26-35 µs; with this, and the two rules below for packet wakeups,
 /// 8.4 µs (1.7x its figure on two cores; tests/local_flood.rs failed in CI on the old figure,
 /// when the scheduler put both processes on one core beside a flooding third).
-pub(super) const YIELD_RAN_OTHERS_NS: u64 = 1_500;
+const YIELD_RAN_OTHERS_NS: u64 = 1_500;
 /// A yield that ran others adds this to the poller's crowding score, one that came back at once
 /// takes 1 off; the poller is crowded while the score is above 0 and its last slow yield is
 /// less than [`CROWDED_FOR_NS`] old. A few quick yields do not end it (the scheduler may keep
@@ -86,11 +85,11 @@ pub(super) const YIELD_RAN_OTHERS_NS: u64 = 1_500;
 /// interrupt made slow (it yields at every empty poll while crowded, so such yields come by
 /// often: with a plain 1 ms window, ib_send_bw's sender on a core of its own made 110,000
 /// yields a second).
-pub(super) const CROWDED_SCORE: u32 = 8;
+const CROWDED_SCORE: u32 = 8;
 /// The most the score holds.
 const CROWDED_SCORE_MAX: u32 = 64;
 /// How long after its last slow yield a poller counts as crowded at most.
-pub(super) const CROWDED_FOR_NS: u64 = 1_000_000;
+const CROWDED_FOR_NS: u64 = 1_000_000;
 
 /// How long after an application poll or post the doorbell is not rung for a moved deadline.
 pub(super) const APP_ACTIVE_NS: u64 = 1_000_000;
