@@ -239,19 +239,11 @@ impl Io {
     /// (urxe peers accept and count `icrc_unverified`, kernel rxe drops them). On a shared
     /// address the port is bound with SO_REUSEPORT: flows of several members may map to one
     /// port.
-    ///
-    /// A new send socket is connected to the flow's peer `dst` (rxe too gives each QP pair its
-    /// own port, so a port nearly always has one peer): sends to it skip the per-message route
-    /// lookup. Should another flow share the port, its packets go named; should the connect
-    /// fail, all do. A connected socket reports an ICMP error (a peer whose port is closed) on
-    /// its next send, which then fails as a lost packet would.
-    fn open_tx_socket(&mut self, sport: u16, dst: SocketAddr) {
+    fn open_tx_socket(&mut self, sport: u16) {
         if !self.tx_socks.contains_key(&sport) {
             let local = SocketAddr::new(self.local, sport);
             let s = if self.slot.is_some() { RoceSocket::bind_shared(local) } else { RoceSocket::bind(local) };
-            if let Ok(mut s) = s {
-                // A failed connect leaves the socket as it was: named sends.
-                let _ = s.connect_peer(dst);
+            if let Ok(s) = s {
                 self.tx_socks.insert(sport, s);
             }
         }
@@ -262,19 +254,18 @@ impl Io {
         let Some(key) = self.send_key else { return true };
         while !self.send.is_empty() {
             let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
-            self.open_tx_socket(key.sport, dst_sa);
+            self.open_tx_socket(key.sport);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
-            let connected = sock.peer() == Some(dst_sa);
             let res = if key.gso {
                 // Cut into trains at send time: equal segments, only the last may be shorter;
                 // every train is one message of one sendmmsg.
-                let r = sock.send_trains(&mut self.send, connected);
+                let r = sock.send_trains(&mut self.send);
                 if r.is_ok() {
                     counters.tx_gso_sends += 1;
                 }
                 r
             } else {
-                let r = sock.send_mmsg(&mut self.send, connected);
+                let r = sock.send_mmsg(&mut self.send);
                 if r.is_ok() {
                     counters.tx_mmsg_sends += 1;
                 }

@@ -100,8 +100,6 @@ pub struct RoceSocket {
     local: SocketAddr,
     gso: bool,
     gro: bool,
-    /// The address `connect(2)` fixed (see [`RoceSocket::connect_peer`]).
-    peer: Option<SocketAddr>,
 }
 
 impl RoceSocket {
@@ -211,7 +209,7 @@ impl RoceSocket {
         // Probe GSO with a harmless zero (= off) setting; GRO is a receive option.
         let gso = setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
         let gro = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
-        Ok(RoceSocket { sock, local, gso, gro, peer: None })
+        Ok(RoceSocket { sock, local, gso, gro })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -220,22 +218,6 @@ impl RoceSocket {
 
     pub fn raw_fd(&self) -> RawFd {
         self.sock.as_raw_fd()
-    }
-
-    /// Connects a send socket to `peer`: datagrams to it then leave without an address
-    /// ([`RoceSocket::send_trains`], [`RoceSocket::send_mmsg`] with `connected`), and the
-    /// kernel keeps the route instead of looking it up for every message (about 0.35 µs of each
-    /// one-way trip on loopback). Never for a socket that receives: a connected UDP socket only
-    /// takes datagrams from its peer. Datagrams to other addresses still go, named.
-    pub fn connect_peer(&mut self, peer: SocketAddr) -> io::Result<()> {
-        self.sock.connect(&SockAddr::from(peer))?;
-        self.peer = Some(peer);
-        Ok(())
-    }
-
-    /// The address [`RoceSocket::connect_peer`] connected to.
-    pub fn peer(&self) -> Option<SocketAddr> {
-        self.peer
     }
 
     /// GSO may be used to send to `dst`.
@@ -279,9 +261,8 @@ impl RoceSocket {
     }
 
     /// Sends up to `n` datagrams described by `batch` in one `sendmmsg` (one `sendmsg` for a
-    /// single datagram); returns how many went. `connected`: every datagram of `batch` goes to
-    /// this socket's connected peer, and leaves without an address.
-    pub fn send_mmsg(&self, batch: &mut SendBatch, connected: bool) -> io::Result<usize> {
+    /// single datagram); returns how many went.
+    pub fn send_mmsg(&self, batch: &mut SendBatch) -> io::Result<usize> {
         let n = batch.len;
         if n == 0 {
             return Ok(0);
@@ -294,10 +275,8 @@ impl RoceSocket {
             // Pointers into `batch`, which is borrowed mutably for the whole call so none of
             // them moves before sendmmsg below.
             let mut m: libc::mmsghdr = all_zero();
-            if !connected {
-                m.msg_hdr.msg_name = &mut batch.addrs[i] as *mut _ as *mut libc::c_void;
-                m.msg_hdr.msg_namelen = batch.addr_lens[i];
-            }
+            m.msg_hdr.msg_name = &mut batch.addrs[i] as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = batch.addr_lens[i];
             m.msg_hdr.msg_iov = &mut batch.iov[i];
             m.msg_hdr.msg_iovlen = 1;
             batch.hdrs[i] = m;
@@ -329,9 +308,8 @@ impl RoceSocket {
     /// one message of a single `sendmmsg` with its own `UDP_SEGMENT` (a one-packet train is a
     /// plain datagram). Packets of different sizes (an RDMA WRITE's first packet carries a
     /// RETH, a READ response's first and last an AETH) then still leave in one system call.
-    /// Returns how many *packets* went (whole trains). `connected` as for
-    /// [`RoceSocket::send_mmsg`].
-    pub fn send_trains(&self, batch: &mut SendBatch, connected: bool) -> io::Result<usize> {
+    /// Returns how many *packets* went (whole trains).
+    pub fn send_trains(&self, batch: &mut SendBatch) -> io::Result<usize> {
         let n = batch.len;
         let mut trains = 0;
         let mut first = 0;
@@ -347,10 +325,8 @@ impl RoceSocket {
             // Pointers into `batch`, which is borrowed mutably for the whole call so none of
             // them moves before sendmmsg below.
             let mut m: libc::mmsghdr = all_zero();
-            if !connected {
-                m.msg_hdr.msg_name = &mut batch.addrs[first] as *mut _ as *mut libc::c_void;
-                m.msg_hdr.msg_namelen = batch.addr_lens[first];
-            }
+            m.msg_hdr.msg_name = &mut batch.addrs[first] as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = batch.addr_lens[first];
             m.msg_hdr.msg_iov = &mut batch.iov[trains];
             m.msg_hdr.msg_iovlen = 1;
             if count > 1 {
@@ -877,7 +853,7 @@ mod tests {
         }
         s.consume(2);
         assert_eq!(s.len(), 3);
-        let sent = a.send_mmsg(&mut s, false).unwrap();
+        let sent = a.send_mmsg(&mut s).unwrap();
         assert_eq!(sent, 3);
         let got = recv_all(&b, 3);
         assert_eq!(got.iter().map(|p| p[0]).collect::<Vec<_>>(), vec![2, 3, 4]);
@@ -904,72 +880,13 @@ mod tests {
             v
         };
         assert_eq!(trains, vec![2, 2, 2, 1, 3]);
-        assert_eq!(a.send_trains(&mut s, false).unwrap(), sizes.len());
+        assert_eq!(a.send_trains(&mut s).unwrap(), sizes.len());
         let got = recv_all(&b, sizes.len());
         assert_eq!(got.len(), sizes.len());
         for (i, p) in got.iter().enumerate() {
             assert_eq!(p.len(), sizes[i], "packet {i}");
             assert!(p.iter().all(|&x| x == i as u8), "packet {i} intact");
         }
-    }
-
-    #[test]
-    fn a_connected_socket_sends_unnamed_to_its_peer_and_named_to_others() {
-        let (a, b) = pair();
-        let mut a = a;
-        let c = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        a.connect_peer(b.local_addr()).unwrap();
-        assert_eq!(a.peer(), Some(b.local_addr()));
-        // To the peer without an address: a train and single datagrams.
-        let mut s = SendBatch::new(8, 2048);
-        for i in 0..3u8 {
-            s.next_buf()[..500].fill(i);
-            s.push(500, b.local_addr());
-        }
-        assert_eq!(a.send_trains(&mut s, true).unwrap(), 3);
-        s.consume(3);
-        s.next_buf()[..20].fill(9);
-        s.push(20, b.local_addr());
-        assert_eq!(a.send_mmsg(&mut s, true).unwrap(), 1);
-        s.consume(1);
-        let mut rb = RecvBatch::new();
-        let mut got = Vec::new();
-        for _ in 0..1000 {
-            b.recv_batch(&mut rb).unwrap();
-            got.extend(rb.packets().map(|(src, p)| (src, p.to_vec())));
-            if got.len() >= 4 {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert_eq!(
-            got.iter().map(|(_, p)| (p[0], p.len())).collect::<Vec<_>>(),
-            [(0, 500), (1, 500), (2, 500), (9, 20)]
-        );
-        assert!(got.iter().all(|(src, _)| *src == Some(a.local_addr())), "from the bound flow port");
-        // Another destination still gets its datagrams, named.
-        s.next_buf()[..30].fill(7);
-        s.push(30, c.local_addr());
-        assert_eq!(a.send_mmsg(&mut s, false).unwrap(), 1);
-        let got = recv_all(&c, 1);
-        assert_eq!(got, [vec![7u8; 30]]);
-    }
-
-    #[test]
-    fn a_connected_socket_whose_peer_port_is_closed_fails_a_later_send() {
-        // The ICMP port-unreachable of one datagram fails the next send (the caller counts it
-        // as a lost packet); the one after goes again.
-        let mut a = RoceSocket::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let closed = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        a.connect_peer(closed).unwrap();
-        let mut s = SendBatch::new(4, 2048);
-        let mut results = Vec::new();
-        for _ in 0..4 {
-            s.push(20, closed);
-            results.push(a.send_mmsg(&mut s, true).map_err(|e| e.raw_os_error()));
-            s.consume(1);
-        }
-        assert_eq!(results, [Ok(1), Err(Some(libc::ECONNREFUSED)), Ok(1), Err(Some(libc::ECONNREFUSED))]);
     }
 
     #[test]
