@@ -6,7 +6,7 @@
 //!   engine behind its lock;
 //! - `pacing`: when packets move and who is woken to move them (doorbell batching, arming
 //!   of packet wakeups, the progress thread's doorbell);
-//! - `progress`: the progress thread;
+//! - `progress`: the progress thread; `moderation`: how long it naps while a stream arrives;
 //! - `hub`: the device's state (the engine and its I/O under one lock) and what application
 //!   threads and the progress thread share;
 //! - `io`: socket I/O and batching between the engine and the sockets (GSO trains,
@@ -27,6 +27,7 @@ pub mod group;
 mod hub;
 mod io;
 pub mod memory;
+mod moderation;
 mod pacing;
 mod progress;
 pub mod registration;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use mio::{Events, Poll, Token};
 
 use super::hub::{Core, Hub};
+use super::moderation::NapTuner;
 use super::pacing::{APP_ACTIVE_NS, AWAY, REARM_AFTER_NS};
 use super::stats::WakeCounters;
 
@@ -43,17 +44,15 @@ const BUSY_WAKEUPS_TO_DISARM: u32 = 4;
 const MIN_SLEEP: Duration = Duration::from_micros(50);
 
 /// Interrupt moderation (a NIC's rx-usecs): after a wakeup that received at least
-/// [`STREAM_PKTS`] packets, a stream is arriving, and the thread sleeps [`STREAM_NAP`] before it
-/// waits on the socket again. While it is not in `epoll_wait`, an arriving packet wakes nobody:
-/// the sender's CPU, which runs loopback delivery, no longer pays a cross-CPU wakeup (an IPI,
-/// a VM exit here) every few packets (ib_write_bw 64 KiB: 25,000 a second, 8 % of the
-/// sender's CPU under `sock_def_readable`), and each later wakeup drains more, with one ACK for
-/// it all. A lone request (a READ to a passive responder) is answered at once as before. The
-/// nap delays a stream's ACKs; the requester's window (`engine::window`, 512 PSNs) holds far
-/// more than a nap's worth. ib_write_bw 64 KiB, four alternating pairs: 21.4-24.6 -> 28.5-32.1
-/// Gb/s.
+/// [`STREAM_PKTS`] packets, a stream is arriving, and the thread naps before it waits on the
+/// socket again. While it is not in `epoll_wait`, an arriving packet wakes nobody: the sender's
+/// CPU, which runs loopback delivery, no longer pays a cross-CPU wakeup (an IPI, a VM exit
+/// here) every few packets (ib_write_bw 64 KiB: 25,000 a second, 8 % of the sender's CPU under
+/// `sock_def_readable`), and each later wakeup drains more, with one ACK for it all. A lone
+/// request (a READ to a passive responder) is answered at once. How long the nap is, 0 to
+/// 20 µs, is measured per stream (`moderation`): it delays the stream's ACKs, which a
+/// requester with few bytes outstanding waits for.
 const STREAM_PKTS: u64 = 16;
-const STREAM_NAP: Duration = Duration::from_micros(10);
 
 /// `URXE_RT`: `1` (default) runs the progress thread at real-time priority when the process
 /// may (CAP_SYS_NICE or RLIMIT_RTPRIO), `0` leaves it at normal priority.
@@ -157,6 +156,7 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     let mut deadline: Option<u64> = None;
     // Consecutive wakeups that found the device lock held (see BUSY_WAKEUPS_TO_DISARM).
     let mut busy_streak = 0u32;
+    let mut naps = NapTuner::default();
     loop {
         if hub.stop.load(Ordering::Acquire) {
             return;
@@ -237,6 +237,7 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         let before = c.counters.rx_datagrams;
         c.take_in(now, false);
         let stream = c.counters.rx_datagrams - before >= STREAM_PKTS;
+        let nap = if stream { naps.stream_wakeup(now, c.counters.rx_datagrams) } else { 0 };
         if c.pacing.thread_may_hold(active) && c.engine.only_acks_pending() {
             // Requests that arrived while the application waits elsewhere (ib_write_lat spins on
             // memory): their ACKs are held for a moment so they leave with the application's
@@ -260,8 +261,14 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         sig.thread_deadline.store(deadline.unwrap_or(u64::MAX), Ordering::Release);
         drop(c);
         if stream {
+            let (nap_ns, steps) = naps.state();
+            sig.wake_counters.nap_ns.store(nap_ns, Ordering::Relaxed);
+            sig.wake_counters.nap_steps.store(steps, Ordering::Relaxed);
+        }
+        if nap > 0 {
             // Blocks (nanosleep), never spins.
-            std::thread::sleep(STREAM_NAP);
+            WakeCounters::bump(&sig.wake_counters.naps);
+            std::thread::sleep(Duration::from_nanos(nap));
         }
     }
 }

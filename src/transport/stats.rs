@@ -73,6 +73,11 @@ pub(super) struct WakeCounters {
     /// took it back once idle again.
     pub(super) rt_demotions: AtomicU64,
     pub(super) rt_promotions: AtomicU64,
+    /// Naps after stream wakeups, the current nap length (ns) and the steps the moderation
+    /// took between lengths (see `moderation`).
+    pub(super) naps: AtomicU64,
+    pub(super) nap_ns: AtomicU64,
+    pub(super) nap_steps: AtomicU64,
 }
 
 impl WakeCounters {
@@ -84,7 +89,8 @@ impl WakeCounters {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "WakeCounters\n    doorbells: {}\n    rx_arms: {}\n    rx_disarms: {}\n    thread_wakeups: {}\n    lock_busy: {}\n    \
-             busy_disarms: {}\n    away_wakeups: {}\n    rt_demotions: {}\n    rt_promotions: {}\n",
+             busy_disarms: {}\n    away_wakeups: {}\n    rt_demotions: {}\n    rt_promotions: {}\n    \
+             naps: {}\n    nap_ns: {}\n    nap_steps: {}\n",
             l(&self.doorbells),
             l(&self.rx_arms),
             l(&self.rx_disarms),
@@ -93,7 +99,10 @@ impl WakeCounters {
             l(&self.busy_disarms),
             l(&self.away_wakeups),
             l(&self.rt_demotions),
-            l(&self.rt_promotions)
+            l(&self.rt_promotions),
+            l(&self.naps),
+            l(&self.nap_ns),
+            l(&self.nap_steps)
         )
     }
 }
