@@ -5,11 +5,12 @@
 #   bench/run.sh                 # DUR=3 s per throughput figure, 100k ping-pong round trips
 #   QUICK=1 bench/run.sh         # smoke run: DUR=1, 20k round trips, 2000 latency iterations
 #
-# Order: (1) iperf3 TCP loopback, one stream; (2) bench/ceiling (our own tool): UDP GSO+GRO
-# bandwidth, 64-byte messages as GSO trains (the message-rate ceiling of a batching UDP engine),
-# 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong (its round trip is also the READ
-# ceiling); (3) perftest over urxe's libibverbs.so.1 (LD_LIBRARY_PATH=$URXE_LIB_DIR):
-# ib_write_bw 64 KiB and 4 KiB, -q 16, 4 process pairs at once, ib_read_bw 64 KiB,
+# Order: (1) bench/ceiling (our own tool): 64-byte messages as GSO trains (the message-rate
+# ceiling of a batching UDP engine), 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong
+# (its round trip is also the READ ceiling); (2) BW_RUNS rounds of: iperf3 TCP loopback (one
+# stream), UDP GSO+GRO bandwidth, and urxe's ib_write_bw 64 KiB, 4 KiB and 64 KiB -q 16, back
+# to back (medians reported); (3) perftest over urxe's libibverbs.so.1
+# (LD_LIBRARY_PATH=$URXE_LIB_DIR): 4 process pairs at once, ib_read_bw 64 KiB,
 # ib_send_bw 64 B, ib_send_lat / ib_write_lat / ib_read_lat 2 B, and right after ib_send_lat
 # the ping-pong again with each side computing for urxe's extra time per one-way (`-w`: what
 # the platform alone does to the tail of a trip that long; no bar); (4) the resident memory of
@@ -19,11 +20,13 @@
 #
 # Settings (environment):
 #   DUR=3            seconds of traffic per throughput figure (integer >= 1)
-#   QUICK=0          1 = smoke run (defaults DUR=1 PP=20000 LAT_ITERS=2000)
+#   QUICK=0          1 = smoke run (defaults DUR=1 PP=20000 LAT_ITERS=2000 LAT_RUNS=BW_RUNS=1)
 #   PP=100000        round trips of the UDP ping-pong
 #   LAT_ITERS=10000  iterations of ib_send_lat / ib_write_lat
 #   LAT_RUNS=5       runs of each latency figure (urxe's and the ping-pong ceiling alike); the
 #                    run with the median typical/p50 is reported, every run is in raw.txt
+#   BW_RUNS=3        rounds of the bandwidth figures (TCP and GSO+GRO ceilings, ib_write_bw
+#                    64 KiB, 4 KiB, -q 16, back to back in each round); medians reported
 #   URXE_LIB_DIR     directory holding urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
 #   URXE_DEV=urxe0   GID_INDEX=1   device and GID index given to perftest (-d, -x)
 #   PIN=1            sender/client on CPU 0, receiver/server on CPU 1 for every figure; 0 = unpinned
@@ -47,6 +50,7 @@ else
   DUR=${DUR:-3} PP=${PP:-100000} LAT_ITERS=${LAT_ITERS:-10000}
 fi
 LAT_RUNS=${LAT_RUNS:-$([ "$QUICK" = 1 ] && echo 1 || echo 5)}
+BW_RUNS=${BW_RUNS:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
 URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
 URXE_DEV=${URXE_DEV:-urxe0}
 GID_INDEX=${GID_INDEX:-1}
@@ -280,16 +284,6 @@ ceiling_runs() {
   median_of "$key" "${runs[@]}"
 }
 
-note "ceiling: iperf3 TCP loopback, one stream, ${DUR}s"
-step_begin
-TCP=$(run_iperf3)
-step_end iperf3_tcp
-record "$TCP"
-note "ceiling: UDP GSO send + UDP_GRO receive, ${DUR}s"
-step_begin
-GSO=$(run_ceiling gso $((DUR + 20)))
-step_end gso
-record "$GSO"
 note "ceiling: 64-byte UDP messages as GSO trains of 64 + UDP_GRO receive, ${DUR}s"
 step_begin
 GSO64=$(run_ceiling gso64 $((DUR + 20)))
@@ -314,7 +308,7 @@ record "$PPBLK"
 # The READ ceiling: a READ is a request and a response, one UDP round trip = 2 x one-way.
 RTT=$(awk -v a="$(kv "$PPONG" ow_p50_us)" -v b="$(kv "$PPONG" ow_p99_us)" 'BEGIN { if (a + 0 > 0) printf "rtt_p50_us=%.2f rtt_p99_us=%.2f", 2 * a, 2 * b; else print "error=no_ping-pong_figure" }')
 record "read_ceiling $RTT"
-for l in "$TCP" "$GSO" "$GSO64" "$MMSG" "$PPONG"; do
+for l in "$GSO64" "$MMSG" "$PPONG"; do
   [ -n "$(kv "$l" error)" ] && ERRORS=$((ERRORS + 1))
 done
 
@@ -397,16 +391,48 @@ lat_runs() {
 BW_D=$((DUR + 2))  # perftest -D with margin -f 1: samples the middle DUR seconds
 BW_TMO=${BW_TMO:-$((BW_D + 25))}
 LAT_TMO=${LAT_TMO:-$((30 + LAT_ITERS / 500))}
-note "urxe: ib_write_bw 65536 B, ${DUR}s"
-[ -z "$URXE_ERR" ] && step_begin
-WBW64K=$(perftest_pair write_bw_64k 0 "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
-[ -z "$URXE_ERR" ] && step_end write_bw_64k
-record "urxe=ib_write_bw_64k $WBW64K"
-note "urxe: ib_write_bw 4096 B, ${DUR}s"
-[ -z "$URXE_ERR" ] && step_begin
-WBW4K=$(perftest_pair write_bw_4k 10 "$BW_TMO" ib_write_bw -s 4096 -D "$BW_D" -f 1 --report_gbits)
-[ -z "$URXE_ERR" ] && step_end write_bw_4k
-record "urxe=ib_write_bw_4k $WBW4K"
+# Bandwidth in rounds. This VM's throughput comes and goes in spells of seconds, for the
+# ceilings and urxe alike (bench/README.md, "Spells"), so one run of each, a minute apart,
+# compared figures from different spells. Each round measures the TCP and GSO+GRO ceilings and urxe's ib_write_bw 64 KiB,
+# 4 KiB and 64 KiB -q 16 back to back; the table takes each figure's median over BW_RUNS
+# rounds (every run is in raw.txt).
+TCP_RUNS=() GSO_RUNS=() W64_RUNS=() W4_RUNS=() Q16_RUNS=()
+for r in $(seq 1 "$BW_RUNS"); do
+  note "round $r/$BW_RUNS: iperf3 TCP loopback, UDP GSO+GRO, urxe ib_write_bw 65536 B, 4096 B, 65536 B -q 16; ${DUR}s each"
+  step_begin
+  TCP_RUNS+=("$(run_iperf3)")
+  step_end "iperf3_tcp_$r"
+  record "${TCP_RUNS[-1]} round=$r"
+  step_begin
+  GSO_RUNS+=("$(run_ceiling gso $((DUR + 20)))")
+  step_end "gso_$r"
+  record "${GSO_RUNS[-1]} round=$r"
+  [ -z "$URXE_ERR" ] && step_begin
+  W64_RUNS+=("$(perftest_pair "write_bw_64k_$r" 0 "$BW_TMO" ib_write_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)")
+  [ -z "$URXE_ERR" ] && step_end "write_bw_64k_$r"
+  record "round $r: urxe=ib_write_bw_64k ${W64_RUNS[-1]}"
+  [ -z "$URXE_ERR" ] && step_begin
+  W4_RUNS+=("$(perftest_pair "write_bw_4k_$r" 10 "$BW_TMO" ib_write_bw -s 4096 -D "$BW_D" -f 1 --report_gbits)")
+  [ -z "$URXE_ERR" ] && step_end "write_bw_4k_$r"
+  record "round $r: urxe=ib_write_bw_4k ${W4_RUNS[-1]}"
+  [ -z "$URXE_ERR" ] && step_begin
+  Q16_RUNS+=("$(perftest_pair "write_bw_64k_q16_$r" 70 "$BW_TMO" ib_write_bw -s 65536 -q 16 -D "$BW_D" -f 1 --report_gbits)")
+  [ -z "$URXE_ERR" ] && step_end "write_bw_64k_q16_$r"
+  record "round $r: urxe=ib_write_bw_64k_q16 ${Q16_RUNS[-1]}"
+done
+TCP=$(median_of tcp_gbps "${TCP_RUNS[@]}")
+GSO=$(median_of gbps "${GSO_RUNS[@]}")
+WBW64K=$(median_of bw_avg_gbps "${W64_RUNS[@]}")
+WBW4K=$(median_of bw_avg_gbps "${W4_RUNS[@]}")
+WBWQ16=$(median_of bw_avg_gbps "${Q16_RUNS[@]}")
+record "median of $BW_RUNS: $TCP"
+record "median of $BW_RUNS: $GSO"
+record "median of $BW_RUNS: urxe=ib_write_bw_64k $WBW64K"
+record "median of $BW_RUNS: urxe=ib_write_bw_4k $WBW4K"
+record "median of $BW_RUNS: urxe=ib_write_bw_64k_q16 $WBWQ16"
+for l in "${TCP_RUNS[@]}" "${GSO_RUNS[@]}"; do
+  [ -n "$(kv "$l" error)" ] && ERRORS=$((ERRORS + 1))
+done
 note "urxe: ib_send_bw 64 B, ${DUR}s"
 [ -z "$URXE_ERR" ] && step_begin
 SBW64=$(perftest_pair send_bw_64 20 "$BW_TMO" ib_send_bw -s 64 -D "$BW_D" -f 1 --report_gbits)
@@ -444,11 +470,6 @@ note "urxe: ib_read_bw 65536 B, ${DUR}s"
 RBW64K=$(perftest_pair read_bw_64k 60 "$BW_TMO" ib_read_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
 [ -z "$URXE_ERR" ] && step_end read_bw_64k
 record "urxe=ib_read_bw_64k $RBW64K"
-note "urxe: ib_write_bw 65536 B -q 16, ${DUR}s"
-[ -z "$URXE_ERR" ] && step_begin
-WBWQ16=$(perftest_pair write_bw_64k_q16 70 "$BW_TMO" ib_write_bw -s 65536 -q 16 -D "$BW_D" -f 1 --report_gbits)
-[ -z "$URXE_ERR" ] && step_end write_bw_64k_q16
-record "urxe=ib_write_bw_64k_q16 $WBWQ16"
 
 # four_pairs: 4 ib_write_bw 64 KiB pairs at once (servers on the receiver CPU, clients on the
 # sender CPU), each its own processes; "bw_avg_gbps=<sum> pairs=4" or "error=...".
@@ -530,14 +551,14 @@ row() {
   echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
 }
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
-count_urxe_err "$WBW64K" "$WBW4K" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$WBWQ16" "$PAIRS4" "$QPRSS"
+count_urxe_err "${W64_RUNS[@]}" "${W4_RUNS[@]}" "${Q16_RUNS[@]}" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$PAIRS4" "$QPRSS"
 ERRORS=$((ERRORS + URXE_ERRS))
 
 {
   echo "## urxe vs ceilings — $STARTED, commit $COMMIT"
   echo
   echo "Machine: $(nproc) CPUs, $(uname -r); $IDLE_NOTE. DUR=${DUR}s, ping-pong $PP round trips," \
-    "latency $LAT_ITERS iterations; latency figures (urxe and ping-pong) are the median of $LAT_RUNS runs; placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
+    "latency $LAT_ITERS iterations; latency figures (urxe and ping-pong) are the median of $LAT_RUNS runs; TCP, GSO+GRO and ib_write_bw 64 KiB / 4 KiB / -q 16 the median of $BW_RUNS rounds that measure them back to back; placement: $([ "$PIN" = 1 ] && echo "sender/client CPU $TX_CPU, receiver/server CPU $RX_CPU" || echo unpinned)."
   [ -n "$BUSY_STEPS" ] && echo "Other load just before:$BUSY_STEPS — those figures are suspect; see raw.txt."
   echo
   echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | bar | result |"

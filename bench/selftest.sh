@@ -6,7 +6,8 @@
 #   3. run.sh end to end with stand-in perftest programs (small scripts that listen/connect on the
 #      -p port like perftest and print the testdata reports): a figure is parsed into the table with
 #      its ratio and verdict, a failing client and a hanging client become "error: ..." and the run
-#      still ends, with exit status 1. This part also runs the real ceilings, briefly (DUR=1).
+#      still ends, with exit status 1; the bandwidth figures come from three rounds. This part
+#      also runs the real ceilings, briefly (DUR=1).
 # Prints "N passed, M failed" last; exit status 0 only if nothing failed.
 set -u
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -107,6 +108,12 @@ EOF
     grep -q "^mode=$m .*" "$W/out/raw.txt" && ! grep -q "^mode=$m .*error=" "$W/out/raw.txt" &&
       ok "ceiling $m measured" || bad "ceiling $m: $(grep "mode=$m\|error" "$W/out/raw.txt" | head -n 2)"
   done
+  # BW_RUNS (default 3) rounds of the bandwidth figures, each ceiling and urxe run recorded,
+  # and the medians the table uses.
+  n=$(grep -c "^mode=gso .*round=[123]$" "$W/out/raw.txt")
+  m=$(grep -c "^round [123]: urxe=ib_write_bw_64k " "$W/out/raw.txt")
+  [ "$n" = 3 ] && [ "$m" = 3 ] && grep -q "^median of 3: urxe=ib_write_bw_64k .*bw_avg_gbps=12.61" "$W/out/raw.txt" &&
+    ok "three bandwidth rounds and their medians" || bad "bandwidth rounds: $n GSO runs, $m urxe 64 KiB runs in raw.txt"
   if pgrep -f "$W/bin" >/dev/null; then bad "stand-in processes left running"; else ok "no stand-in left running"; fi
   printf "%s\n" "$out" >"$W/out/stdout.txt"
   if [ "$fail" = 0 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$W"; else echo "kept $W for inspection"; fi
