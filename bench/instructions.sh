@@ -9,13 +9,24 @@
 # responder's (receive + place + completions + ACKs). Each figure is the difference of two runs
 # (N1 and N2 messages) divided by N2 - N1, so one-time costs cancel.
 #
-#   bench/instructions.sh            # N1=2000 N2=10000
-# Prints a markdown table; exit 1 if a figure could not be measured.
+# Whole process (bench/insn/insn.c over urxe's libibverbs.so.1): a requester and a responder
+# process, one RC QP each, 64-byte SENDs or 4 KiB WRITEs in bursts of 16 with blocking waits
+# (completion channel), each process under callgrind; every user-space instruction of the
+# process counts (application, provider, transport, engine, libc; every thread, the progress
+# thread included), the kernel's do not. The same difference of two runs (W1 and W2 messages),
+# each the median of three (waits make the counts vary by a few percent).
+#
+#   bench/instructions.sh            # N1=2000 N2=10000 W1=640 W2=3200
+#   URXE_LIB_DIR=/path/to/lib        # where libibverbs.so.1 is (default <repo>/target/urxe/lib)
+# Prints markdown tables; exit 1 if a figure could not be measured.
 set -u -o pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH/.." && pwd)
 N1=${N1:-2000}
 N2=${N2:-10000}
+W1=${W1:-640}
+W2=${W2:-3200}
+URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
 OUT=${OUT:-/tmp/urxe-bench/insn-$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 command -v valgrind >/dev/null || { apt-get install -y -qq valgrind >/dev/null 2>&1 || { echo "valgrind missing" >&2; exit 1; }; }
@@ -52,6 +63,33 @@ per_msg() {  # KIND TOGGLES...
   fi
 }
 
+# whole_collected KIND N ROLE -> the median over three runs of the instructions callgrind
+# collected in ROLE's process (requester or responder) of `insn KIND N`
+whole_collected() {
+  local kind=$1 n=$2 role=$3 i log pid v vals=()
+  for i in 1 2 3; do
+    log=$OUT/insn-$kind-$n-$i.log
+    LD_LIBRARY_PATH="$URXE_LIB_DIR" timeout 600 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+      "$OUT/insn" "$kind" "$n" >"$log" 2>&1 || { echo error; return; }
+    pid=$(sed -n -E "s/^$role pid ([0-9]+).*/\1/p" "$log")
+    v=$(sed -n -E "s/^==$pid== Collected : ([0-9]+).*/\1/p" "$log")
+    [[ $pid =~ ^[0-9]+$ && $v =~ ^[0-9]+$ ]] || { echo error; return; }
+    vals+=("$v")
+  done
+  printf '%s\n' "${vals[@]}" | sort -n | sed -n 2p
+}
+
+whole_per_msg() {  # KIND ROLE
+  local a b
+  a=$(whole_collected "$1" "$W1" "$2")
+  b=$(whole_collected "$1" "$W2" "$2")
+  if [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then
+    awk -v a="$a" -v b="$b" -v n1="$W1" -v n2="$W2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }'
+  else
+    echo "error"
+  fi
+}
+
 REQ=(--toggle-collect='sim_perf::requester_post' --toggle-collect='sim_perf::requester_complete')
 RSP=(--toggle-collect='sim_perf::responder_side')
 COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD)
@@ -72,6 +110,34 @@ errors=0
     label=$([ "$kind" = send64 ] && echo "64-byte SEND" || echo "4 KiB RDMA WRITE")
     echo "| $label | $r | $s |"
   done
+  echo
+  echo "Whole process: requester and responder processes over urxe's libibverbs.so.1 (bench/insn),"
+  echo "bursts of 16, blocking waits; user-space instructions of every thread, not the kernel's;"
+  echo "(run of $W2 − run of $W1) / $((W2 - W1)), each run the median of three. callgrind counts every"
+  echo "byte a \`rep movsb\` moves as one instruction: the guarded copy of a 4 KiB payload (one"
+  echo "\`rep movsb\` to the CPU) counts about 4,100 in each side's WRITE figure."
+  echo
+  echo "| message | requester process | responder process |"
+  echo "|---|---|---|"
+  insn_err=
+  if [ ! -e "$URXE_LIB_DIR/libibverbs.so.1" ]; then
+    insn_err="no $URXE_LIB_DIR/libibverbs.so.1 (provider/build.sh builds it)"
+  elif ! gcc -O2 -Wall -o "$OUT/insn" "$BENCH/insn/insn.c" -libverbs >"$OUT/insn-build.log" 2>&1; then
+    insn_err="bench/insn/insn.c did not build: $(tail -n 1 "$OUT/insn-build.log")"
+  fi
+  for kind in send64 write4k; do
+    label=$([ "$kind" = send64 ] && echo "64-byte SEND" || echo "4 KiB RDMA WRITE")
+    if [ -n "$insn_err" ]; then
+      echo "| $label | error: $insn_err | error |"
+      errors=$((errors + 2))
+      continue
+    fi
+    r=$(whole_per_msg "$kind" requester)
+    s=$(whole_per_msg "$kind" responder)
+    [ "$r" = error ] && errors=$((errors + 1))
+    [ "$s" = error ] && errors=$((errors + 1))
+    echo "| $label | $r | $s |"
+  done
 } | tee "$OUT/table.md"
 echo "logs: $OUT"
-[ "$errors" = 0 ]
+[ "$(grep -c "error" "$OUT/table.md")" = 0 ]

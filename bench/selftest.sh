@@ -2,7 +2,7 @@
 # bench/selftest.sh - checks of the benchmark's own machinery, without an RDMA device or urxe:
 #   1. parse_perftest.awk / parse_iperf3.awk against hand-written perftest reports and saved
 #      iperf3 JSON in bench/testdata (each X.txt / X.json has its expected line in X.expect);
-#   2. the ceiling tool's unit tests (cargo test);
+#   2. the ceiling tool's unit tests (cargo test), and that bench/insn/insn.c builds;
 #   3. run.sh end to end with stand-in perftest programs (small scripts that listen/connect on the
 #      -p port like perftest and print the testdata reports): a figure is parsed into the table with
 #      its ratio and verdict, a failing client and a hanging client become "error: ..." and the run
@@ -40,6 +40,14 @@ if command -v cargo >/dev/null; then
 else
   bad "ceiling cargo test: cargo not found"
 fi
+
+# ---- 2b. bench/instructions.sh's whole-process program builds (it runs over urxe there)
+if out=$(gcc -O2 -Wall -Wextra -Werror -o /tmp/urxe-bench-insn.$$ "$BENCH/insn/insn.c" -libverbs 2>&1); then
+  ok "bench/insn/insn.c builds without warnings"
+else
+  bad "bench/insn/insn.c: $(tail -n 3 <<<"$out")"
+fi
+rm -f /tmp/urxe-bench-insn.$$
 
 # ---- 3. run.sh with stand-in perftest programs
 if ! command -v python3 >/dev/null; then
