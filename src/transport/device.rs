@@ -22,11 +22,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Waker};
 
+use super::clock::Epoch;
 use super::group::Member;
 use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
@@ -55,7 +55,7 @@ pub struct Device {
     stats: Option<StatsServer>,
     local: IpAddr,
     /// Time zero of the device clock (engine `now`, completion timestamps).
-    epoch: Instant,
+    epoch: Epoch,
     /// `CLOCK_REALTIME` at `epoch`, in ns since the Unix epoch.
     realtime_at_epoch: u64,
 }
@@ -112,7 +112,7 @@ impl Device {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
-        let epoch = Instant::now();
+        let epoch = Epoch::start();
         let realtime_at_epoch = realtime_ns();
         let mut core = Core::new(engine, io, sink, epoch);
         core.qpn_reserved = qpn_reserved;
@@ -135,7 +135,7 @@ impl Device {
     /// The device clock now: ns since the device started, the clock completion timestamps
     /// are read from (`ibv_query_rt_values_ex`'s raw clock).
     pub fn clock(&self) -> Nanos {
-        self.epoch.elapsed().as_nanos() as Nanos
+        self.epoch.now()
     }
 
     /// A device-clock reading as wall-clock time, ns since the Unix epoch

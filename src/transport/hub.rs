@@ -4,8 +4,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
 
+use super::clock::Epoch;
 use super::group::Member;
 use super::io::Io;
 use super::memory::ProcessMemory;
@@ -25,21 +25,21 @@ pub(super) struct Core {
     /// When packets move (the pacing policy).
     pub(super) pacing: Pacing,
     sink: EventSink,
-    epoch: Instant,
+    epoch: Epoch,
     pub(super) counters: TransportCounters,
     /// Shared address: QPN counter values below this are reserved in the slot's record.
     pub(super) qpn_reserved: u32,
 }
 
 impl Core {
-    pub(super) fn new(engine: Engine<ProcessMemory>, io: Io, sink: EventSink, epoch: Instant) -> Core {
+    pub(super) fn new(engine: Engine<ProcessMemory>, io: Io, sink: EventSink, epoch: Epoch) -> Core {
         Core { engine, io, pacing: Pacing::new(), sink, epoch, counters: TransportCounters::default(), qpn_reserved: 0 }
     }
 
     /// The time since the device started, which also moves the engine clock (completion
     /// timestamps) to it.
     pub(super) fn now(&mut self) -> Nanos {
-        let now = self.epoch.elapsed().as_nanos() as Nanos;
+        let now = self.epoch.now();
         self.engine.advance_clock(now);
         now
     }
@@ -61,8 +61,7 @@ impl Core {
     /// `poller`: an application's poll (see `Io::receive`).
     pub(super) fn take_in(&mut self, now: Nanos, poller: bool) {
         let epoch = self.epoch;
-        let last =
-            self.io.receive(&mut self.engine, || epoch.elapsed().as_nanos() as Nanos, &mut self.counters, poller);
+        let last = self.io.receive(&mut self.engine, || epoch.now(), &mut self.counters, poller);
         // A drain that received took time: timers are checked against the clock as it read
         // last (after its last batch's receive call); an empty one leaves `now` as it was.
         let now = last.map_or(now, |t| t.max(now));

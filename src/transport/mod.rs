@@ -21,6 +21,7 @@
 //!   steering program).
 
 mod away;
+mod clock;
 pub mod device;
 pub mod fault;
 pub mod group;

@@ -18,12 +18,12 @@
 //! progress thread tell each other without it.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
 
 use mio::unix::SourceFd;
 use mio::{Interest, Token, Waker};
 
 use super::away::AwayTimer;
+use super::clock::Epoch;
 use super::stats::WakeCounters;
 use crate::engine::Nanos;
 
@@ -356,7 +356,7 @@ pub(super) struct Signals {
     registry: mio::Registry,
     rx_fd: std::os::fd::RawFd,
     /// The same epoch as the device core's, readable without the lock.
-    epoch: Instant,
+    epoch: Epoch,
     /// Counters of who woke whom.
     pub(super) wake_counters: WakeCounters,
     /// How long (ns) a poller's last yield kept it away, until the next poll reads it
@@ -371,7 +371,7 @@ impl Signals {
         waker: Waker,
         registry: mio::Registry,
         rx_fd: std::os::fd::RawFd,
-        epoch: Instant,
+        epoch: Epoch,
     ) -> std::io::Result<Signals> {
         let away = AwayTimer::new()?;
         registry.register(&mut SourceFd(&away.raw_fd()), AWAY, Interest::READABLE)?;
@@ -395,7 +395,7 @@ impl Signals {
     }
 
     pub(super) fn now(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
+        self.epoch.now()
     }
 
     /// Yields the CPU once and notes how long that took (see [`YIELD_RAN_OTHERS_NS`]).
@@ -797,7 +797,7 @@ mod arm_tests {
             let fd = sock.as_raw_fd();
             let reg = poll.registry().try_clone().unwrap();
             reg.register(&mut SourceFd(&fd), RX, Interest::READABLE).unwrap();
-            let sig = Arc::new(Signals::new(waker, reg, fd, Instant::now()).unwrap());
+            let sig = Arc::new(Signals::new(waker, reg, fd, Epoch::start()).unwrap());
             let threads: Vec<_> = (0..4)
                 .map(|t| {
                     let sig = sig.clone();
@@ -820,7 +820,7 @@ mod arm_tests {
         let waker = Waker::new(poll.registry(), crate::transport::progress::WAKE).unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let reg = poll.registry().try_clone().unwrap();
-        let sig = Signals::new(waker, reg, sock.as_raw_fd(), Instant::now()).unwrap();
+        let sig = Signals::new(waker, reg, sock.as_raw_fd(), Epoch::start()).unwrap();
         (poll, sig, sock)
     }
 
