@@ -51,13 +51,10 @@ collected() {
   grep -m1 -E '== Collected : [0-9]+' "$log" | sed -E 's/.*Collected : ([0-9]+).*/\1/'
 }
 
-per_msg() {  # KIND TOGGLES...
-  local kind=$1 a b
-  shift
-  a=$(collected "$kind" "$N1" "$@")
-  b=$(collected "$kind" "$N2" "$@")
-  if [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then
-    awk -v a="$a" -v b="$b" -v n1="$N1" -v n2="$N2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }'
+# per_msg A B N1 N2 -> (B - A) / (N2 - N1), the instructions one message adds, or "error"
+per_msg() {
+  if [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]]; then
+    awk -v a="$1" -v b="$2" -v n1="$3" -v n2="$4" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }'
   else
     echo "error"
   fi
@@ -79,22 +76,10 @@ whole_collected() {
   printf '%s\n' "${vals[@]}" | sort -n | sed -n 2p
 }
 
-whole_per_msg() {  # KIND ROLE
-  local a b
-  a=$(whole_collected "$1" "$W1" "$2")
-  b=$(whole_collected "$1" "$W2" "$2")
-  if [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ ]]; then
-    awk -v a="$a" -v b="$b" -v n1="$W1" -v n2="$W2" 'BEGIN { printf "%.0f", (b - a) / (n2 - n1) }'
-  else
-    echo "error"
-  fi
-}
-
 REQ=(--toggle-collect='sim_perf::requester_post' --toggle-collect='sim_perf::requester_complete')
 RSP=(--toggle-collect='sim_perf::responder_side')
 COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD)
 [ -n "$(git -C "$REPO" status --porcelain --untracked-files=no)" ] && COMMIT="$COMMIT+dirty"
-errors=0
 {
   echo "## Instructions per message (callgrind), commit $COMMIT"
   echo
@@ -103,10 +88,8 @@ errors=0
   echo "| message | requester side | responder side |"
   echo "|---|---|---|"
   for kind in send64 write4k; do
-    r=$(per_msg "$kind" "${REQ[@]}")
-    s=$(per_msg "$kind" "${RSP[@]}")
-    [ "$r" = error ] && errors=$((errors + 1))
-    [ "$s" = error ] && errors=$((errors + 1))
+    r=$(per_msg "$(collected "$kind" "$N1" "${REQ[@]}")" "$(collected "$kind" "$N2" "${REQ[@]}")" "$N1" "$N2")
+    s=$(per_msg "$(collected "$kind" "$N1" "${RSP[@]}")" "$(collected "$kind" "$N2" "${RSP[@]}")" "$N1" "$N2")
     label=$([ "$kind" = send64 ] && echo "64-byte SEND" || echo "4 KiB RDMA WRITE")
     echo "| $label | $r | $s |"
   done
@@ -129,13 +112,10 @@ errors=0
     label=$([ "$kind" = send64 ] && echo "64-byte SEND" || echo "4 KiB RDMA WRITE")
     if [ -n "$insn_err" ]; then
       echo "| $label | error: $insn_err | error |"
-      errors=$((errors + 2))
       continue
     fi
-    r=$(whole_per_msg "$kind" requester)
-    s=$(whole_per_msg "$kind" responder)
-    [ "$r" = error ] && errors=$((errors + 1))
-    [ "$s" = error ] && errors=$((errors + 1))
+    r=$(per_msg "$(whole_collected "$kind" "$W1" requester)" "$(whole_collected "$kind" "$W2" requester)" "$W1" "$W2")
+    s=$(per_msg "$(whole_collected "$kind" "$W1" responder)" "$(whole_collected "$kind" "$W2" responder)" "$W1" "$W2")
     echo "| $label | $r | $s |"
   done
 } | tee "$OUT/table.md"

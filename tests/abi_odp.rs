@@ -7,25 +7,11 @@
 mod abi_util;
 use abi_util::*;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 fn program() -> &'static PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let dir = target_dir().join("urxe").join("c-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("odp");
-        let o = run(Command::new("gcc")
-            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
-            .arg("-o")
-            .arg(&exe)
-            .arg(root().join("tests/verbs_c/odp.c"))
-            .arg(format!("-L{}", lib_dir().display()))
-            .arg("-l:libibverbs.so.1"));
-        assert!(o.status.success(), "gcc failed:\n{}", text(&o));
-        exe
-    })
+    EXE.get_or_init(|| compile_c("tests/verbs_c/odp.c"))
 }
 
 /// Runs the program with `asan` options; every check must pass, with no sanitizer finding.

@@ -6,25 +6,11 @@
 mod abi_util;
 use abi_util::*;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
 fn program() -> &'static PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let dir = target_dir().join("urxe").join("c-tests");
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("insn");
-        let o = run(Command::new("gcc")
-            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
-            .arg("-o")
-            .arg(&exe)
-            .arg(root().join("bench/insn/insn.c"))
-            .arg(format!("-L{}", lib_dir().display()))
-            .arg("-l:libibverbs.so.1"));
-        assert!(o.status.success(), "gcc failed:\n{}", text(&o));
-        exe
-    })
+    EXE.get_or_init(|| compile_c("bench/insn/insn.c"))
 }
 
 fn insn(kind: &str, n: &str, addr: &str) -> (bool, String) {

@@ -63,18 +63,24 @@ pub fn load_error(out: &str) -> Option<&'static str> {
 }
 pub mod layout;
 
-/// Compiles `tests/c/<name>.c` against the installed header and the freshly built library
-/// (-Wall -Wextra -Werror, ASan/UBSan) into `target/urxe/c-tests/<name>`; panics with gcc's
-/// output if it does not compile.
+/// Compiles `tests/c/<name>.c` (see [`compile_c`]) into `target/urxe/c-tests/<name>`.
 pub fn compile_c_test(name: &str) -> PathBuf {
+    compile_c(&format!("tests/c/{name}.c"))
+}
+
+/// Compiles the C program at `src` (relative to the repository) against the installed header
+/// and the freshly built library (-Wall -Wextra -Werror, ASan/UBSan) into
+/// `target/urxe/c-tests/<file stem>`; panics with gcc's output if it does not compile.
+pub fn compile_c(src: &str) -> PathBuf {
     let dir = target_dir().join("urxe").join("c-tests");
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
+    let src = root().join(src);
+    let exe = dir.join(src.file_stem().expect("a C file"));
     let o = run(Command::new("gcc")
         .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
         .arg("-o")
         .arg(&exe)
-        .arg(root().join("tests/c").join(format!("{name}.c")))
+        .arg(&src)
         .arg(format!("-L{}", lib_dir().display()))
         .arg("-l:libibverbs.so.1"));
     assert!(o.status.success(), "gcc failed:\n{}", text(&o));
