@@ -31,7 +31,7 @@ use super::group::Member;
 use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
 use super::memory::ProcessMemory;
-use super::pacing::{Signals, RX, SMALL_POST_BYTES};
+use super::pacing::{selective_signal, Signals, RX, SMALL_POST_BYTES};
 use super::progress::{self, rt_setting, WAKE};
 use super::socket::{RoceSocket, ROCE_PORT};
 use super::stats::{bind_stats_listener, StatsServer, TransportCounters};
@@ -214,12 +214,16 @@ impl Device {
         qpn: Qpn,
         chain: impl FnOnce(&mut dyn FnMut(Option<u32>, &SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.send_path(|engine, now| {
+        self.send_path(|engine, run, now| {
             let mut bytes = Some(0u64);
             let r = chain(&mut |srqn, wr| {
                 let len = wr.request_payload_len();
-                bytes = bytes.filter(|_| len <= SMALL_POST_BYTES).map(|b| b + len);
-                engine.post_send_to(now, qpn, srqn, wr)
+                engine.post_send_to(now, qpn, srqn, wr)?;
+                // A signaled WR that ends a run of unsignaled ones leaves now (see
+                // SELECTIVE_SIGNAL_RUN); so does a larger one.
+                let ends_run = selective_signal(run, wr.flags.contains(SendFlags::SIGNALED));
+                bytes = bytes.filter(|_| len <= SMALL_POST_BYTES && !ends_run).map(|b| b + len);
+                Ok(())
             });
             (r, bytes)
         })
@@ -228,7 +232,7 @@ impl Device {
     /// Type 1 bind through `ibv_bind_mw`: a BIND_MW send WR on `qpn`. Returns the window's new
     /// rkey.
     pub fn bind_mw(&self, qpn: Qpn, wr_id: u64, flags: SendFlags, bind: &MwBind) -> Result<u32, Error> {
-        self.send_path(|engine, now| (engine.bind_mw(now, qpn, wr_id, flags, bind), None))
+        self.send_path(|engine, _, now| (engine.bind_mw(now, qpn, wr_id, flags, bind), None))
     }
 
     /// The send path: `f` posts and says how many payload bytes it posted in small WRs (`None`:
@@ -236,12 +240,13 @@ impl Device {
     /// unless `Pacing::post_may_wait` lets them wait for the next post of a burst. A busy
     /// poller always comes back to its CQ; should it stop calling the library altogether, the
     /// progress thread takes over within about a millisecond.
-    fn send_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, Nanos) -> (T, Option<u64>)) -> T {
+    fn send_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, &mut u32, Nanos) -> (T, Option<u64>)) -> T {
         let mut c = self.lock();
         let now = c.now();
         c.pacing.app_returns(now);
         self.hub.signals.app_enters(now);
-        let (r, bytes) = f(&mut c.engine, now);
+        let core = &mut *c;
+        let (r, bytes) = f(&mut core.engine, &mut core.pacing.unsignaled_run, now);
         let burst = c.pacing.post_may_wait(bytes, self.hub.signals.armed_hint(), now);
         if burst {
             c.pacing.owe_post(now, bytes.unwrap_or(0));
