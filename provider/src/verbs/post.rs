@@ -7,11 +7,11 @@
 
 use super::{dev_of, RESOLVE};
 use crate::abi::*;
-use crate::convert::{self, checked_sge_count, MAX_SGE};
+use crate::convert::{self, checked_sge_count};
 use crate::glue;
 use crate::objects::*;
 use libc::c_int;
-use urxe::engine::{QpType, RecvWr, Sge};
+use urxe::engine::{QpType, RecvWr};
 
 /// A work request of a caller's linked list (`ibv_send_wr` or `ibv_recv_wr`).
 trait ChainedWr {
@@ -111,12 +111,13 @@ crate::c_fn! {
             // SAFETY: the caller's chain of readable WRs.
             unsafe {
                 walk_chain(wr, s.cap.max_send_sge, |w, sg| {
-                    let mut buf = [Sge::default(); MAX_SGE];
                     // An XRC initiator's WR names the remote XRC SRQ in `qp_type.xrc` (a
                     // union of plain integers in the readable WR: the enclosing block's
                     // contract).
                     let srqn = (s.qp_type == QpType::XrcSend).then_some(w.qp_type.xrc.remote_srqn);
-                    convert::send_wr_from_c(w, sg, &mut buf, s.qp_type, &RESOLVE).and_then(|ew| post(srqn, &ew))
+                    convert::with_sge_buf(sg.len(), |buf| {
+                        convert::send_wr_from_c(w, sg, buf, s.qp_type, &RESOLVE).and_then(|ew| post(srqn, &ew))
+                    })
                 })
             }
             .map_err(|(at, e)| {
@@ -142,8 +143,7 @@ unsafe fn post_recv_chain(
     // SAFETY: caller contract.
     let r = unsafe {
         walk_chain(wr, max_sge, |w, sg| {
-            let mut buf = [Sge::default(); MAX_SGE];
-            convert::recv_wr_from_c(w, sg, &mut buf).and_then(|ew| post(&ew))
+            convert::with_sge_buf(sg.len(), |buf| convert::recv_wr_from_c(w, sg, buf).and_then(|ew| post(&ew)))
         })
     };
     // SAFETY: caller contract.
