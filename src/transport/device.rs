@@ -31,7 +31,7 @@ use super::group::Member;
 use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
 use super::memory::ProcessMemory;
-use super::pacing::{selective_signal, Signals, RX, SMALL_POST_BYTES};
+use super::pacing::{Pacing, Signals, RX, SMALL_POST_BYTES};
 use super::progress::{self, rt_setting, WAKE};
 use super::socket::{RoceSocket, ROCE_PORT};
 use super::stats::{bind_stats_listener, StatsServer, TransportCounters};
@@ -214,14 +214,14 @@ impl Device {
         qpn: Qpn,
         chain: impl FnOnce(&mut dyn FnMut(Option<u32>, &SendWr<'_>) -> Result<(), Error>) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.send_path(|engine, run, now| {
+        self.send_path(|engine, pacing, now| {
             let mut bytes = Some(0u64);
             let r = chain(&mut |srqn, wr| {
                 let len = wr.request_payload_len();
                 engine.post_send_to(now, qpn, srqn, wr)?;
                 // A signaled WR that ends a run of unsignaled ones leaves now (see
                 // SELECTIVE_SIGNAL_RUN); so does a larger one.
-                let ends_run = selective_signal(run, wr.flags.contains(SendFlags::SIGNALED));
+                let ends_run = pacing.send_wr_posted(wr.flags.contains(SendFlags::SIGNALED));
                 bytes = bytes.filter(|_| len <= SMALL_POST_BYTES && !ends_run).map(|b| b + len);
                 Ok(())
             });
@@ -240,13 +240,13 @@ impl Device {
     /// unless `Pacing::post_may_wait` lets them wait for the next post of a burst. A busy
     /// poller always comes back to its CQ; should it stop calling the library altogether, the
     /// progress thread takes over within about a millisecond.
-    fn send_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, &mut u32, Nanos) -> (T, Option<u64>)) -> T {
+    fn send_path<T>(&self, f: impl FnOnce(&mut Engine<ProcessMemory>, &mut Pacing, Nanos) -> (T, Option<u64>)) -> T {
         let mut c = self.lock();
         let now = c.now();
         c.pacing.app_returns(now);
         self.hub.signals.app_enters(now);
         let core = &mut *c;
-        let (r, bytes) = f(&mut core.engine, &mut core.pacing.unsignaled_run, now);
+        let (r, bytes) = f(&mut core.engine, &mut core.pacing, now);
         let burst = c.pacing.post_may_wait(bytes, self.hub.signals.armed_hint(), now);
         if burst {
             c.pacing.owe_post(now, bytes.unwrap_or(0));
