@@ -7,7 +7,9 @@
 #
 # Order: (1) bench/ceiling (our own tool): 64-byte messages as GSO trains (the message-rate
 # ceiling of a batching UDP engine), 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong
-# (its round trip is also the READ ceiling); (2) BW_RUNS rounds of: iperf3 TCP loopback (one
+# (its round trip is also the READ ceiling), the RC ping-pong (each one-way trip two 20-byte
+# datagrams, a message and the ACK of the peer's, as one GSO train: the floor of an RC engine's
+# ib_send_lat / ib_write_lat over UDP; no bar), the ping-pong to a sleeping server; (2) BW_RUNS rounds of: iperf3 TCP loopback (one
 # stream), UDP GSO+GRO bandwidth, and urxe's ib_write_bw 64 KiB, 4 KiB and 64 KiB -q 16, back
 # to back (medians reported); (3) perftest over urxe's libibverbs.so.1
 # (LD_LIBRARY_PATH=$URXE_LIB_DIR): 4 process pairs at once, ib_read_bw 64 KiB,
@@ -299,6 +301,11 @@ step_begin
 PPONG=$(ceiling_runs ow_p50_us pingpong)
 step_end pingpong
 record "$PPONG"
+note "ceiling: the RC ping-pong (two 20-byte datagrams per one-way as one GSO train), $PP round trips, $LAT_RUNS run(s)"
+step_begin
+PPRC=$(ceiling_runs ow_p50_us pingpong_rc)
+step_end pingpong_rc
+record "$PPRC"
 note "ceiling: 64-byte ping-pong to a server that sleeps in poll(), $PP round trips, $LAT_RUNS run(s)"
 step_begin
 PPBLK=$(ceiling_runs rtt_p50_us pingpong_srvblock)
@@ -308,7 +315,7 @@ record "$PPBLK"
 # The READ ceiling: a READ is a request and a response, one UDP round trip = 2 x one-way.
 RTT=$(awk -v a="$(kv "$PPONG" ow_p50_us)" -v b="$(kv "$PPONG" ow_p99_us)" 'BEGIN { if (a + 0 > 0) printf "rtt_p50_us=%.2f rtt_p99_us=%.2f", 2 * a, 2 * b; else print "error=no_ping-pong_figure" }')
 record "read_ceiling $RTT"
-for l in "$GSO64" "$MMSG" "$PPONG"; do
+for l in "$GSO64" "$MMSG" "$PPONG" "$PPRC"; do
   [ -n "$(kv "$l" error)" ] && ERRORS=$((ERRORS + 1))
 done
 
@@ -575,8 +582,10 @@ ERRORS=$((ERRORS + URXE_ERRS))
   row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
   row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
   row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "the ping-pong computing $(kv "$PPWORK" work_ns) ns per one-way, p99" "$PPWORK" ow_p99_us 2 ""
+  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "RC ping-pong p50, one-way (message + ACK per trip)" "$PPRC" ow_p50_us 2 ""
   row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
   row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
+  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "RC ping-pong p50, one-way (message + ACK per trip)" "$PPRC" ow_p50_us 2 ""
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP busy-poll ping-pong p50, round trip" "$RTT" rtt_p50_us 2 ""
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 ""
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 "<=2"
@@ -593,6 +602,7 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(fmt "$(value_or_error "$MMSG" mmsg_per_s)" 3) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
   echo "| UDP 64 B ping-pong, server asleep in poll(), round trip | $(fmt "$(value_or_error "$PPBLK" rtt_p50_us)" 2) µs p50 | the client busy-polls; the server's thread is woken for every ping (ib_read_lat's passive responder) |"
   echo "| UDP 64 B ping-pong, busy-poll, one-way | $(fmt "$(value_or_error "$PPONG" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
+  echo "| RC ping-pong, busy-poll, one-way: two 20-byte datagrams per trip (the message and the ACK of the peer's) as one GSO train into a UDP_GRO receiver, unconnected sockets | $(fmt "$(value_or_error "$PPRC" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPRC" ow_p99_us) µs, $(kv "$PPRC" measured) round trips, lost $(kv "$PPRC" lost); what every one-way trip of ib_send_lat / ib_write_lat must move over UDP, before any RDMA work |"
   echo "| the same, each side computing $(kv "$PPWORK" work_ns) ns before it sends (trips as long as ib_send_lat's) | $(fmt "$(value_or_error "$PPWORK" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPWORK" ow_p99_us) µs, $(kv "$PPWORK" measured) round trips, lost $(kv "$PPWORK" lost); how much tail the platform gives a trip that long |"
 } >"$TABLE"
 

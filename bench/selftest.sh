@@ -114,7 +114,10 @@ EOF
   [ -n "$work" ] && ok "ping-pong with $work ns of work per one-way measured" || bad "no ping-pong with work in raw.txt"
   row=$(grep -F "| ib_send_lat 2 B p99, µs | 70.50 | " <<<"$out" | grep -F "the ping-pong computing ${work:-?} ns per one-way, p99")
   [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ -\ \|\ -\ \|$ ]] && ok "send_lat p99 against the ping-pong with work (ratio, no bar)" || bad "send_lat p99 row against the ping-pong with work: ${row:-missing}"
-  for m in gso mmsg64 pingpong iperf3_tcp; do
+  row=$(grep -F "| ib_send_lat 2 B typical, µs | 43.70 |" <<<"$out" | grep -F "RC ping-pong p50")
+  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ -\ \|\ -\ \|$ ]] && ok "send_lat against the RC ping-pong (ratio, no bar)" || bad "send_lat row against the RC ping-pong: ${row:-missing}"
+  grep -q "^mode=pingpong_rc .*msg_bytes=40 segs=2 " "$W/out/raw.txt" && ok "RC ping-pong trips are two 20-byte segments" || bad "RC ping-pong: $(grep "mode=pingpong_rc" "$W/out/raw.txt" | head -n 1)"
+  for m in gso mmsg64 pingpong pingpong_rc iperf3_tcp; do
     grep -q "^mode=$m .*" "$W/out/raw.txt" && ! grep -q "^mode=$m .*error=" "$W/out/raw.txt" &&
       ok "ceiling $m measured" || bad "ceiling $m: $(grep "mode=$m\|error" "$W/out/raw.txt" | head -n 2)"
   done

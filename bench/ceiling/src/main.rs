@@ -10,6 +10,11 @@
 //!   pingpong  64-byte ping-pong, both sides spinning on non-blocking receives (the latency floor)
 //!   pingpong_srvblock  the same with a server that sleeps in poll() between pings: the round
 //!             trip to a process that is not polling (a passive READ responder)
+//!   pingpong_rc  the busy-poll ping-pong of a reliable-connected RoCE engine: each one-way trip
+//!             carries two 20-byte datagrams, the message (a 2-byte SEND or WRITE is 20 bytes of
+//!             UDP payload) and the ACK of the peer's last one (20 bytes too), as one UDP_SEGMENT
+//!             train into a UDP_GRO receiver, the cheapest way found here to move two datagrams
+//!             per trip (ib_send_lat's and ib_write_lat's floor over UDP on this machine)
 //!
 //! `-w NS` makes each side of the busy-poll ping-pong compute (spin on the clock) NS ns before
 //! each send, so that a one-way trip takes as long as another engine's: what the platform's
@@ -42,6 +47,10 @@ const RDMA_PAYLOAD: usize = 4096;
 /// 15 x 4136 = 62040 B: the most equal segments that fit in one UDP datagram (64 KiB limit).
 const SEGS_PER_SEND: usize = 15;
 const SMALL: usize = 64;
+/// An RC one-way trip of `pingpong_rc`: the message and the ACK, 20 bytes of UDP payload each
+/// (BTH 12 + 2 bytes of payload padded to 4 + ICRC 4; BTH 12 + AETH 4 + ICRC 4).
+const RC_SEG: usize = 20;
+const RC_TRIP: usize = 2 * RC_SEG;
 const BATCH: usize = 64;
 
 /// How long a receiver keeps draining after the sender stopped, when packets are still missing.
@@ -568,24 +577,64 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[i.clamp(1, sorted.len()) - 1]
 }
 
+/// What one ping-pong trip carries and how the server waits for it.
+#[derive(Clone, Copy, PartialEq)]
+enum Trip {
+    /// One 64-byte datagram; the server busy-polls.
+    Plain,
+    /// One 64-byte datagram; the server sleeps in poll() until it arrives.
+    ServerBlocks,
+    /// Two 20-byte datagrams as one GSO train (an RC message and the ACK of the peer's).
+    Rc,
+}
+
 fn mode_pingpong(cfg: &Cfg) -> Result<String, String> {
-    pingpong(cfg, false)
+    pingpong(cfg, Trip::Plain)
+}
+
+/// The busy-poll ping-pong of a reliable-connected engine: what each one-way trip of
+/// ib_send_lat / ib_write_lat must move over UDP (see the module doc).
+fn mode_pingpong_rc(cfg: &Cfg) -> Result<String, String> {
+    pingpong(cfg, Trip::Rc)
 }
 
 /// The client busy-polls, the server sleeps in poll() until each ping arrives: the round trip of
 /// a request to a process that is not polling (ib_read_lat's passive responder, whose progress
 /// thread must be woken on its CPU).
 fn mode_pingpong_srvblock(cfg: &Cfg) -> Result<String, String> {
-    pingpong(cfg, true)
+    pingpong(cfg, Trip::ServerBlocks)
 }
 
-fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
-    let name = if server_blocks { "pingpong_srvblock" } else { "pingpong" };
+fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
+    let server_blocks = trip == Trip::ServerBlocks;
+    let name = match trip {
+        Trip::Plain => "pingpong",
+        Trip::ServerBlocks => "pingpong_srvblock",
+        Trip::Rc => "pingpong_rc",
+    };
     let (srv, port) = rx_socket(cfg.buf).map_err(|e| format!("server socket: {e}"))?;
     let (cli, cport) = udp_socket(TX_IP, 0, cfg.buf).map_err(|e| format!("client socket: {e}"))?;
-    connect(&cli, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
-    connect(&srv, TX_IP, cport).map_err(|e| format!("connect: {e}"))?;
+    // An RC engine's sockets stay unconnected: a connected socket numbers its datagrams' IP ID
+    // from a counter, and the ICRC covers the IP ID, so every send names its destination (and
+    // the kernel looks up the route each time).
+    if trip != Trip::Rc {
+        connect(&cli, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
+        connect(&srv, TX_IP, cport).map_err(|e| format!("connect: {e}"))?;
+    }
+    let (to_srv, to_cli) = (sockaddr(RX_IP, port), sockaddr(TX_IP, cport));
     let (cfd, sfd) = (cli.0, srv.0);
+    // Bytes of one trip; an RC trip leaves as one train of two segments and arrives as one GRO
+    // datagram (or, should the kernel split it, as two: both carry the trip's sequence number).
+    let msg = if trip == Trip::Rc {
+        for fd in [cfd, sfd] {
+            set_int(fd, SOL_UDP, UDP_SEGMENT, RC_SEG as i32).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
+            set_int(fd, SOL_UDP, UDP_GRO, 1).map_err(|e| format!("UDP_GRO: {e}"))?;
+        }
+        RC_TRIP
+    } else {
+        SMALL
+    };
+    let seg = if trip == Trip::Rc { RC_SEG } else { SMALL };
     let n = cfg.round_trips.max(1);
     let warmup = (n / 10).min(1000);
     // time bound: generous for n round trips at a few µs, but finite whatever happens
@@ -613,6 +662,10 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
             let c0 = thread_cpu_s();
             let hard = Instant::now() + cap + Duration::from_secs(1);
             let mut polls = 0u64;
+            // Bytes of the current trip received so far, and the reply (the trip's sequence
+            // number in every segment).
+            let mut held = 0usize;
+            let mut reply = [0u8; SMALL];
             loop {
                 if server_blocks {
                     let mut pfd = libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 };
@@ -621,8 +674,18 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
                 }
                 let r = unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
                 if r > 0 {
+                    if held == 0 {
+                        for s in reply[..msg].chunks_mut(seg) {
+                            s[..8].copy_from_slice(&buf[..8]);
+                        }
+                    }
+                    held += r as usize;
+                    if held < msg {
+                        continue;
+                    }
+                    held = 0;
                     work(cfg.work_ns);
-                    let w = unsafe { libc::send(sfd, buf.as_ptr() as *const libc::c_void, r as usize, 0) };
+                    let w = send_to(sfd, &reply[..msg], (trip == Trip::Rc).then_some(&to_cli));
                     if w < 0 && !is_would_block(errno()) {
                         err = Some(format!("server send: {}", io::Error::last_os_error()));
                         break;
@@ -662,18 +725,25 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
                 if Instant::now() > hard {
                     break;
                 }
-                buf[..8].copy_from_slice(&i.to_le_bytes());
+                for s in buf[..msg].chunks_mut(seg) {
+                    s[..8].copy_from_slice(&i.to_le_bytes());
+                }
                 let ts = Instant::now();
                 work(cfg.work_ns);
-                let w = unsafe { libc::send(cfd, buf.as_ptr() as *const libc::c_void, SMALL, 0) };
+                let w = send_to(cfd, &buf[..msg], (trip == Trip::Rc).then_some(&to_srv));
                 if w < 0 && !is_would_block(errno()) {
                     o.err = Some(format!("client send: {}", io::Error::last_os_error()));
                     break;
                 }
+                let mut held = 0usize;
                 loop {
                     let r = unsafe { libc::recv(cfd, rbuf.as_mut_ptr() as *mut libc::c_void, rbuf.len(), libc::MSG_DONTWAIT) };
                     if r >= 8 {
                         if seq_at(&rbuf, 0) == Some(i) {
+                            held += r as usize;
+                            if held < msg {
+                                continue;
+                            }
                             let rtt = ts.elapsed().as_nanos() as u64;
                             if i >= warmup {
                                 o.rtt_ns.push(rtt);
@@ -712,7 +782,7 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
     Ok(format!(
         "mode={name} rtt_p50_us={:.2} ow_p50_us={:.2} ow_p99_us={:.2} ow_avg_us={:.2} ow_min_us={:.2} ow_max_us={:.2} \
          round_trips={} warmup={} measured={} lost={} stale={} echoed={} wall_s={:.3} cli_cpu_s={:.2} srv_cpu_s={:.2} \
-         msg_bytes={} work_ns={} port={} pinned={}{}",
+         msg_bytes={} segs={} work_ns={} port={} pinned={}{}",
         percentile(&rtt, 50.0) as f64 / 1000.0,
         ow(percentile(&rtt, 50.0)),
         ow(percentile(&rtt, 99.0)),
@@ -728,12 +798,31 @@ fn pingpong(cfg: &Cfg, server_blocks: bool) -> Result<String, String> {
         c.wall_s,
         c.cpu_s,
         s_cpu,
-        SMALL,
+        msg,
+        msg / seg,
         cfg.work_ns,
         port,
         if c.pinned && s_pinned { 1 } else { 0 },
         if errs.is_empty() { String::new() } else { format!(" error={}", clean(&errs.join("; "))) }
     ))
+}
+
+/// One datagram (or GSO train) on `fd`: to its connected peer, or to `to`.
+fn send_to(fd: i32, data: &[u8], to: Option<&libc::sockaddr_in>) -> isize {
+    let p = data.as_ptr() as *const libc::c_void;
+    match to {
+        None => unsafe { libc::send(fd, p, data.len(), 0) },
+        Some(a) => unsafe {
+            libc::sendto(
+                fd,
+                p,
+                data.len(),
+                0,
+                a as *const libc::sockaddr_in as *const libc::sockaddr,
+                mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        },
+    }
 }
 
 /// Computes for `ns` nanoseconds (spins on the clock): the stand-in for an engine's own work
@@ -751,12 +840,14 @@ fn work(ns: u64) {
 // ---------------------------------------------------------------- main
 
 const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] [-w NS] MODE...
-modes: gso gso64 mmsg64 pingpong pingpong_srvblock all
+modes: gso gso64 mmsg64 pingpong pingpong_srvblock pingpong_rc all
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
   -c  CPUs of the sender/client and receiver/server threads (default 0,1)
   -b  socket buffer size requested (default 33554432; the kernel doubles it)
   -w  ns each side of the busy-poll ping-pong computes before each send (default 0, at most 1000000)";
+
+const ALL_MODES: [&str; 6] = ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock", "pingpong_rc"];
 
 fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
     let mut cfg = Cfg { secs: 3.0, round_trips: 100_000, tx_cpu: Some(0), rx_cpu: Some(1), buf: 32 << 20, work_ns: 0 };
@@ -796,8 +887,8 @@ fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
                 }
             }
             "-h" | "--help" => return Err(String::new()),
-            "all" => modes.extend(["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock"].map(String::from)),
-            "gso" | "gso64" | "mmsg64" | "pingpong" | "pingpong_srvblock" => modes.push(a.clone()),
+            "all" => modes.extend(ALL_MODES.map(String::from)),
+            m if ALL_MODES.contains(&m) => modes.push(a.clone()),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -825,6 +916,7 @@ fn main() -> ExitCode {
             "gso" => mode_gso(&cfg),
             "gso64" => mode_gso64(&cfg),
             "pingpong_srvblock" => mode_pingpong_srvblock(&cfg),
+            "pingpong_rc" => mode_pingpong_rc(&cfg),
             "mmsg64" => mode_mmsg64(&cfg),
             _ => mode_pingpong(&cfg),
         };
@@ -879,7 +971,10 @@ mod tests {
         let (c, m) = parse_args(&a).unwrap();
         assert_eq!(c.secs, 1.0);
         assert_eq!(c.tx_cpu, None);
-        assert_eq!(m, ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock"]);
+        assert_eq!(m, ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock", "pingpong_rc"]);
+        let rc: Vec<String> = ["pingpong_rc"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(parse_args(&rc).unwrap().1, ["pingpong_rc"]);
+        assert!(parse_args(&["pingpong_xx".to_string()]).is_err());
         assert!(parse_args(&["-t".to_string(), "0".to_string(), "gso".to_string()]).is_err());
         assert!(parse_args(&[]).is_err());
         let w: Vec<String> = ["-w", "3500", "pingpong"].iter().map(|s| s.to_string()).collect();
