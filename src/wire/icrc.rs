@@ -337,6 +337,69 @@ mod tests {
         assert_eq!(icrc(&IpFields::v6(src, dst), 0xC001, ROCEV2_PORT, &body), crc32_bitwise(&buf));
     }
 
+    /// The masked pseudo-packet of `icrc`'s inputs, written out byte by byte.
+    fn pseudo_packet(ip: &IpFields, sport: u16, body: &[u8]) -> Vec<u8> {
+        let udp_len = (8 + body.len() + 4) as u16;
+        let mut buf = vec![0xFFu8; 8];
+        match ip {
+            IpFields::V4 { src, dst, id, flags_frag } => {
+                buf.extend_from_slice(&[0x45, 0xFF]);
+                buf.extend_from_slice(&(20 + udp_len).to_be_bytes());
+                buf.extend_from_slice(&id.to_be_bytes());
+                buf.extend_from_slice(&flags_frag.to_be_bytes());
+                buf.extend_from_slice(&[0xFF, 17, 0xFF, 0xFF]);
+                buf.extend_from_slice(src);
+                buf.extend_from_slice(dst);
+            }
+            IpFields::V6 { src, dst } => {
+                buf.extend_from_slice(&[0x6F, 0xFF, 0xFF, 0xFF]);
+                buf.extend_from_slice(&udp_len.to_be_bytes());
+                buf.extend_from_slice(&[17, 0xFF]);
+                buf.extend_from_slice(src);
+                buf.extend_from_slice(dst);
+            }
+        }
+        buf.extend_from_slice(&sport.to_be_bytes());
+        buf.extend_from_slice(&ROCEV2_PORT.to_be_bytes());
+        buf.extend_from_slice(&udp_len.to_be_bytes());
+        buf.extend_from_slice(&[0xFF, 0xFF]);
+        // A body shorter than a BTH is hashed as it is (it cannot verify anyway).
+        let mut masked = body.to_vec();
+        if masked.len() >= BTH_LEN {
+            masked[4] = 0xFF;
+        }
+        buf.extend_from_slice(&masked);
+        buf
+    }
+
+    /// Every length after the UDP header from 0 to 200 bytes (shorter than a BTH, a BTH with a
+    /// short rest, rests across crc32fast's 16-, 64- and 128-byte paths), IPv4 and IPv6: the
+    /// bitwise CRC of the pseudo-packet; the capture verifier's separate path agrees.
+    #[test]
+    fn every_length_across_the_one_buffer_limit_matches_the_bitwise_crc() {
+        let v4 = IpFields::V4 { src: [10, 77, 0, 2], dst: [10, 77, 0, 1], id: 0x1234, flags_frag: IPV4_DF };
+        let v6 = IpFields::v6("fe80::1".parse().unwrap(), "fe80::2".parse().unwrap());
+        for len in 0..=200usize {
+            let body: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)).collect();
+            for ip in [v4, v6] {
+                let want = crc32_bitwise(&pseudo_packet(&ip, 0xC123, &body));
+                assert_eq!(icrc(&ip, 0xC123, ROCEV2_PORT, &body), want, "{ip:?} body {len}");
+            }
+            let udp_len = (8 + len + 4) as u16;
+            let mut ip4 = vec![0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 17, 0, 0, 10, 77, 0, 2, 10, 77, 0, 1];
+            ip4[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+            let mut udp = [0u8; 8];
+            udp[..2].copy_from_slice(&0xC123u16.to_be_bytes());
+            udp[2..4].copy_from_slice(&ROCEV2_PORT.to_be_bytes());
+            udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            assert_eq!(
+                icrc_from_headers(&ip4, &udp, &body).unwrap(),
+                icrc(&v4, 0xC123, ROCEV2_PORT, &body),
+                "body {len}"
+            );
+        }
+    }
+
     #[test]
     fn store_and_read_back_little_endian() {
         let mut p = vec![0u8; 16];
