@@ -11,6 +11,12 @@ use crate::wire::opcode::Transport;
 use crate::wire::Parsed;
 
 /// Parses the datagram and checks its ICRC and P_Key; `None` (counted) if it is dropped.
+///
+/// Inlined into its one caller, so that the parsed packet (about 200 bytes of headers) is built
+/// in place instead of being copied out of here and again into the caller's frame: two
+/// `memcpy` calls per packet, about 80 instructions with the moves around them (callgrind,
+/// ib_send_lat).
+#[inline(always)]
 pub(crate) fn check_packet<'a>(c: &mut Counters, d: &Datagram<'a>) -> Option<Parsed<'a>> {
     c.rcvd_pkts += 1;
     let p = match wire::parse(d.payload) {
