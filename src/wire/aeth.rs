@@ -159,9 +159,11 @@ pub struct AethRepr {
 }
 
 impl AethRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Aeth<T>) -> AethRepr {
         AethRepr { syndrome: Syndrome::decode(h.syndrome_byte()), msn: h.msn() }
     }
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Aeth<T>) {
         h.buffer.as_mut()[0] = self.syndrome.encode();
         h.set_be24(1, self.msn.value());

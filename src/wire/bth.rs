@@ -143,6 +143,7 @@ impl BthRepr {
         }
     }
 
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, b: &mut Bth<T>) -> Result<(), WireError> {
         if self.dest_qp > 0xFF_FFFF || self.pad_cnt > 3 || self.tver > 0xF {
             return Err(WireError::FieldRange);
