@@ -9,9 +9,9 @@
 # ceiling of a batching UDP engine), 64-byte sendmmsg/recvmmsg rate, busy-poll UDP ping-pong
 # (its round trip is also the READ ceiling), the RC ping-pong (each one-way trip two 20-byte
 # datagrams, a message and the ACK of the peer's, as one GSO train: the floor of an RC engine's
-# ib_send_lat / ib_write_lat over UDP; no bar), the ping-pong to a sleeping server; (2) BW_RUNS rounds of: iperf3 TCP loopback (one
-# stream), UDP GSO+GRO bandwidth, and urxe's ib_write_bw 64 KiB, 4 KiB and 64 KiB -q 16, back
-# to back (medians reported); (3) perftest over urxe's libibverbs.so.1
+# ib_send_lat / ib_write_lat over UDP; no bar), the ping-pong to a sleeping server; (2) BW_RUNS
+# rounds of: iperf3 TCP loopback (one stream), UDP GSO+GRO bandwidth, and urxe's ib_write_bw
+# 64 KiB, 4 KiB and 64 KiB -q 16, back to back (medians reported); (3) perftest over urxe's libibverbs.so.1
 # (LD_LIBRARY_PATH=$URXE_LIB_DIR): 4 process pairs at once, ib_read_bw 64 KiB,
 # ib_send_bw 64 B, ib_send_lat / ib_write_lat / ib_read_lat 2 B, and right after ib_send_lat
 # the ping-pong again with each side computing for urxe's extra time per one-way (`-w`: what

@@ -317,24 +317,10 @@ mod tests {
 
     #[test]
     fn icrc_equals_bitwise_crc_over_explicit_pseudo_packet_v6() {
-        let src = "fe80::1".parse::<Ipv6Addr>().unwrap();
-        let dst = "fe80::2".parse::<Ipv6Addr>().unwrap();
+        let ip = IpFields::v6("fe80::1".parse().unwrap(), "fe80::2".parse().unwrap());
         let body: Vec<u8> = (0u8..40).collect();
-        let mut buf = vec![0xFFu8; 8];
-        let udp_len = (8 + body.len() + 4) as u16;
-        buf.extend_from_slice(&[0x6F, 0xFF, 0xFF, 0xFF]);
-        buf.extend_from_slice(&udp_len.to_be_bytes());
-        buf.extend_from_slice(&[17, 0xFF]);
-        buf.extend_from_slice(&src.octets());
-        buf.extend_from_slice(&dst.octets());
-        buf.extend_from_slice(&0xC001u16.to_be_bytes());
-        buf.extend_from_slice(&ROCEV2_PORT.to_be_bytes());
-        buf.extend_from_slice(&udp_len.to_be_bytes());
-        buf.extend_from_slice(&[0xFF, 0xFF]);
-        let mut masked = body.clone();
-        masked[4] = 0xFF;
-        buf.extend_from_slice(&masked);
-        assert_eq!(icrc(&IpFields::v6(src, dst), 0xC001, ROCEV2_PORT, &body), crc32_bitwise(&buf));
+        let buf = pseudo_packet(&ip, 0xC001, &body);
+        assert_eq!(icrc(&ip, 0xC001, ROCEV2_PORT, &body), crc32_bitwise(&buf));
     }
 
     /// The masked pseudo-packet of `icrc`'s inputs, written out byte by byte.

@@ -74,7 +74,7 @@ impl Position {
 
 /// The set of extension headers after the BTH, as a bitset. Their order on the wire is fixed
 /// (IBTA §9.2 figure 35, FETH from release 1.5): RDETH, DETH, XRCETH, FETH, RETH, AtomicETH,
-/// AETH, AtomicAckETH, ImmDt/IETH; [`HeaderSet::offset_of`] walks that order.
+/// AETH, AtomicAckETH, ImmDt/IETH; [`HeaderSet::walk`] follows that order.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct HeaderSet(u16);
 
@@ -141,18 +141,6 @@ impl HeaderSet {
     #[inline]
     pub const fn walk(self) -> HeaderWalk {
         HeaderWalk { bits: self.0, at: crate::wire::bth::BTH_LEN }
-    }
-
-    /// Offset of `h` from the start of the BTH, if this set contains it. `h` is one header.
-    #[inline]
-    pub const fn offset_of(self, h: HeaderSet) -> Option<usize> {
-        if !self.contains(h) || h.0 == 0 {
-            return None;
-        }
-        // The headers before `h` in wire order are the set's bits below h's bit: their sizes
-        // add up to the offset.
-        let before = HeaderSet(self.0 & (h.0 - 1));
-        Some(crate::wire::bth::BTH_LEN + before.len())
     }
 }
 
@@ -507,9 +495,14 @@ mod tests {
         }
     }
 
+    /// Offset of header `h` from the start of the BTH in set `s`, as `walk` gives it.
+    fn offset_of(s: HeaderSet, h: HeaderSet) -> Option<usize> {
+        s.walk().find(|&(x, _)| x == h).map(|(_, o)| o)
+    }
+
     #[test]
     fn header_order_is_by_bit_position() {
-        // len() and offset_of() rely on ORDER[i] being bit i.
+        // len() and walk() rely on ORDER[i] being bit i.
         for (i, (h, _)) in HeaderSet::ORDER.iter().enumerate() {
             assert_eq!(h.0, 1 << i);
         }
@@ -519,11 +512,11 @@ mod tests {
             let mut expected = Vec::new();
             for (h, size) in HeaderSet::ORDER {
                 if info.headers.contains(h) {
-                    assert_eq!(info.headers.offset_of(h), Some(off));
+                    assert_eq!(offset_of(info.headers, h), Some(off));
                     expected.push((h, off));
                     off += size;
                 } else {
-                    assert_eq!(info.headers.offset_of(h), None);
+                    assert_eq!(offset_of(info.headers, h), None);
                 }
             }
             assert_eq!(info.header_len(), off);
@@ -536,16 +529,16 @@ mod tests {
     fn header_offsets_follow_wire_order() {
         let i = Opcode(RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE).info();
         assert_eq!(i.header_len(), 12 + 16 + 4);
-        assert_eq!(i.headers.offset_of(HeaderSet::RETH), Some(12));
-        assert_eq!(i.headers.offset_of(HeaderSet::IMMDT), Some(28));
+        assert_eq!(offset_of(i.headers, HeaderSet::RETH), Some(12));
+        assert_eq!(offset_of(i.headers, HeaderSet::IMMDT), Some(28));
         let a = Opcode(RC_ATOMIC_ACKNOWLEDGE).info();
-        assert_eq!(a.headers.offset_of(HeaderSet::AETH), Some(12));
-        assert_eq!(a.headers.offset_of(HeaderSet::ATOMIC_ACK_ETH), Some(16));
+        assert_eq!(offset_of(a.headers, HeaderSet::AETH), Some(12));
+        assert_eq!(offset_of(a.headers, HeaderSet::ATOMIC_ACK_ETH), Some(16));
         assert_eq!(a.header_len(), 24);
         let u = Opcode(UD_SEND_ONLY_WITH_IMMEDIATE).info();
-        assert_eq!(u.headers.offset_of(HeaderSet::DETH), Some(12));
-        assert_eq!(u.headers.offset_of(HeaderSet::IMMDT), Some(20));
-        assert_eq!(u.headers.offset_of(HeaderSet::RETH), None);
+        assert_eq!(offset_of(u.headers, HeaderSet::DETH), Some(12));
+        assert_eq!(offset_of(u.headers, HeaderSet::IMMDT), Some(20));
+        assert_eq!(offset_of(u.headers, HeaderSet::RETH), None);
         assert_eq!(Opcode(RC_COMPARE_SWAP).info().header_len(), 40);
         assert_eq!(Opcode(CNP).info().header_len(), 28);
         assert_eq!(Opcode(RC_RDMA_READ_REQUEST).info().header_len(), 28);
@@ -563,8 +556,8 @@ mod tests {
         let fl = Opcode(RC_FLUSH).info();
         assert!(fl.supported && fl.request && !fl.payload && fl.position.is_none());
         // BTH, FETH, RETH: the FETH sits right after the BTH.
-        assert_eq!(fl.headers.offset_of(HeaderSet::FETH), Some(12));
-        assert_eq!(fl.headers.offset_of(HeaderSet::RETH), Some(16));
+        assert_eq!(offset_of(fl.headers, HeaderSet::FETH), Some(12));
+        assert_eq!(offset_of(fl.headers, HeaderSet::RETH), Some(16));
         assert_eq!(fl.header_len(), 32);
         let aw = Opcode(RC_ATOMIC_WRITE).info();
         assert!(aw.supported && aw.request && aw.payload && aw.header_len() == 28);

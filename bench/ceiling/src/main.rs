@@ -621,20 +621,19 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
         connect(&cli, RX_IP, port).map_err(|e| format!("connect: {e}"))?;
         connect(&srv, TX_IP, cport).map_err(|e| format!("connect: {e}"))?;
     }
-    let (to_srv, to_cli) = (sockaddr(RX_IP, port), sockaddr(TX_IP, cport));
     let (cfd, sfd) = (cli.0, srv.0);
-    // Bytes of one trip; an RC trip leaves as one train of two segments and arrives as one GRO
-    // datagram (or, should the kernel split it, as two: both carry the trip's sequence number).
-    let msg = if trip == Trip::Rc {
+    // Bytes of one trip and of each of its segments; an RC trip leaves as one train of two
+    // segments and arrives as one GRO datagram (or, should the kernel split it, as two: both
+    // carry the trip's sequence number), each send naming its destination.
+    let (msg, seg, to_srv, to_cli) = if trip == Trip::Rc {
         for fd in [cfd, sfd] {
             set_int(fd, SOL_UDP, UDP_SEGMENT, RC_SEG as i32).map_err(|e| format!("UDP_SEGMENT: {e}"))?;
             set_int(fd, SOL_UDP, UDP_GRO, 1).map_err(|e| format!("UDP_GRO: {e}"))?;
         }
-        RC_TRIP
+        (RC_TRIP, RC_SEG, Some(sockaddr(RX_IP, port)), Some(sockaddr(TX_IP, cport)))
     } else {
-        SMALL
+        (SMALL, SMALL, None, None)
     };
-    let seg = if trip == Trip::Rc { RC_SEG } else { SMALL };
     let n = cfg.round_trips.max(1);
     let warmup = (n / 10).min(1000);
     // time bound: generous for n round trips at a few µs, but finite whatever happens
@@ -685,7 +684,7 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                     }
                     held = 0;
                     work(cfg.work_ns);
-                    let w = send_to(sfd, &reply[..msg], (trip == Trip::Rc).then_some(&to_cli));
+                    let w = send_to(sfd, &reply[..msg], to_cli.as_ref());
                     if w < 0 && !is_would_block(errno()) {
                         err = Some(format!("server send: {}", io::Error::last_os_error()));
                         break;
@@ -730,7 +729,7 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                 }
                 let ts = Instant::now();
                 work(cfg.work_ns);
-                let w = send_to(cfd, &buf[..msg], (trip == Trip::Rc).then_some(&to_srv));
+                let w = send_to(cfd, &buf[..msg], to_srv.as_ref());
                 if w < 0 && !is_would_block(errno()) {
                     o.err = Some(format!("client send: {}", io::Error::last_os_error()));
                     break;
