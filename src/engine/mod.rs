@@ -134,6 +134,7 @@ impl<M: HostMemory> Engine<M> {
                 counters: Counters::default(),
                 clock: 0,
                 completions_made: 0,
+                icrc_tx: wire::icrc::IcrcFlows::default(),
             },
             qps: Vec::new(),
             qspace: QpnSpace::WHOLE,

@@ -18,7 +18,7 @@ use crate::wire::icrc::ROCEV2_PORT;
 use crate::wire::ieth::IethRepr;
 use crate::wire::immdt::ImmDtRepr;
 use crate::wire::opcode::{op, Position};
-use crate::wire::packet::finish;
+use crate::wire::packet::finish_flow;
 use crate::wire::reth::RethRepr;
 use crate::wire::xrceth::XrcEthRepr;
 use crate::wire::{Headers, Psn};
@@ -313,7 +313,8 @@ fn emit_request<M: HostMemory>(
         return None;
     };
     let sport = q.sport;
-    let Ok(len) = finish(buf, hl, payload_len as usize, &ip, sport, ROCEV2_PORT) else {
+    let flow = sh.icrc_tx.get(&ip, sport, ROCEV2_PORT);
+    let Ok(len) = finish_flow(buf, hl, payload_len as usize, &flow) else {
         sh.counters.tx_errors += 1;
         return None;
     };

@@ -21,7 +21,7 @@ use crate::wire::bth::BthRepr;
 use crate::wire::feth::{LEVEL_MR, PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT};
 use crate::wire::icrc::{IpFields, ROCEV2_PORT};
 use crate::wire::opcode::{op, OpKind, Position};
-use crate::wire::packet::finish;
+use crate::wire::packet::finish_flow;
 use crate::wire::{Headers, Parsed, Psn};
 
 /// Why the responder refuses a request.
@@ -861,7 +861,8 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
             }
         }
         let hl = h.emit(buf).ok()?;
-        let len = finish(buf, hl, payload, &ip, q.sport, ROCEV2_PORT).ok()?;
+        let flow = sh.icrc_tx.get(&ip, q.sport, ROCEV2_PORT);
+        let len = finish_flow(buf, hl, payload, &flow).ok()?;
         return Some(Transmit { dst, src_port: q.sport, len });
     }
 }

@@ -10,7 +10,7 @@ use super::cq::{Cq, PushOutcome};
 use super::mr::KeyTable;
 use super::srq::Srq;
 use super::types::*;
-use crate::wire::icrc::IpFields;
+use crate::wire::icrc::{IcrcFlows, IpFields};
 
 /// A table of objects addressed by `u32` handles; handle 0 is never valid.
 pub(crate) struct Slab<T> {
@@ -92,6 +92,9 @@ pub(crate) struct EngineShared<M> {
     /// Completions stored in any CQ since the engine was made (see
     /// [`super::Engine::completions_made`]).
     pub completions_made: u64,
+    /// ICRC prefixes of the flows packets were last sent on (local address to a peer, from a
+    /// QP's source port).
+    pub icrc_tx: IcrcFlows,
 }
 
 impl<M> EngineShared<M> {
