@@ -21,7 +21,7 @@ use crate::wire::bth::BthRepr;
 use crate::wire::feth::{LEVEL_MR, PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT};
 use crate::wire::icrc::{IpFields, ROCEV2_PORT};
 use crate::wire::opcode::{op, OpKind, Position};
-use crate::wire::packet::finish_flow;
+use crate::wire::packet::{emit_ack, finish_flow};
 use crate::wire::{Headers, Parsed, Psn};
 
 /// Why the responder refuses a request.
@@ -788,21 +788,28 @@ fn grh_bytes(d: &Datagram<'_>) -> [u8; 40] {
 /// The responder's next outgoing packet (ACK, NAK, atomic ACK, READ response), if any.
 #[must_use]
 pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf: &mut [u8]) -> Option<Transmit> {
+    // Most calls find nothing to send (a busy QP is asked after each of its packets).
+    if q.resp.out.is_empty() {
+        return None;
+    }
     let dst = q.dest?;
     let ip = sh.tx_ip(dst)?;
     // XRC responses use the XRC opcodes (and carry no XRCETH).
     let base = opcode_base(q.ty);
     loop {
         let item = *q.resp.out.front()?;
-        let mut h =
-            Headers { bth: BthRepr { dest_qp: q.attr.dest_qp_num, ..BthRepr::default() }, ..Headers::default() };
+        let bth = BthRepr { dest_qp: q.attr.dest_qp_num, ..BthRepr::default() };
+        let mut h = Headers { bth, ..Headers::default() };
         let mut payload = 0usize;
         match item {
             RespOut::Ack { psn, syndrome, msn } => {
+                // The common case, written without a whole `Headers` (see `emit_ack`).
                 q.resp.out.pop_front();
-                h.bth.opcode = base | op::RC_ACKNOWLEDGE;
-                h.bth.psn = psn;
-                h.aeth = Some(AethRepr { syndrome, msn });
+                let bth = BthRepr { opcode: base | op::RC_ACKNOWLEDGE, psn, ..bth };
+                let hl = emit_ack(&bth, &AethRepr { syndrome, msn }, buf).ok()?;
+                let flow = sh.icrc_tx.get(&ip, q.sport, ROCEV2_PORT);
+                let len = finish_flow(buf, hl, 0, &flow).ok()?;
+                return Some(Transmit { dst, src_port: q.sport, len });
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 q.resp.out.pop_front();

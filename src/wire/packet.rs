@@ -198,6 +198,28 @@ impl Headers {
     }
 }
 
+/// Bytes of an AETH.
+const AETH_LEN: usize = 4;
+
+/// Writes the headers of a packet that is a BTH and an AETH alone (ACKNOWLEDGE, RC or XRC) at
+/// the start of `buf`, as [`Headers::emit`] does for them, without a [`Headers`] to fill:
+/// a responder sends one per message in a ping-pong, and filling and walking a whole
+/// `Headers` cost about 165 instructions more per ACK (callgrind, ib_send_lat).
+#[inline]
+pub fn emit_ack(bth: &BthRepr, aeth: &AethRepr, buf: &mut [u8]) -> Result<usize, WireError> {
+    let info = Opcode(bth.opcode).info();
+    if info.headers != HeaderSet::AETH || info.payload || !info.supported {
+        return Err(WireError::Unsupported(bth.opcode));
+    }
+    let len = BTH_LEN + AETH_LEN;
+    if buf.len() < len {
+        return Err(WireError::Truncated { need: len, have: buf.len() });
+    }
+    bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]))?;
+    aeth.emit(&mut Aeth::new_unchecked(&mut buf[BTH_LEN..len]));
+    Ok(len)
+}
+
 /// Pad bytes needed after `payload_len` bytes of payload.
 pub const fn pad_for(payload_len: usize) -> usize {
     (4 - payload_len % 4) % 4
@@ -279,6 +301,39 @@ mod tests {
         assert!(!p.reserved_nonzero);
         let crc = icrc(&ip(), 0xC001, 4791, p.icrc_covered(&pkt));
         assert_eq!(crc, p.icrc);
+    }
+
+    /// `emit_ack` writes what `Headers::emit` writes for RC and XRC ACKs of every syndrome
+    /// class, and refuses any other opcode (an ATOMIC ACK, a READ response, which has an AETH
+    /// and payload, a SEND) and a buffer too short.
+    #[test]
+    fn emit_ack_writes_what_emit_writes_and_refuses_other_opcodes() {
+        let syndromes = [
+            Syndrome::Ack { credits: CreditCode::UNLIMITED },
+            Syndrome::Ack { credits: CreditCode::new(3) },
+            Syndrome::RnrNak { timer: crate::wire::aeth::RnrTimer::new(14) },
+            Syndrome::Nak(crate::wire::aeth::NakCode::PsnSequenceError),
+            Syndrome::Nak(crate::wire::aeth::NakCode::RemoteAccessError),
+        ];
+        for opcode in [op::RC_ACKNOWLEDGE, 0xA0 | op::RC_ACKNOWLEDGE] {
+            for (i, &syndrome) in syndromes.iter().enumerate() {
+                let bth =
+                    BthRepr { opcode, dest_qp: 0xAB_CDEF, psn: Psn::new(0xFF_FFF0 + i as u32), ..Default::default() };
+                let aeth = AethRepr { syndrome, msn: Msn::new(0x12_3456) };
+                let mut want = [0x55u8; 24];
+                let h = Headers { bth, aeth: Some(aeth), ..Default::default() };
+                assert_eq!(h.emit(&mut want), Ok(16));
+                let mut got = [0x55u8; 24];
+                assert_eq!(emit_ack(&bth, &aeth, &mut got), Ok(16));
+                assert_eq!(got, want, "{opcode:#x} {syndrome:?}");
+                assert_eq!(emit_ack(&bth, &aeth, &mut got[..15]), Err(WireError::Truncated { need: 16, have: 15 }));
+            }
+        }
+        let aeth = AethRepr { syndrome: syndromes[0], msn: Msn::new(1) };
+        for opcode in [op::RC_ATOMIC_ACKNOWLEDGE, op::RC_RDMA_READ_RESPONSE_ONLY, op::RC_SEND_ONLY] {
+            let bth = BthRepr { opcode, ..Default::default() };
+            assert_eq!(emit_ack(&bth, &aeth, &mut [0u8; 64]), Err(WireError::Unsupported(opcode)));
+        }
     }
 
     #[test]
