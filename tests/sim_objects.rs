@@ -503,6 +503,51 @@ fn ipv4_without_the_ip_id_verifies_id_zero_and_counts_the_rest_unverified() {
     assert_eq!(net.poll_all(1, b.cq).len(), 2);
 }
 
+/// A driver that hashed the ICRC itself (`IcrcCheck::Hashed`): the right value is taken; a
+/// wrong one is dropped and counted when the driver knew every covered field, and accepted and
+/// counted unverified when it did not know the IPv4 ID.
+#[test]
+fn an_icrc_the_driver_hashed_is_compared_to_the_packets() {
+    let mut net = Net::new(2, 14, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    for i in 0..3 {
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: i, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    }
+    let mut packets = Vec::new();
+    for i in 0..3 {
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(i, WrKind::Send, &[sge(src, 8, smr)])).unwrap();
+        let mut buf = vec![0u8; MAX_PACKET];
+        let t = net.nodes[0].eng.poll_transmit(net.now, &mut buf).unwrap();
+        buf.truncate(t.len);
+        packets.push((t.src_port, buf));
+    }
+    let ip = urxe::wire::icrc::IpFields::v4_df([10, 0, 0, 1].into(), [10, 0, 0, 2].into());
+    let hashed = |port: u16, p: &[u8]| {
+        let mut body = p[..p.len() - 4].to_vec();
+        urxe::wire::icrc::IcrcFlow::new(&ip, port, 4791).icrc_in_place(&mut body)
+    };
+    let deliver = |net: &mut Net, p: &[u8], icrc: IcrcCheck| {
+        let d = Datagram { src: net.nodes[0].addr, src_port: packets[0].0, dst: net.nodes[1].addr, icrc, payload: p };
+        net.nodes[1].eng.handle_datagram(net.now, &d);
+    };
+    let (port, p) = &packets[0];
+    deliver(&mut net, p, IcrcCheck::Hashed { icrc: hashed(*port, p), id_known: true });
+    let c = net.nodes[1].eng.counters();
+    assert_eq!((c.icrc_errors, c.icrc_unverified), (0, 0), "the right value is taken");
+    assert_eq!(net.poll_all(1, b.cq).len(), 1);
+    let (port, p) = &packets[1];
+    deliver(&mut net, p, IcrcCheck::Hashed { icrc: hashed(*port, p) ^ 1, id_known: true });
+    let c = net.nodes[1].eng.counters();
+    assert_eq!((c.icrc_errors, c.icrc_unverified), (1, 0), "a wrong value with every field known is dropped");
+    assert_eq!(net.poll_all(1, b.cq).len(), 0);
+    deliver(&mut net, p, IcrcCheck::Hashed { icrc: hashed(*port, p) ^ 1, id_known: false });
+    let c = net.nodes[1].eng.counters();
+    assert_eq!((c.icrc_errors, c.icrc_unverified), (1, 1), "without the IPv4 ID it is accepted and counted");
+    assert_eq!(net.poll_all(1, b.cq).len(), 1);
+}
+
 #[test]
 fn armed_cq_raises_one_completion_event() {
     let mut net = Net::new(2, 15, LinkCfg::default());

@@ -30,17 +30,27 @@ pub(crate) fn check_packet<'a>(c: &mut Counters, d: &Datagram<'a>) -> Option<Par
             return None;
         }
     };
-    let covered = p.icrc_covered(d.payload);
     match d.icrc {
         IcrcCheck::Full(ip) => {
-            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
+            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, p.icrc_covered(d.payload)) != p.icrc {
                 c.icrc_errors += 1;
                 return None;
             }
         }
+        IcrcCheck::Hashed { icrc, id_known: true } => {
+            if icrc != p.icrc {
+                c.icrc_errors += 1;
+                return None;
+            }
+        }
+        IcrcCheck::Hashed { icrc, id_known: false } => {
+            if icrc != p.icrc {
+                c.icrc_unverified += 1;
+            }
+        }
         IcrcCheck::V4NoId { src, dst } => {
             let ip = IpFields::v4_df(src.into(), dst.into());
-            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, covered) != p.icrc {
+            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, p.icrc_covered(d.payload)) != p.icrc {
                 c.icrc_unverified += 1;
             }
         }

@@ -17,7 +17,7 @@ use super::memory::ProcessMemory;
 use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
 use super::stats::TransportCounters;
 use crate::engine::{Datagram, Engine, IcrcCheck, Nanos, MAX_PACKET};
-use crate::wire::icrc::IpFields;
+use crate::wire::icrc::{IcrcFlows, IpFields, ICRC_LEN};
 
 /// More tries of a multicast receive socket's bind and join after EADDRINUSE (see
 /// [`Io::join_mcast`]).
@@ -75,6 +75,8 @@ pub(super) struct Io {
     slot: Option<u8>,
     /// One receive socket per IP multicast group a QP of ours is attached to.
     mcast: Vec<(IpAddr, RoceSocket)>,
+    /// ICRC prefixes of the flows datagrams were last received on.
+    icrc_rx: IcrcFlows,
 }
 
 impl Io {
@@ -91,6 +93,7 @@ impl Io {
             tap,
             slot: None,
             mcast: Vec::new(),
+            icrc_rx: IcrcFlows::default(),
         }
     }
 
@@ -156,7 +159,7 @@ impl Io {
             let now = clock();
             last = Some(now);
             counters.rx_batches += 1;
-            for (src, pkt) in self.recv.packets() {
+            for (src, pkt) in self.recv.packets_mut() {
                 let Some(src) = src else {
                     counters.rx_unaddressed += 1;
                     continue;
@@ -180,14 +183,20 @@ impl Io {
                         }
                     }
                 }
-                let icrc = match (src.ip(), local) {
-                    (IpAddr::V4(s), IpAddr::V4(d)) => IcrcCheck::V4NoId { src: s.octets(), dst: d.octets() },
-                    (IpAddr::V6(s), IpAddr::V6(d)) => IcrcCheck::Full(IpFields::v6(s, d)),
+                // The ICRC is hashed here, where the buffer is writable (see
+                // `IcrcFlow::icrc_in_place`); IPv4's ID is unknown to a UDP socket: as the
+                // engine's `V4NoId`, hashed as ID 0 with DF.
+                let (ip, id_known) = match (src.ip(), local) {
+                    (IpAddr::V4(s), IpAddr::V4(d)) => (IpFields::v4_df(s, d), false),
+                    (IpAddr::V6(s), IpAddr::V6(d)) => (IpFields::v6(s, d), true),
                     _ => {
                         counters.rx_unaddressed += 1;
                         continue;
                     }
                 };
+                let covered = pkt.len().saturating_sub(ICRC_LEN);
+                let icrc = self.icrc_rx.get(&ip, src.port(), ROCE_PORT).icrc_in_place(&mut pkt[..covered]);
+                let icrc = IcrcCheck::Hashed { icrc, id_known };
                 let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt };
                 engine.handle_datagram(now, &d);
             }

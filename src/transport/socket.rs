@@ -560,6 +560,15 @@ impl RecvBatch {
             data.chunks(m.seg.max(1)).map(move |c| (m.src, c))
         })
     }
+
+    /// [`RecvBatch::packets`], writable (the ICRC is hashed in place).
+    pub fn packets_mut(&mut self) -> impl Iterator<Item = (Option<SocketAddr>, &mut [u8])> + '_ {
+        let meta = &self.meta[..self.count];
+        self.bufs.chunks_mut(RECV_SLOT).zip(meta).flat_map(|(slot, m)| {
+            let src = m.src;
+            slot[..m.len].chunks_mut(m.seg.max(1)).map(move |c| (src, c))
+        })
+    }
 }
 
 /// Preallocated send state for `sendmmsg`: packets are written straight into `data`.

@@ -65,6 +65,11 @@ pub enum IcrcCheck {
     /// IPv4 via a UDP socket: the IP ID is unknown. Verify assuming ID 0 with DF (what urxe
     /// peers send); on mismatch accept and count `icrc_unverified`.
     V4NoId { src: [u8; 4], dst: [u8; 4] },
+    /// The driver hashed the packet itself, where its buffer is writable (see
+    /// [`crate::wire::icrc::IcrcFlow::icrc_in_place`]): `icrc` is the ICRC of the payload for
+    /// the covered fields it knows. `id_known` false: IPv4 from a UDP socket, hashed as
+    /// `V4NoId` assumes (ID 0, DF), a mismatch accepted and counted `icrc_unverified`.
+    Hashed { icrc: u32, id_known: bool },
 }
 
 /// One received UDP datagram addressed to port 4791.
