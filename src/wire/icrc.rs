@@ -126,10 +126,12 @@ const PREFIX6_LEN: usize = 8 + IPV6_HDR_LEN + UDP_HDR_LEN;
 /// that is four table lookups (IPv4; two for IPv6, whose two lengths are equal) instead of
 /// assembling and hashing 36 (56) bytes.
 ///
-/// Used where packets are built ([`IcrcFlow::icrc_in_place`]): a 64-byte SEND's requester
-/// side went from 1985 to 1942 engine instructions (bench/instructions.sh). A received packet
-/// is not writable, and hashing its BTH apart from the rest cost more than the prefix saved, so
-/// received packets are checked with [`icrc`].
+/// Used where a packet's buffer is writable ([`IcrcFlow::icrc_in_place`]): by the engine for
+/// the packets it builds (a 64-byte SEND's requester side went from 1985 to 1942 engine
+/// instructions, bench/instructions.sh) and by the UDP transport for those it receives, whose
+/// value it hands the engine (`IcrcCheck::Hashed`). The engine's own datagrams are read-only,
+/// and hashing a BTH copy apart from the rest cost more than the prefix saved, so a datagram
+/// without a value is checked with [`icrc`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct IcrcFlow {
     v6: bool,
@@ -146,7 +148,7 @@ impl IcrcFlow {
                 let h = &mut pre[n..n + IPV4_HDR_LEN];
                 h[0] = 0x45;
                 // h[1] TOS, h[8] TTL, h[10..12] checksum stay masked (0xFF); h[2..4], the
-                // total length, is zero here (see `icrc`).
+                // total length, is zero here (see `prefix`).
                 h[2..4].fill(0);
                 h[4..6].copy_from_slice(&id.to_be_bytes());
                 h[6..8].copy_from_slice(&flags_frag.to_be_bytes());
@@ -198,9 +200,9 @@ impl IcrcFlow {
     /// Continuing a CRC from the value `prefix` is hashing from the start (value 0) with
     /// `prefix` XORed into the next four bytes (little-endian): both leave the same register
     /// after those bytes. So the packet is hashed with one call of a hasher cloned from one
-    /// made once (see `hasher`): crc32fast costs about 40 instructions per call, and hashes a
-    /// block shorter than 16 bytes byte by byte, so a BTH hashed on its own would cost more
-    /// than the prefix saves.
+    /// made once (see `hasher`): a crc32fast call on a 16-byte block costs about 40
+    /// instructions, and it hashes a block shorter than 16 bytes byte by byte (a 12-byte BTH
+    /// alone, 49), so a BTH hashed on its own would cost more than the prefix saves.
     #[inline]
     pub fn icrc_in_place(&self, bth_to_icrc: &mut [u8]) -> u32 {
         let prefix = self.prefix(bth_to_icrc.len());
