@@ -65,11 +65,38 @@ pub fn icrc(ip: &IpFields, udp_sport: u16, udp_dport: u16, bth_to_icrc: &[u8]) -
     // The masked prefix (LRH stand-in, IP, UDP, BTH) is assembled in one buffer and hashed in
     // one call: crc32fast's vector path only pays off on longer inputs, and small packets are
     // mostly prefix.
-    let mut pre = [0xFFu8; 8 + IPV6_HDR_LEN + UDP_HDR_LEN + BTH_LEN];
+    let mut pre = [0xFFu8; PREFIX6_LEN + BTH_LEN];
+    let n = write_prefix(&mut pre, ip, udp_sport, udp_dport, Some(udp_len));
+    let mut h = hasher();
+    if bth_to_icrc.len() >= BTH_LEN {
+        pre[n..n + BTH_LEN].copy_from_slice(&bth_to_icrc[..BTH_LEN]);
+        pre[n + 4] = 0xFF;
+        h.update(&pre[..n + BTH_LEN]);
+        h.update(&bth_to_icrc[BTH_LEN..]);
+    } else {
+        h.update(&pre[..n]);
+        h.update(bth_to_icrc);
+    }
+    h.finalize()
+}
+
+/// Writes the masked pseudo-header before the BTH (LRH stand-in, IP header, UDP header) at the
+/// start of `pre`, which is all ones (the masked fields stay so); returns its length. The IP
+/// and UDP length fields say a UDP length of `udp_len`, or are zero with `None` (see
+/// [`IcrcFlow`]).
+#[inline(always)]
+fn write_prefix(
+    pre: &mut [u8; PREFIX6_LEN + BTH_LEN],
+    ip: &IpFields,
+    udp_sport: u16,
+    udp_dport: u16,
+    udp_len: Option<u16>,
+) -> usize {
     let mut n = 8;
+    let udp = udp_len.unwrap_or(0);
     match ip {
         IpFields::V4 { src, dst, id, flags_frag } => {
-            let total = IPV4_HDR_LEN as u16 + udp_len;
+            let total = udp_len.map_or(0, |l| (IPV4_HDR_LEN as u16).wrapping_add(l));
             let h = &mut pre[n..n + IPV4_HDR_LEN];
             h[0] = 0x45;
             // h[1] TOS, h[8] TTL, h[10..12] checksum stay masked (0xFF).
@@ -85,7 +112,7 @@ pub fn icrc(ip: &IpFields, udp_sport: u16, udp_dport: u16, bth_to_icrc: &[u8]) -
             let h = &mut pre[n..n + IPV6_HDR_LEN];
             // version 6; traffic class, flow label and hop limit stay masked (0xFF).
             h[0] = 0x6F;
-            h[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            h[4..6].copy_from_slice(&udp.to_be_bytes());
             h[6] = 17;
             h[8..24].copy_from_slice(src);
             h[24..40].copy_from_slice(dst);
@@ -95,20 +122,9 @@ pub fn icrc(ip: &IpFields, udp_sport: u16, udp_dport: u16, bth_to_icrc: &[u8]) -
     let u = &mut pre[n..n + UDP_HDR_LEN];
     u[0..2].copy_from_slice(&udp_sport.to_be_bytes());
     u[2..4].copy_from_slice(&udp_dport.to_be_bytes());
-    u[4..6].copy_from_slice(&udp_len.to_be_bytes());
+    u[4..6].copy_from_slice(&udp.to_be_bytes());
     // u[6..8] checksum stays masked (0xFF).
-    n += UDP_HDR_LEN;
-    let mut h = hasher();
-    if bth_to_icrc.len() >= BTH_LEN {
-        pre[n..n + BTH_LEN].copy_from_slice(&bth_to_icrc[..BTH_LEN]);
-        pre[n + 4] = 0xFF;
-        h.update(&pre[..n + BTH_LEN]);
-        h.update(&bth_to_icrc[BTH_LEN..]);
-    } else {
-        h.update(&pre[..n]);
-        h.update(bth_to_icrc);
-    }
-    h.finalize()
+    n + UDP_HDR_LEN
 }
 
 /// Length of the masked prefix before the BTH: the LRH stand-in, the IPv4 header, the UDP header.
@@ -141,40 +157,9 @@ pub struct IcrcFlow {
 
 impl IcrcFlow {
     pub fn new(ip: &IpFields, udp_sport: u16, udp_dport: u16) -> IcrcFlow {
-        let mut pre = [0xFFu8; PREFIX6_LEN];
-        let mut n = 8;
-        match ip {
-            IpFields::V4 { src, dst, id, flags_frag } => {
-                let h = &mut pre[n..n + IPV4_HDR_LEN];
-                h[0] = 0x45;
-                // h[1] TOS, h[8] TTL, h[10..12] checksum stay masked (0xFF); h[2..4], the
-                // total length, is zero here (see `prefix`).
-                h[2..4].fill(0);
-                h[4..6].copy_from_slice(&id.to_be_bytes());
-                h[6..8].copy_from_slice(&flags_frag.to_be_bytes());
-                h[9] = 17;
-                h[12..16].copy_from_slice(src);
-                h[16..20].copy_from_slice(dst);
-                n += IPV4_HDR_LEN;
-            }
-            IpFields::V6 { src, dst } => {
-                let h = &mut pre[n..n + IPV6_HDR_LEN];
-                // version 6; traffic class, flow label and hop limit stay masked (0xFF); h[4..6],
-                // the payload length, is zero here.
-                h[0] = 0x6F;
-                h[4..6].fill(0);
-                h[6] = 17;
-                h[8..24].copy_from_slice(src);
-                h[24..40].copy_from_slice(dst);
-                n += IPV6_HDR_LEN;
-            }
-        }
-        let u = &mut pre[n..n + UDP_HDR_LEN];
-        u[0..2].copy_from_slice(&udp_sport.to_be_bytes());
-        u[2..4].copy_from_slice(&udp_dport.to_be_bytes());
-        // u[4..6], the UDP length, is zero here; u[6..8], the checksum, stays masked (0xFF).
-        u[4..6].fill(0);
-        n += UDP_HDR_LEN;
+        // The length fields are zero here (see `prefix`).
+        let mut pre = [0xFFu8; PREFIX6_LEN + BTH_LEN];
+        let n = write_prefix(&mut pre, ip, udp_sport, udp_dport, None);
         let mut h = hasher();
         h.update(&pre[..n]);
         IcrcFlow { v6: matches!(ip, IpFields::V6 { .. }), base: h.finalize() }
