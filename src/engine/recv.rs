@@ -30,30 +30,22 @@ pub(crate) fn check_packet<'a>(c: &mut Counters, d: &Datagram<'a>) -> Option<Par
             return None;
         }
     };
-    match d.icrc {
-        IcrcCheck::Full(ip) => {
-            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, p.icrc_covered(d.payload)) != p.icrc {
-                c.icrc_errors += 1;
-                return None;
-            }
-        }
-        IcrcCheck::Hashed { icrc, id_known: true } => {
-            if icrc != p.icrc {
-                c.icrc_errors += 1;
-                return None;
-            }
-        }
-        IcrcCheck::Hashed { icrc, id_known: false } => {
-            if icrc != p.icrc {
-                c.icrc_unverified += 1;
-            }
-        }
+    // The ICRC as the driver knew the covered fields: all of them (a mismatch drops), or
+    // IPv4 without the ID (a mismatch is accepted and counted).
+    let (icrc, every_field_known) = match d.icrc {
+        IcrcCheck::Full(ip) => (wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, p.icrc_covered(d.payload)), true),
         IcrcCheck::V4NoId { src, dst } => {
             let ip = IpFields::v4_df(src.into(), dst.into());
-            if wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, p.icrc_covered(d.payload)) != p.icrc {
-                c.icrc_unverified += 1;
-            }
+            (wire::icrc::icrc(&ip, d.src_port, ROCEV2_PORT, p.icrc_covered(d.payload)), false)
         }
+        IcrcCheck::Hashed { icrc, id_known } => (icrc, id_known),
+    };
+    if icrc != p.icrc {
+        if every_field_known {
+            c.icrc_errors += 1;
+            return None;
+        }
+        c.icrc_unverified += 1;
     }
     // One partition (P_Key table = [0xFFFF]): full or limited membership of it matches.
     if p.headers.bth.pkey & 0x7FFF != 0x7FFF {

@@ -807,9 +807,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
                 q.resp.out.pop_front();
                 let bth = BthRepr { opcode: base | op::RC_ACKNOWLEDGE, psn, ..bth };
                 let hl = emit_ack(&bth, &AethRepr { syndrome, msn }, buf).ok()?;
-                let flow = sh.icrc_tx.get(&ip, q.sport, ROCEV2_PORT);
-                let len = finish_flow(buf, hl, 0, &flow).ok()?;
-                return Some(Transmit { dst, src_port: q.sport, len });
+                return finish_out(q, sh, &ip, dst, buf, hl, 0);
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 q.resp.out.pop_front();
@@ -868,8 +866,23 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
             }
         }
         let hl = h.emit(buf).ok()?;
-        let flow = sh.icrc_tx.get(&ip, q.sport, ROCEV2_PORT);
-        let len = finish_flow(buf, hl, payload, &flow).ok()?;
-        return Some(Transmit { dst, src_port: q.sport, len });
+        return finish_out(q, sh, &ip, dst, buf, hl, payload);
     }
+}
+
+/// Pads and hashes a response whose headers (`hl` bytes) and payload are in `buf`: the packet
+/// `poll_out` returns.
+#[inline]
+fn finish_out<M>(
+    q: &Qp,
+    sh: &mut EngineShared<M>,
+    ip: &IpFields,
+    dst: IpAddr,
+    buf: &mut [u8],
+    hl: usize,
+    payload: usize,
+) -> Option<Transmit> {
+    let flow = sh.icrc_tx.get(ip, q.sport, ROCEV2_PORT);
+    let len = finish_flow(buf, hl, payload, &flow).ok()?;
+    Some(Transmit { dst, src_port: q.sport, len })
 }
