@@ -71,8 +71,9 @@ pub unsafe fn notify_cq(cq: *mut UrxeCq) -> Result<(), i32> {
     // SAFETY: a CQ's channel outlives it (destroy_comp_channel is EBUSY while CQs attach).
     let ch = unsafe { &*(cq.ibv.channel as *const UrxeChannel) };
     let rec = cq.serial.to_ne_bytes();
-    // SAFETY: writing 8 bytes from a local buffer to our own pipe fd.
-    let n = unsafe { libc::write(ch.write_fd, rec.as_ptr() as *const c_void, rec.len()) };
+    // SAFETY: writing 8 bytes from a local buffer to our own pipe fd. A raw write: this runs
+    // inside ibv_poll_cq and the like, which must not be cancellation points.
+    let n = unsafe { urxe::transport::sys::write(ch.write_fd, rec.as_ptr() as *const c_void, rec.len()) };
     if n == rec.len() as isize {
         Ok(())
     } else {
@@ -172,7 +173,8 @@ pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: 
     rec[..8].copy_from_slice(&element.to_ne_bytes());
     rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
     // SAFETY: writing 16 bytes from a local buffer to our own pipe fd (atomic: < PIPE_BUF).
-    let n = unsafe { libc::write(u.async_write, rec.as_ptr() as *const c_void, rec.len()) };
+    // A raw write, no cancellation point (it may run inside a verb).
+    let n = unsafe { urxe::transport::sys::write(u.async_write, rec.as_ptr() as *const c_void, rec.len()) };
     if n == rec.len() as isize {
         Ok(())
     } else {
@@ -180,12 +182,22 @@ pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: 
     }
 }
 
-/// Read exactly one record; -1/errno semantics of read(2) (EAGAIN when O_NONBLOCK and empty).
-fn read_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
+extern "C-unwind" {
+    /// read(2), declared able to unwind: glibc unwinds a thread cancelled while it waits in
+    /// `read` out of it (a cancellation point).
+    #[link_name = "read"]
+    fn cancellable_read(fd: c_int, buf: *mut c_void, count: usize) -> isize;
+}
+
+/// Reads exactly one record; -1/errno semantics of read(2) (EAGAIN when O_NONBLOCK and empty).
+///
+/// A cancellation point, as rdma-core's read of the channel is: it holds nothing to drop, so
+/// a thread cancelled while it waits here unwinds through it (see [`blocking_verb`]).
+fn wait_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
     let mut buf = [0u8; N];
     loop {
         // SAFETY: reading into a local buffer of N bytes.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr() as *mut c_void, N) };
+        let n = unsafe { cancellable_read(fd, buf.as_mut_ptr() as *mut c_void, N) };
         if n == N as isize {
             return Ok(buf);
         }
@@ -198,6 +210,37 @@ fn read_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
         }
         // Records are written atomically; a short read means the pipe was closed.
         return Err(libc::EIO);
+    }
+}
+
+/// The shape of the two blocking verbs, `ibv_get_cq_event` and `ibv_get_async_event`: `start`
+/// (argument checks; returns the fd to wait on), then as often as `finish` asks (`Ok(None)`:
+/// a stale record, wait again) one blocking [`wait_record`] and `finish` on the record.
+///
+/// `start` and `finish` run under the panic guard as every verb does; the wait does not. A
+/// thread with deferred cancellation is cancelled inside the wait (rdma-core's verbs read the
+/// fd, a cancellation point), and the panic guard (`catch_unwind`) cannot let that unwind pass:
+/// the process would abort ("FATAL: exception not rethrown"). Between the two, nothing held
+/// by these frames has a destructor, and the exported functions are `extern "C-unwind"`: the
+/// unwind runs through them to the application's own cleanup handlers.
+fn blocking_verb<const N: usize>(
+    name: &str,
+    start: impl FnOnce() -> Result<c_int, i32>,
+    mut finish: impl FnMut([u8; N]) -> Result<Option<()>, i32>,
+) -> c_int {
+    let fd = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)) {
+        Ok(Ok(fd)) => fd,
+        r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),
+    };
+    loop {
+        let rec = match wait_record::<N>(fd) {
+            Ok(rec) => rec,
+            Err(e) => return crate::export::conv_neg1(name, Ok(Err(e))),
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(rec))) {
+            Ok(Ok(None)) => continue,
+            r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),
+        }
     }
 }
 
@@ -269,12 +312,21 @@ pub unsafe fn channel_ref(channel: *mut ibv_comp_channel, delta: c_int) -> Resul
     Ok(())
 }
 
-export! {
-    /// `ibv_get_cq_event(3)`: 0, or -1 with errno (EAGAIN on an empty O_NONBLOCK channel).
-    fn ibv_get_cq_event(channel: *mut ibv_comp_channel, cq: *mut *mut ibv_cq, cq_context: *mut *mut c_void) -> c_int as neg1 {
+/// `ibv_get_cq_event(3)`: 0, or -1 with errno (EAGAIN on an empty O_NONBLOCK channel). A
+/// cancellation point while it waits (see [`blocking_verb`]).
+///
+/// # Safety
+/// Called from C: pointer arguments must satisfy the libibverbs contract of this verb.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    let start = || {
         let channel = non_null(channel)?;
-        let cq_out = non_null(cq)?;
-        let ctx_out = non_null(cq_context)?;
+        non_null(cq)?;
+        non_null(cq_context)?;
         // SAFETY: caller passes a live channel.
         let (fd, context) = unsafe { ((*channel).fd, (*channel).context) };
         // The thread may sleep here: timers must not wait for it (see Device::app_waits).
@@ -282,18 +334,19 @@ export! {
         if let Ok(dev) = unsafe { crate::context::dev_of(context) } {
             crate::glue::app_waits(dev);
         }
-        loop {
-            let serial = u64::from_ne_bytes(read_record::<8>(fd)?);
-            // A record for a CQ destroyed since it was written: skip it.
-            let Some((p, user)) = take_event(serial) else { continue };
-            // SAFETY: caller passes writable out-pointers.
-            unsafe {
-                *cq_out = p as *mut ibv_cq;
-                *ctx_out = user;
-            }
-            return Ok(0);
+        Ok(fd)
+    };
+    let finish = |rec: [u8; 8]| {
+        // A record for a CQ destroyed since it was written: skip it.
+        let Some((p, user)) = take_event(u64::from_ne_bytes(rec)) else { return Ok(None) };
+        // SAFETY: caller passes writable out-pointers (checked non-null in `start`).
+        unsafe {
+            *cq = p as *mut ibv_cq;
+            *cq_context = user;
         }
-    }
+        Ok(Some(()))
+    };
+    blocking_verb("ibv_get_cq_event", start, finish)
 }
 
 export! {
@@ -333,45 +386,51 @@ fn is_srq_event(t: u32) -> bool {
     matches!(t as u64, IBV_EVENT_SRQ_ERR | IBV_EVENT_SRQ_LIMIT_REACHED)
 }
 
-export! {
-    /// `ibv_get_async_event(3)`: 0, or -1 with errno (EAGAIN when O_NONBLOCK and empty).
-    fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int as neg1 {
+/// `ibv_get_async_event(3)`: 0, or -1 with errno (EAGAIN when O_NONBLOCK and empty). A
+/// cancellation point while it waits (see [`blocking_verb`]).
+///
+/// # Safety
+/// Called from C: pointer arguments must satisfy the libibverbs contract of this verb.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn ibv_get_async_event(context: *mut ibv_context, event: *mut ibv_async_event) -> c_int {
+    let start = || {
         // SAFETY: caller passes a context of ours.
         let u = unsafe { ctx_from(context) }?;
-        let out = non_null(event)?;
-        // A record whose object was destroyed since it was written is stale: skip it and read
-        // the next (bounded by what the pipe holds; EAGAIN/blocking as read(2) decides).
-        loop {
-            let rec = read_record::<16>(u.vctx.context.async_fd)?;
-            let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());
-            let t = u32::from_ne_bytes(rec[8..12].try_into().unwrap_or_default());
-            let mut ev = ibv_async_event::zeroed();
-            ev.event_type = t;
-            if is_cq_event(t) || is_qp_event(t) || is_srq_event(t) {
-                let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
-                if !g.as_ref().is_some_and(|o| o.live.contains(&(element as usize))) {
-                    continue;
-                }
-                ev.element.cq = element as usize as *mut ibv_cq;
-                // SAFETY: the element is registered (alive) while we hold the lock, and its
-                // destroy waits for the acks counted here.
-                unsafe {
-                    if is_cq_event(t) {
-                        (*(element as usize as *mut UrxeCq)).async_events_read.fetch_add(1, Ordering::AcqRel);
-                    } else if is_qp_event(t) {
-                        (*(element as usize as *mut UrxeQp)).async_events_read.fetch_add(1, Ordering::AcqRel);
-                    } else {
-                        (*(element as usize as *mut UrxeSrq)).async_events_read.fetch_add(1, Ordering::AcqRel);
-                    }
-                }
-            } else {
-                ev.element.port_num = element as c_int;
+        non_null(event)?;
+        Ok(u.vctx.context.async_fd)
+    };
+    // A record whose object was destroyed since it was written is stale: skip it and read the
+    // next (bounded by what the pipe holds; EAGAIN/blocking as read(2) decides).
+    let finish = |rec: [u8; 16]| {
+        let element = u64::from_ne_bytes(rec[..8].try_into().unwrap_or_default());
+        let t = u32::from_ne_bytes(rec[8..12].try_into().unwrap_or_default());
+        let mut ev = ibv_async_event::zeroed();
+        ev.event_type = t;
+        if is_cq_event(t) || is_qp_event(t) || is_srq_event(t) {
+            let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
+            if !g.as_ref().is_some_and(|o| o.live.contains(&(element as usize))) {
+                return Ok(None);
             }
-            // SAFETY: caller passes a writable event.
-            unsafe { out.write(ev) };
-            return Ok(0);
+            ev.element.cq = element as usize as *mut ibv_cq;
+            // SAFETY: the element is registered (alive) while we hold the lock, and its
+            // destroy waits for the acks counted here.
+            unsafe {
+                if is_cq_event(t) {
+                    (*(element as usize as *mut UrxeCq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                } else if is_qp_event(t) {
+                    (*(element as usize as *mut UrxeQp)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                } else {
+                    (*(element as usize as *mut UrxeSrq)).async_events_read.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        } else {
+            ev.element.port_num = element as c_int;
         }
-    }
+        // SAFETY: caller passes a writable event (checked non-null in `start`).
+        unsafe { event.write(ev) };
+        Ok(Some(()))
+    };
+    blocking_verb("ibv_get_async_event", start, finish)
 }
 
 export! {
@@ -421,7 +480,8 @@ pub fn wake_gsi() {
     let fd = GSI_FD.load(std::sync::atomic::Ordering::Acquire);
     if fd >= 0 {
         let one: u64 = 1;
-        // SAFETY: an 8-byte write from a local u64 to our own eventfd.
-        unsafe { libc::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+        // SAFETY: an 8-byte write from a local u64 to our own eventfd. A raw write, no
+        // cancellation point (it runs inside a verb).
+        unsafe { urxe::transport::sys::write(fd, &one as *const u64 as *const libc::c_void, 8) };
     }
 }

@@ -35,6 +35,7 @@ pub mod registration;
 pub mod socket;
 pub mod spawn;
 mod stats;
+pub mod sys;
 pub mod tap;
 
 pub use device::{random_seed, Device, EventSink};

@@ -21,11 +21,12 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use mio::unix::SourceFd;
-use mio::{Interest, Token, Waker};
+use mio::{Interest, Token};
 
 use super::away::AwayTimer;
 use super::clock::Epoch;
 use super::stats::WakeCounters;
+use super::sys::Doorbell;
 use crate::engine::Nanos;
 
 /// mio token of the receive socket.
@@ -347,7 +348,9 @@ impl Pacing {
 
 /// What application threads and the progress thread tell each other without the lock.
 pub(super) struct Signals {
-    waker: Waker,
+    /// The progress thread's doorbell (rung with a raw `write`: a verb is no cancellation
+    /// point, see `sys`).
+    doorbell: Doorbell,
     /// Deadline (ns) the progress thread sleeps until; `u64::MAX` = no deadline.
     pub(super) thread_deadline: AtomicU64,
     /// When (ns) an application thread last polled or posted: while that is recent the
@@ -392,18 +395,15 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    /// Over the progress thread's `waker` and `registry`, with the receive socket `rx_fd`
-    /// registered (armed); registers the away timer there too.
-    pub(super) fn new(
-        waker: Waker,
-        registry: mio::Registry,
-        rx_fd: std::os::fd::RawFd,
-        epoch: Epoch,
-    ) -> std::io::Result<Signals> {
+    /// Over the progress thread's `registry`, with the receive socket `rx_fd` registered
+    /// (armed); registers the doorbell (token `WAKE`) and the away timer there too.
+    pub(super) fn new(registry: mio::Registry, rx_fd: std::os::fd::RawFd, epoch: Epoch) -> std::io::Result<Signals> {
+        let doorbell = Doorbell::new()?;
+        registry.register(&mut SourceFd(&doorbell.raw_fd()), crate::transport::progress::WAKE, Interest::READABLE)?;
         let away = AwayTimer::new()?;
         registry.register(&mut SourceFd(&away.raw_fd()), AWAY, Interest::READABLE)?;
         Ok(Signals {
-            waker,
+            doorbell,
             thread_deadline: AtomicU64::new(u64::MAX),
             app_active_at: AtomicU64::new(0),
             poll_active_at: AtomicU64::new(0),
@@ -563,12 +563,12 @@ impl Signals {
     /// Rings the progress thread's doorbell.
     pub(super) fn ring(&self) {
         WakeCounters::bump(&self.wake_counters.doorbells);
-        let _ = self.waker.wake();
+        self.doorbell.ring();
     }
 
     /// Wakes the progress thread (the stop request is already published).
     pub(super) fn wake_to_stop(&self) {
-        let _ = self.waker.wake();
+        self.doorbell.ring();
     }
 
     /// Whether an application thread leaving the library at `now` must ring the progress
@@ -855,12 +855,11 @@ mod arm_tests {
     fn racing_arms_and_disarms_leave_the_flag_and_the_registration_in_agreement() {
         for round in 0..20 {
             let poll = mio::Poll::new().unwrap();
-            let waker = Waker::new(poll.registry(), crate::transport::progress::WAKE).unwrap();
             let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
             let fd = sock.as_raw_fd();
             let reg = poll.registry().try_clone().unwrap();
             reg.register(&mut SourceFd(&fd), RX, Interest::READABLE).unwrap();
-            let sig = Arc::new(Signals::new(waker, reg, fd, Epoch::start()).unwrap());
+            let sig = Arc::new(Signals::new(reg, fd, Epoch::start()).unwrap());
             let threads: Vec<_> = (0..4)
                 .map(|t| {
                     let sig = sig.clone();
@@ -880,10 +879,9 @@ mod arm_tests {
 
     fn signals() -> (mio::Poll, Signals, std::net::UdpSocket) {
         let poll = mio::Poll::new().unwrap();
-        let waker = Waker::new(poll.registry(), crate::transport::progress::WAKE).unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let reg = poll.registry().try_clone().unwrap();
-        let sig = Signals::new(waker, reg, sock.as_raw_fd(), Epoch::start()).unwrap();
+        let sig = Signals::new(reg, sock.as_raw_fd(), Epoch::start()).unwrap();
         (poll, sig, sock)
     }
 

@@ -399,7 +399,9 @@ impl Writer {
         if self.buf.is_empty() || self.failed {
             return;
         }
-        if let Err(e) = self.file.write_all(&self.buf) {
+        // A raw write: this runs inside verbs, which must not be cancellation points (see
+        // `sys`).
+        if let Err(e) = super::sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&self.file), &self.buf) {
             self.failed = true;
             let _ = writeln!(io::stderr(), "urxe: URXE_PCAP={}: {e}; the capture stops here", self.path.display());
         }

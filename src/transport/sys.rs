@@ -1,0 +1,213 @@
+//! System calls a verb makes, issued raw (`syscall(2)`) rather than through glibc's wrappers.
+//!
+//! glibc's `recvmsg`, `sendmsg`, `write` and the like are POSIX cancellation points: a thread
+//! with deferred cancellation pending is unwound from inside them. A verb of a hardware
+//! provider (`ibv_poll_cq`, `ibv_post_send`, `ibv_req_notify_cq`) makes no system call and so
+//! is never one; ours receive and send on sockets and ring the progress thread from inside the
+//! verb. Unwound there, the thread would leave the device lock locked, and the unwind would
+//! meet the C boundary, which cannot pass it (the process aborts: "FATAL: exception not
+//! rethrown"). Raw system calls are never cancellation points, and they skip the two atomic
+//! updates of the thread's cancellation state that each wrapped call makes.
+//!
+//! Each function has the contract of its system call's man page; the return value is the
+//! call's, with -1 and `errno` set on failure, as glibc's `syscall()` returns it.
+
+use std::os::fd::RawFd;
+
+use libc::{c_int, c_long, c_uint, c_void};
+
+/// recvmsg(2).
+///
+/// # Safety
+/// `msg` points to a `msghdr` whose name, iovec and control pointers are valid for writes of
+/// their stated lengths for the duration of the call.
+#[inline]
+pub unsafe fn recvmsg(fd: RawFd, msg: *mut libc::msghdr, flags: c_int) -> isize {
+    // SAFETY: caller contract; every argument is widened to the register width the kernel
+    // reads.
+    unsafe { libc::syscall(libc::SYS_recvmsg, fd as c_long, msg, flags as c_long) as isize }
+}
+
+/// recvmmsg(2) without a timeout.
+///
+/// # Safety
+/// `msgs` points to `vlen` `mmsghdr`s, each valid as for [`recvmsg`].
+#[inline]
+pub unsafe fn recvmmsg(fd: RawFd, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    // SAFETY: caller contract; a null timeout is allowed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_recvmmsg,
+            fd as c_long,
+            msgs,
+            vlen as c_long,
+            flags as c_long,
+            std::ptr::null_mut::<libc::timespec>(),
+        ) as c_int
+    }
+}
+
+/// sendmsg(2).
+///
+/// # Safety
+/// `msg` points to a `msghdr` whose name, iovec and control pointers are valid for reads of
+/// their stated lengths for the duration of the call.
+#[inline]
+pub unsafe fn sendmsg(fd: RawFd, msg: *const libc::msghdr, flags: c_int) -> isize {
+    // SAFETY: caller contract.
+    unsafe { libc::syscall(libc::SYS_sendmsg, fd as c_long, msg, flags as c_long) as isize }
+}
+
+/// sendmmsg(2).
+///
+/// # Safety
+/// `msgs` points to `vlen` `mmsghdr`s, each valid as for [`sendmsg`] (the kernel writes their
+/// `msg_len`).
+#[inline]
+pub unsafe fn sendmmsg(fd: RawFd, msgs: *mut libc::mmsghdr, vlen: c_uint, flags: c_int) -> c_int {
+    // SAFETY: caller contract.
+    unsafe { libc::syscall(libc::SYS_sendmmsg, fd as c_long, msgs, vlen as c_long, flags as c_long) as c_int }
+}
+
+/// write(2).
+///
+/// # Safety
+/// `buf` is valid for reads of `len` bytes.
+#[inline]
+pub unsafe fn write(fd: RawFd, buf: *const c_void, len: usize) -> isize {
+    // SAFETY: caller contract.
+    unsafe { libc::syscall(libc::SYS_write, fd as c_long, buf, len) as isize }
+}
+
+/// read(2).
+///
+/// # Safety
+/// `buf` is valid for writes of `len` bytes.
+#[inline]
+pub unsafe fn read(fd: RawFd, buf: *mut c_void, len: usize) -> isize {
+    // SAFETY: caller contract.
+    unsafe { libc::syscall(libc::SYS_read, fd as c_long, buf, len) as isize }
+}
+
+/// Writes all of `bytes` to `fd` (a short write continues, EINTR retries).
+pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice of `bytes.len()` bytes.
+        let n = unsafe { write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n as usize..];
+    }
+    Ok(())
+}
+
+/// An eventfd a poller watches, rung from inside verbs: the progress thread's doorbell. mio's
+/// `Waker` does the same with glibc's `write`, a cancellation point.
+#[derive(Debug)]
+pub struct Doorbell {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Doorbell {
+    /// A new eventfd (non-blocking, close-on-exec).
+    pub fn new() -> std::io::Result<Doorbell> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd(2) takes no pointers; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened here and nothing else owns it.
+        Ok(Doorbell { fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) } })
+    }
+
+    /// The fd to watch for readability (edge-triggered: every ring is a new edge; nobody
+    /// needs to read it).
+    pub fn raw_fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+
+    /// Adds one to the counter, which makes the fd readable and wakes its watcher.
+    pub fn ring(&self) {
+        let one = 1u64;
+        // SAFETY: an 8-byte write from a local u64.
+        let r = unsafe { write(self.raw_fd(), (&one as *const u64).cast(), 8) };
+        if r < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock {
+            // The counter is at its maximum (2^64 - 2 rings never read): read it back to 0,
+            // then ring again.
+            let mut n = 0u64;
+            // SAFETY: an 8-byte read into a local u64.
+            unsafe { read(self.raw_fd(), (&mut n as *mut u64).cast(), 8) };
+            // SAFETY: as the first write.
+            unsafe { write(self.raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn readable(fd: RawFd) -> bool {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd that outlives the call.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn a_doorbell_is_readable_once_rung_and_counts_its_rings() {
+        let d = Doorbell::new().unwrap();
+        assert!(!readable(d.raw_fd()));
+        d.ring();
+        d.ring();
+        assert!(readable(d.raw_fd()));
+        let mut n = 0u64;
+        // SAFETY: an 8-byte read into a local u64.
+        assert_eq!(unsafe { read(d.raw_fd(), (&mut n as *mut u64).cast(), 8) }, 8);
+        assert_eq!(n, 2);
+        assert!(!readable(d.raw_fd()));
+    }
+
+    #[test]
+    fn a_full_doorbell_counter_is_reset_and_rung_again() {
+        let d = Doorbell::new().unwrap();
+        let max = u64::MAX - 1;
+        // SAFETY: an 8-byte write from a local u64.
+        assert_eq!(unsafe { write(d.raw_fd(), (&max as *const u64).cast(), 8) }, 8);
+        d.ring();
+        let mut n = 0u64;
+        // SAFETY: an 8-byte read into a local u64.
+        assert_eq!(unsafe { read(d.raw_fd(), (&mut n as *mut u64).cast(), 8) }, 8);
+        assert_eq!(n, 1, "the full counter was read back to 0 and rung once");
+    }
+
+    #[test]
+    fn raw_calls_report_errors_through_errno() {
+        let mut b = [0u8; 4];
+        // SAFETY: a 4-byte read into a local buffer; fd -1 is invalid.
+        assert_eq!(unsafe { read(-1, b.as_mut_ptr().cast(), 4) }, -1);
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EBADF));
+        assert_eq!(write_all(-1, b"x").unwrap_err().raw_os_error(), Some(libc::EBADF));
+        let mut fds = [0; 2];
+        // SAFETY: a 2-int array for pipe(2).
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        write_all(fds[1], b"hello").unwrap();
+        // SAFETY: a 4-byte read into a local buffer from our pipe.
+        assert_eq!(unsafe { read(fds[0], b.as_mut_ptr().cast(), 4) }, 4);
+        assert_eq!(&b, b"hell");
+        // SAFETY: closing the pipe's two fds, ours.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}

@@ -1,0 +1,323 @@
+/*
+ * cancel.c - pthread_cancel and the verbs, as an unmodified application meets them.
+ *
+ * A verb of a hardware provider (ibv_poll_cq, ibv_post_send, ibv_post_recv, ibv_req_notify_cq)
+ * makes no system call, so it is never a cancellation point: a thread with deferred
+ * cancellation is cancelled at its own cancellation points, between verbs, and the device
+ * goes on working for the other threads. A blocking ibv_get_cq_event is one (rdma-core reads
+ * the channel's fd): a thread waiting there can be cancelled.
+ *
+ *   cancel datapath   100 rounds: a thread runs SEND/RECV exchanges over an RC QP pair
+ *                     (post, poll, re-arm), with pthread_testcancel between verbs; the main
+ *                     thread cancels it at a random moment, checks it ended cancelled, and
+ *                     runs an exchange of its own through the same QPs and CQs
+ *   cancel event      a thread blocked in ibv_get_cq_event is cancelled; the channel then
+ *                     delivers the next event to the main thread
+ *
+ * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_cancel.rs with
+ * -Wall -Wextra -Werror -fsanitize=address,undefined.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <infiniband/verbs.h>
+
+#include "check.h"
+#define REQUIRE(cond)                                                                  \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__,     \
+				__LINE__, #cond, errno);                               \
+			exit(2);                                                       \
+		}                                                                      \
+	} while (0)
+
+#define GID_INDEX 1
+#define POLL_MS 5000
+#define ROUNDS 100
+#define MAIN_WR_ID 0xC0FFEEu
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_comp_channel *channel;
+static struct ibv_cq *cq_a, *cq_b;
+static struct ibv_qp *qp_a, *qp_b;
+static struct ibv_mr *mr;
+static char buf[2][64];
+
+/* Outstanding work, counted right after each verb returns: no cancellation point lies between
+ * a verb and its count, so a cancelled thread leaves them exact. */
+static volatile long sends_posted, sends_done, recvs_posted, recvs_done;
+static volatile long exchanges;
+static volatile int worker_failed;
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* RESET -> INIT -> RTR -> RTS, connected to `remote` on our own GID. */
+static void connect_qp(struct ibv_qp *qp, uint32_t remote)
+{
+	union ibv_gid gid;
+	REQUIRE(ibv_query_gid(ctx, 1, GID_INDEX, &gid) == 0);
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				      IBV_QP_ACCESS_FLAGS) == 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = remote;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 1;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.sgid_index = GID_INDEX;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 1;
+	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				      IBV_QP_MAX_QP_RD_ATOMIC) == 0);
+}
+
+static void setup(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	REQUIRE(l && n == 1);
+	ctx = ibv_open_device(l[0]);
+	REQUIRE(ctx);
+	ibv_free_device_list(l);
+	pd = ibv_alloc_pd(ctx);
+	REQUIRE(pd);
+	channel = ibv_create_comp_channel(ctx);
+	REQUIRE(channel);
+	cq_a = ibv_create_cq(ctx, 64, NULL, channel, 0);
+	cq_b = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	REQUIRE(cq_a && cq_b);
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	REQUIRE(mr);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = cq_a, .recv_cq = cq_a, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	qp_a = ibv_create_qp(pd, &ia);
+	ia.send_cq = cq_b;
+	ia.recv_cq = cq_b;
+	qp_b = ibv_create_qp(pd, &ia);
+	REQUIRE(qp_a && qp_b);
+	connect_qp(qp_a, qp_b->qp_num);
+	connect_qp(qp_b, qp_a->qp_num);
+}
+
+static void teardown(void)
+{
+	CHECK(ibv_destroy_qp(qp_a) == 0);
+	CHECK(ibv_destroy_qp(qp_b) == 0);
+	CHECK(ibv_dereg_mr(mr) == 0);
+	CHECK(ibv_destroy_cq(cq_a) == 0);
+	CHECK(ibv_destroy_cq(cq_b) == 0);
+	CHECK(ibv_destroy_comp_channel(channel) == 0);
+	CHECK(ibv_dealloc_pd(pd) == 0);
+	CHECK(ibv_close_device(ctx) == 0);
+}
+
+static int post_recv_b(void)
+{
+	struct ibv_sge s = { .addr = (uintptr_t)buf[1], .length = sizeof(buf[1]), .lkey = mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = 2, .sg_list = &s, .num_sge = 1 }, *bad;
+	return ibv_post_recv(qp_b, &wr, &bad);
+}
+
+static int post_send_a(uint64_t wr_id)
+{
+	struct ibv_sge s = { .addr = (uintptr_t)buf[0], .length = 16, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &s, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	return ibv_post_send(qp_a, &wr, &bad);
+}
+
+/* Polls both CQs once and counts what completed; -1 on an error completion or a failed poll.
+ * Returns whether the completion `want` (a wr_id on cq_a) was among them. */
+static int poll_both(uint64_t want)
+{
+	struct ibv_wc wc[4];
+	int seen = 0;
+	int n = ibv_poll_cq(cq_a, 4, wc);
+	if (n < 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (wc[i].status != IBV_WC_SUCCESS)
+			return -1;
+		sends_done++;
+		if (wc[i].wr_id == want)
+			seen = 1;
+	}
+	n = ibv_poll_cq(cq_b, 4, wc);
+	if (n < 0)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (wc[i].status != IBV_WC_SUCCESS)
+			return -1;
+		recvs_done++;
+	}
+	return seen;
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	for (uint64_t id = 1;; id++) {
+		pthread_testcancel();
+		if (recvs_posted == recvs_done) {
+			if (post_recv_b())
+				break;
+			recvs_posted++;
+		}
+		pthread_testcancel();
+		if (post_send_a(id))
+			break;
+		sends_posted++;
+		uint64_t end = now_ms() + POLL_MS;
+		int r = 0;
+		while (r == 0 && now_ms() < end) {
+			pthread_testcancel();
+			r = poll_both(id);
+		}
+		if (r != 1)
+			break;
+		pthread_testcancel();
+		if (ibv_req_notify_cq(cq_a, 0))
+			break;
+		exchanges++;
+	}
+	worker_failed = 1;
+	return NULL;
+}
+
+/* One exchange from the calling thread, after the worker's leftovers are collected. */
+static int main_exchange(void)
+{
+	uint64_t end = now_ms() + POLL_MS;
+	while ((sends_done != sends_posted || recvs_done > recvs_posted) && now_ms() < end)
+		if (poll_both(0) < 0)
+			return 0;
+	if (sends_done != sends_posted)
+		return 0;
+	if (recvs_posted == recvs_done) {
+		if (post_recv_b())
+			return 0;
+		recvs_posted++;
+	}
+	if (post_send_a(MAIN_WR_ID))
+		return 0;
+	sends_posted++;
+	int r = 0;
+	while (r == 0 && now_ms() < end)
+		r = poll_both(MAIN_WR_ID);
+	while (recvs_done != recvs_posted && now_ms() < end)
+		if (poll_both(0) < 0)
+			return 0;
+	return r == 1 && recvs_done == recvs_posted && sends_done == sends_posted;
+}
+
+static void datapath(void)
+{
+	srand(12345);
+	for (int round = 0; round < ROUNDS; round++) {
+		long start = exchanges;
+		long wait = 1 + rand() % 8;
+		pthread_t t;
+		REQUIRE(pthread_create(&t, NULL, worker, NULL) == 0);
+		uint64_t end = now_ms() + POLL_MS;
+		while (exchanges - start < wait && !worker_failed && now_ms() < end)
+			usleep(50);
+		usleep(rand() % 200);
+		CHECK(pthread_cancel(t) == 0);
+		void *res = NULL;
+		CHECK(pthread_join(t, &res) == 0);
+		CHECK(res == PTHREAD_CANCELED);
+		CHECK(!worker_failed);
+		CHECK(exchanges - start >= wait);
+		/* The device is whole: this thread's own exchange goes through. */
+		CHECK(main_exchange());
+		if (failures) {
+			fprintf(stderr, "round %d: %ld exchanges\n", round, exchanges - start);
+			return;
+		}
+	}
+	printf("%d rounds, %ld exchanges\n", ROUNDS, exchanges);
+}
+
+/* Out-values of the waiter: static, not on its stack. ASan poisons the redzones around an
+ * address-taken local and unpoisons them when the function returns; a thread unwound by its
+ * cancellation never returns from this frame, and ASan's own cleanup at thread exit then
+ * trips over the stale poison (a stack-buffer-underflow report in sigaltstack). */
+static struct ibv_cq *waiter_cq;
+static void *waiter_ctx;
+
+static void *event_waiter(void *arg)
+{
+	(void)arg;
+	ibv_get_cq_event(channel, &waiter_cq, &waiter_ctx);
+	worker_failed = 1; /* returned: nothing was sent, so no event should have come */
+	return NULL;
+}
+
+static void event(void)
+{
+	REQUIRE(ibv_req_notify_cq(cq_a, 0) == 0);
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, event_waiter, NULL) == 0);
+	usleep(20000);
+	CHECK(pthread_cancel(t) == 0);
+	void *res = NULL;
+	CHECK(pthread_join(t, &res) == 0);
+	CHECK(res == PTHREAD_CANCELED);
+	CHECK(!worker_failed);
+	/* The channel works on: an exchange raises the armed CQ's event for this thread. */
+	CHECK(main_exchange());
+	struct ibv_cq *cq = NULL;
+	void *c = NULL;
+	CHECK(ibv_get_cq_event(channel, &cq, &c) == 0);
+	CHECK(cq == cq_a);
+	ibv_ack_cq_events(cq_a, 1);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: cancel datapath|event\n");
+		return 2;
+	}
+	alarm(120); /* a hang ends the process (SIGALRM) instead of the test run */
+	setup();
+	if (!strcmp(argv[1], "datapath"))
+		datapath();
+	else if (!strcmp(argv[1], "event"))
+		event();
+	else
+		REQUIRE(!"unknown section");
+	teardown();
+	if (failures)
+		return 1;
+	printf("all checks passed\n");
+	return 0;
+}
