@@ -1,8 +1,9 @@
 //! pthread_cancel against the verbs (tests/c/cancel.c, compiled against the installed header
 //! with -Werror and ASan/UBSan): the data-path verbs are no cancellation points, as a hardware
 //! provider's are not, so a thread cancelled between them leaves the device working; a thread
-//! blocked in ibv_get_cq_event can be cancelled, as with rdma-core. Each test runs one section
-//! of the program in its own process.
+//! blocked in ibv_get_cq_event can be cancelled, as with rdma-core; a cancellation pending when
+//! a control verb runs waits for the thread's next cancellation point. Each test runs one
+//! section of the program in its own process.
 
 mod abi_util;
 use abi_util::*;
@@ -31,4 +32,45 @@ fn a_thread_cancelled_between_verbs_leaves_the_device_working() {
 #[test]
 fn a_thread_blocked_in_get_cq_event_can_be_cancelled() {
     section("event");
+}
+
+#[test]
+fn a_pending_cancellation_lets_control_verbs_finish() {
+    section("control");
+}
+
+/// tests/rdmacm_c/cm_cancel.c, linked against the test build's librdmacm.so.1.
+fn cm_program() -> &'static PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = target_dir().join("urxe").join("c-tests");
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("cm_cancel");
+        let o = run(std::process::Command::new("gcc")
+            .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g", "-fsanitize=address,undefined"])
+            .arg("-o")
+            .arg(&exe)
+            .arg(root().join("tests/rdmacm_c/cm_cancel.c"))
+            .arg(format!("-L{}", lib_dir().display()))
+            .args(["-l:librdmacm.so.1", "-l:libibverbs.so.1"]));
+        assert!(o.status.success(), "gcc failed:\n{}", text(&o));
+        exe
+    })
+}
+
+/// Runs one section of cm_cancel on its own address; it must exit 0 and say so.
+fn cm_section(name: &str, addr: &str) {
+    let o = run(with_lib(cm_program()).args([name, addr]).env("URXE_ADDR", addr).env("ASAN_OPTIONS", "detect_leaks=1"));
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("all checks passed"), "cm_cancel {name}:\n{out}");
+}
+
+#[test]
+fn a_thread_blocked_in_rdma_get_cm_event_can_be_cancelled() {
+    cm_section("event", "127.31.9.1");
+}
+
+#[test]
+fn a_pending_cancellation_lets_rdma_cm_calls_finish() {
+    cm_section("control", "127.31.9.2");
 }

@@ -217,7 +217,8 @@ fn wait_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
 /// (argument checks; returns the fd to wait on), then as often as `finish` asks (`Ok(None)`:
 /// a stale record, wait again) one blocking [`wait_record`] and `finish` on the record.
 ///
-/// `start` and `finish` run under the panic guard as every verb does; the wait does not. A
+/// `start` and `finish` run under the panic guard, with cancellation off, as every exported
+/// verb does (`CancelOff`); the wait does neither. A
 /// thread with deferred cancellation is cancelled inside the wait (rdma-core's verbs read the
 /// fd, a cancellation point), and the panic guard (`catch_unwind`) cannot let that unwind pass:
 /// the process would abort ("FATAL: exception not rethrown"). Between the two, nothing held
@@ -228,15 +229,21 @@ fn blocking_verb<const N: usize>(
     start: impl FnOnce() -> Result<c_int, i32>,
     mut finish: impl FnMut([u8; N]) -> Result<Option<()>, i32>,
 ) -> c_int {
-    let fd = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)) {
-        Ok(Ok(fd)) => fd,
-        r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),
+    use urxe::transport::sys::CancelOff;
+    let fd = {
+        let _off = CancelOff::begin();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)) {
+            Ok(Ok(fd)) => fd,
+            r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),
+        }
     };
     loop {
+        // The caller's cancellation setting here (no `CancelOff` lives across the wait).
         let rec = match wait_record::<N>(fd) {
             Ok(rec) => rec,
             Err(e) => return crate::export::conv_neg1(name, Ok(Err(e))),
         };
+        let _off = CancelOff::begin();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(rec))) {
             Ok(Ok(None)) => continue,
             r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),

@@ -139,53 +139,57 @@ pub fn conv_value<T>(name: &str, r: thread::Result<T>, default: T) -> T {
 /// ```
 #[macro_export]
 macro_rules! export {
-    ($($t:tt)*) => { $crate::c_fn! { #[no_mangle] $($t)* } };
+    ($($t:tt)*) => { $crate::c_fn! { [let _cancel = urxe::transport::sys::CancelOff::begin();] #[no_mangle] $($t)* } };
 }
 
 /// Like [`export!`](crate::export!) but without `#[no_mangle]`: for functions C reaches
 /// only through a pointer we hand out (context ops, the `ibv_cq_ex`/`ibv_qp_ex` tables).
 #[macro_export]
 macro_rules! c_fn {
-    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty as value($default:expr) $body:block) => {
+    ([$($pre:tt)*] $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty as value($default:expr) $body:block) => {
         $(#[$m])*
         ///
         /// # Safety
         /// Called from C: pointer arguments must satisfy the libibverbs contract of this verb.
         #[allow(unused_variables, clippy::missing_safety_doc)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            $($pre)*
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || -> $ret { $body }));
             $crate::export::conv_value(stringify!($name), r, $default)
         }
     };
-    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) as void $body:block) => {
+    ([$($pre:tt)*] $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) as void $body:block) => {
         $(#[$m])*
         ///
         /// # Safety
         /// Called from C: pointer arguments must satisfy the libibverbs contract of this verb.
         #[allow(unused_variables, clippy::missing_safety_doc)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) {
+            $($pre)*
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || { $body }));
             $crate::export::conv_void(stringify!($name), r)
         }
     };
-    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty as ptr $body:block) => {
+    ([$($pre:tt)*] $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty as ptr $body:block) => {
         $(#[$m])*
         ///
         /// # Safety
         /// Called from C: pointer arguments must satisfy the libibverbs contract of this verb.
         #[allow(unused_variables, clippy::missing_safety_doc)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            $($pre)*
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || -> Result<$ret, i32> { $body }));
             $crate::export::conv_ptr(stringify!($name), r)
         }
     };
-    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> c_int as $conv:ident $body:block) => {
+    ([$($pre:tt)*] $(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> c_int as $conv:ident $body:block) => {
         $(#[$m])*
         ///
         /// # Safety
         /// Called from C: pointer arguments must satisfy the libibverbs contract of this verb.
         #[allow(unused_variables, clippy::missing_safety_doc)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> libc::c_int {
+            $($pre)*
             $crate::c_fn!(@body $name $conv $body)
         }
     };
@@ -201,6 +205,9 @@ macro_rules! c_fn {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || -> Result<libc::c_int, i32> { $body }));
         $crate::export::conv_negerrno(stringify!($name), r)
     }};
+    // No statements ahead of the body: the ops tables (the data path), which make no
+    // cancellation-point call (see `urxe::transport::sys::CancelOff`).
+    ($(#[$m:meta])* fn $($rest:tt)*) => { $crate::c_fn! { [] $(#[$m])* fn $($rest)* } };
 }
 
 /// `Err(EINVAL)` for a NULL pointer argument.

@@ -4,8 +4,8 @@
 //! the event that completes the call, as librdmacm does.
 
 use crate::abi::*;
+use crate::cm_export;
 use crate::core::*;
-use crate::rdmacm_export;
 use crate::verbs::*;
 use libc::{c_char, c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -31,14 +31,14 @@ fn key<T>(p: *mut T) -> Result<usize, i32> {
 
 // ---- event channels and events ------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     /// A channel whose fd is readable exactly while events are queued.
     fn rdma_create_event_channel() -> *mut rdma_event_channel as ptr {
         lock().new_channel()
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> c_int as int {
         let ch = key(channel)?;
         let mut lib = lock();
@@ -99,20 +99,121 @@ fn ack(ev: usize) -> Result<(), i32> {
     Ok(())
 }
 
-rdmacm_export! {
-    fn rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int as int {
-        let ch = key(channel)?;
-        if event.is_null() {
-            return Err(libc::EINVAL);
+extern "C-unwind" {
+    /// poll(2), declared able to unwind: glibc unwinds a thread cancelled while it waits in
+    /// `poll` out of it (a cancellation point).
+    #[link_name = "poll"]
+    fn cancellable_poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
+}
+
+/// One step of `rdma_get_cm_event` after its wait: the next event of channel `ch` whose eventfd
+/// is `fd` (`Ok(None)`: none yet, wait again). Reads the eventfd only when a zero-timeout poll
+/// says it is readable, so it never blocks here; a non-blocking channel with nothing queued
+/// gives EAGAIN. A channel destroyed (or its key reused) since the wait began gives `Ok(None)`
+/// for ever: the waiter keeps waiting on the still-open, never again written eventfd (see
+/// [`get_event`]).
+fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<Option<*mut EventBox>, i32> {
+    // SAFETY: `fd` is the reference `rdma_get_cm_event` holds across its wait.
+    let raw = unsafe { (*fd).as_raw_fd() };
+    let mut p = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd; a zero timeout does not block.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) } == 1;
+    if !ready {
+        return if nonblocking(raw) { Err(libc::EAGAIN) } else { Ok(None) };
+    }
+    let mut v = 0u64;
+    // SAFETY: an 8-byte read into a local u64 from the eventfd, readable (semaphore mode: one
+    // count, never blocks while readable).
+    let n = unsafe { libc::read(raw, &mut v as *mut u64 as *mut c_void, 8) };
+    if n < 0 {
+        return match crate::export_errno() {
+            libc::EINTR | libc::EAGAIN => Ok(None),
+            e => Err(e),
+        };
+    }
+    let mut lib = lock();
+    // A count without an event (one taken by a destroy or a migration): wait again. The same
+    // key may name a newer channel: only this channel's own queue counts.
+    let same = |c: &&mut Channel| std::ptr::eq(Arc::as_ptr(&c.fd), fd);
+    let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.queue.pop_front()) else {
+        return Ok(None);
+    };
+    crate::mcast::on_retrieved(&mut lib, &mut b);
+    let p = Box::into_raw(b);
+    lib.outstanding.insert(p as usize);
+    Ok(Some(p))
+}
+
+/// `rdma_get_cm_event(3)`: 0, or -1 with errno (EAGAIN on an empty non-blocking channel).
+///
+/// A cancellation point while it waits, as librdmacm's read of its fd is. The checks and the
+/// taking of the event run under the panic guard with cancellation off (`cm_export!`); the
+/// wait, a `poll` declared `C-unwind`, runs between them in frames that hold nothing to drop
+/// (the channel's eventfd is held by a raw `Arc` reference), so a thread cancelled there
+/// unwinds through them to its own cleanup handlers. Such a thread leaves its reference
+/// behind: a channel destroyed later keeps its eventfd open.
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use urxe::transport::sys::CancelOff;
+    const NAME: &str = "rdma_get_cm_event";
+    let fd = {
+        let _off = CancelOff::begin();
+        let start = || -> Result<*const std::os::fd::OwnedFd, i32> {
+            let ch = key(channel)?;
+            if event.is_null() {
+                return Err(libc::EINVAL);
+            }
+            let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
+            Ok(Arc::into_raw(fd))
+        };
+        match catch_unwind(AssertUnwindSafe(start)) {
+            Ok(Ok(fd)) => fd,
+            r => return crate::export::finish(NAME, r.map(|r| r.map(|_| 0)), -1),
         }
-        let b = get_event(ch)?;
-        // SAFETY: `event` is the caller's out-parameter; `ev` is the box's first field.
-        unsafe { *event = b as *mut rdma_cm_event };
-        Ok(0)
+    };
+    loop {
+        // The wait, with the caller's cancellation setting: until the eventfd is readable
+        // (at once on a non-blocking channel, which `take_ready` answers with EAGAIN).
+        // SAFETY: `fd` is the reference taken above, released only below.
+        let raw = unsafe { (*fd).as_raw_fd() };
+        if !nonblocking(raw) {
+            let mut p = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd for the call.
+            unsafe { cancellable_poll(&mut p, 1, -1) };
+        }
+        let _off = CancelOff::begin();
+        let r = catch_unwind(AssertUnwindSafe(|| take_ready(channel as usize, fd)));
+        if let Ok(Ok(None)) = r {
+            continue;
+        }
+        // SAFETY: releases the reference taken above, once.
+        drop(unsafe { Arc::from_raw(fd) });
+        let r = r.map(|r| {
+            r.map(|b| {
+                // SAFETY: `event` is the caller's out-parameter (checked non-null above); `ev`
+                // is the box's first field.
+                unsafe { *event = b.unwrap_or(ptr::null_mut()) as *mut rdma_cm_event };
+                0
+            })
+        });
+        return crate::export::finish(NAME, r, -1);
     }
 }
 
-rdmacm_export! {
+/// Whether `fd` is in non-blocking mode.
+fn nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL takes no pointer.
+    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
+}
+
+cm_export! {
     fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int as int {
         ack(key(event)?)?;
         Ok(0)
@@ -197,7 +298,7 @@ fn create_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int) 
     Ok(b)
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_create_id(
         channel: *mut rdma_event_channel,
         id: *mut *mut rdma_cm_id,
@@ -346,7 +447,7 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int as int {
         destroy_id(id)?;
         Ok(0)
@@ -401,7 +502,7 @@ fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32>
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
         key(id)?;
         // SAFETY: the caller passes a valid sockaddr (or NULL).
@@ -454,7 +555,7 @@ fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_resolve_addr(
         id: *mut rdma_cm_id,
         src_addr: *mut sockaddr,
@@ -483,7 +584,7 @@ fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int as int {
         let _ = timeout_ms;
         resolve_route(id)?;
@@ -492,7 +593,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int as int {
         let _ = backlog;
         let k = key(id)?;
@@ -594,7 +695,7 @@ fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<(), i3
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int as int {
         // SAFETY: NULL or the caller's parameters.
         let p = unsafe { conn_param.as_ref().copied() };
@@ -643,7 +744,7 @@ fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i
     Ok(true)
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int as int {
         // SAFETY: NULL or the caller's parameters.
         let p = unsafe { conn_param.as_ref().copied() };
@@ -674,14 +775,14 @@ fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int as int {
         reject_id(id, private_data, private_data_len)?;
         Ok(0)
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// ECE is not negotiated (rxe has none): a plain reject.
     fn rdma_reject_ece(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int as int {
         reject_id(id, private_data, private_data_len)?;
@@ -689,7 +790,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int as int {
         let k = key(id)?;
         let mut lib = lock();
@@ -717,7 +818,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_establish(id: *mut rdma_cm_id) -> c_int as int {
         let k = key(id)?;
         let mut lib = lock();
@@ -733,7 +834,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int as int {
         let k = key(id)?;
         let mut lib = lock();
@@ -751,7 +852,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut ibv_qp_attr, qp_attr_mask: *mut c_int) -> c_int as int {
         let k = key(id)?;
         if qp_attr.is_null() || qp_attr_mask.is_null() {
@@ -769,7 +870,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int as int {
         let k = key(id)?;
         let mut lib = lock();
@@ -813,7 +914,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_set_option(
         id: *mut rdma_cm_id,
         level: c_int,
@@ -872,7 +973,7 @@ pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
 
 // ---- devices, QPs, SRQs -----------------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context as ptr {
         let ctx = lock().device()?.ctx;
         // SAFETY: calloc of two pointers, freed by rdma_free_devices.
@@ -1024,14 +1125,14 @@ fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) 
     Ok(())
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> c_int as int {
         create_qp(id, pd, qp_init_attr)?;
         Ok(0)
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// Only the PD may be given beyond `ibv_qp_init_attr` (no extended QP creation through
     /// rdma_cm yet): other `comp_mask` bits are EOPNOTSUPP.
     fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> c_int as int {
@@ -1089,7 +1190,7 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
     crate::export::finish("rdma_destroy_qp", r, ());
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> c_int as int {
         let k = key(id)?;
         if attr.is_null() {
@@ -1113,7 +1214,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// Extended SRQs (XRC, tag matching) are not offered through rdma_cm: EOPNOTSUPP.
     fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> c_int as int {
         key(id)?;
@@ -1145,7 +1246,7 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 
 // ---- synchronous endpoints --------------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int as int {
         let k = key(listen)?;
         if id.is_null() {
@@ -1182,7 +1283,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rdma_create_ep(
         id: *mut *mut rdma_cm_id,
         res: *mut rdma_addrinfo,
@@ -1257,7 +1358,7 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 
 // ---- multicast and ECE ------------------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     /// Joins the group at `addr` as a full member (see [`crate::mcast`]).
     fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> c_int as int {
         key(id)?;
@@ -1268,7 +1369,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// `rdma_join_multicast` with join flags: full member, or send-only full member (the QP is
     /// not attached, so it sends to the group without receiving from it). Both attributes are
     /// required (EINVAL), unknown ones are EOPNOTSUPP, as librdmacm.
@@ -1294,7 +1395,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// Leaves a joined group: EADDRNOTAVAIL if `addr` was not joined on this ID.
     fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
         key(id)?;
@@ -1304,7 +1405,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// Kept for `rdma_get_remote_ece` symmetry; urxe (like rxe) negotiates no ECE options.
     fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int as int {
         let k = key(id)?;
@@ -1318,7 +1419,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// The peer's ECE: always none (vendor 0): no ECE options travel in urxe's CM messages.
     fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int as int {
         let k = key(id)?;

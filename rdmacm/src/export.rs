@@ -40,26 +40,42 @@ pub fn finish<T>(name: &str, r: std::thread::Result<Result<T, i32>>, failed: T) 
 /// `int`, `ssize_t`, `off_t`, rsockets' `size_t`) returns -1 on error, `ptr` NULL.
 #[macro_export]
 macro_rules! rdmacm_export {
-    ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty as int $body:block) => {
+    ([$($pre:tt)*] $(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty as int $body:block) => {
         $(#[$m])*
         ///
         /// # Safety
         /// The pointer arguments are what librdmacm's man page says they are.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            $($pre)*
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<$r, i32> { $body }));
             $crate::export::finish(stringify!($name), r, (-1isize) as $r)
         }
     };
-    ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty as ptr $body:block) => {
+    ([$($pre:tt)*] $(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty as ptr $body:block) => {
         $(#[$m])*
         ///
         /// # Safety
         /// The pointer arguments are what librdmacm's man page says they are.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            $($pre)*
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<$r, i32> { $body }));
             $crate::export::finish(stringify!($name), r, std::ptr::null_mut())
         }
     };
+    // rsockets: their blocking calls wait in poll(2) and the verbs' event calls, the
+    // cancellation points a thread blocked there is cancelled at (as in librdmacm).
+    ($(#[$m:meta])* fn $($rest:tt)*) => { $crate::rdmacm_export! { [] $(#[$m])* fn $($rest)* } };
+}
+
+/// [`rdmacm_export!`] with the thread's cancellation off for the call
+/// (`urxe::transport::sys::CancelOff`): the rdma_cm calls close files and write eventfds, glibc
+/// cancellation points, and a thread unwound from inside one would meet the panic guard, which
+/// aborts the process; a cancellation requested meanwhile acts at the thread's next
+/// cancellation point. The synchronous calls (an ID without a channel) therefore wait for
+/// their event without being cancellation points; `rdma_get_cm_event` is one while it waits.
+#[macro_export]
+macro_rules! cm_export {
+    ($($t:tt)*) => { $crate::rdmacm_export! { [let _cancel = urxe::transport::sys::CancelOff::begin();] $($t)* } };
 }

@@ -109,6 +109,54 @@ pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+// glibc's <pthread.h>; the libc crate leaves thread cancellation out.
+extern "C" {
+    fn pthread_setcancelstate(state: c_int, oldstate: *mut c_int) -> c_int;
+}
+/// `PTHREAD_CANCEL_ENABLE` of <pthread.h>.
+pub const PTHREAD_CANCEL_ENABLE: c_int = 0;
+/// `PTHREAD_CANCEL_DISABLE` of <pthread.h>.
+pub const PTHREAD_CANCEL_DISABLE: c_int = 1;
+
+/// Turns the calling thread's cancellation off for the life of the value, then back to what
+/// it was. Every exported call of the control path (both libraries) holds one: closing a file
+/// (destroying a channel or a device) and other calls the control path makes are cancellation
+/// points of glibc, and a thread unwound from inside a call would meet its panic guard, which
+/// aborts the process. A cancellation requested meanwhile acts at the thread's next
+/// cancellation point after the call. The data path (the provider's ops tables, without it)
+/// makes only raw system calls (this module), and the blocking calls turn it back on while
+/// they wait (the provider's `events::blocking_verb`, librdmacm's `rdma_get_cm_event`).
+#[derive(Debug)]
+pub struct CancelOff(c_int);
+
+impl CancelOff {
+    /// Cancellation off from now on.
+    #[inline]
+    #[must_use = "cancellation is back on when the value drops"]
+    pub fn begin() -> CancelOff {
+        let mut old = PTHREAD_CANCEL_ENABLE;
+        // SAFETY: `old` is a valid out-pointer; the call changes only this thread's state.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        CancelOff(old)
+    }
+
+    /// The caller's own setting, for a wait that must be a cancellation point.
+    pub fn callers(&self) -> c_int {
+        self.0
+    }
+}
+
+impl Drop for CancelOff {
+    #[inline]
+    fn drop(&mut self) {
+        if self.0 != PTHREAD_CANCEL_DISABLE {
+            let mut old = 0;
+            // SAFETY: as in `begin`.
+            unsafe { pthread_setcancelstate(self.0, &mut old) };
+        }
+    }
+}
+
 /// An eventfd a poller watches, rung from inside verbs: the progress thread's doorbell. mio's
 /// `Waker` does the same with glibc's `write`, a cancellation point.
 #[derive(Debug)]
@@ -188,6 +236,36 @@ mod tests {
         // SAFETY: an 8-byte read into a local u64.
         assert_eq!(unsafe { read(d.raw_fd(), (&mut n as *mut u64).cast(), 8) }, 8);
         assert_eq!(n, 1, "the full counter was read back to 0 and rung once");
+    }
+
+    fn cancel_state() -> c_int {
+        let mut old = 0;
+        // SAFETY: a valid out-pointer; this test thread's own state.
+        unsafe {
+            pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old);
+            pthread_setcancelstate(old, std::ptr::null_mut());
+        }
+        old
+    }
+
+    #[test]
+    fn cancel_off_turns_cancellation_off_and_back_to_the_callers_setting() {
+        std::thread::spawn(|| {
+            assert_eq!(cancel_state(), PTHREAD_CANCEL_ENABLE, "a new thread's default");
+            {
+                let g = CancelOff::begin();
+                assert_eq!(g.callers(), PTHREAD_CANCEL_ENABLE);
+                assert_eq!(cancel_state(), PTHREAD_CANCEL_DISABLE);
+                {
+                    let inner = CancelOff::begin();
+                    assert_eq!(inner.callers(), PTHREAD_CANCEL_DISABLE, "nested: off already");
+                }
+                assert_eq!(cancel_state(), PTHREAD_CANCEL_DISABLE, "the inner one leaves it off");
+            }
+            assert_eq!(cancel_state(), PTHREAD_CANCEL_ENABLE, "back on");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

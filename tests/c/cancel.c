@@ -13,6 +13,10 @@
  *                     runs an exchange of its own through the same QPs and CQs
  *   cancel event      a thread blocked in ibv_get_cq_event is cancelled; the channel then
  *                     delivers the next event to the main thread
+ *   cancel control    a thread with a cancellation already pending creates and destroys a
+ *                     completion channel and a CQ (the destroys close files: close(2) is a
+ *                     cancellation point of glibc); the verbs complete, and the thread is
+ *                     cancelled at its own next cancellation point
  *
  * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_cancel.rs with
  * -Wall -Wextra -Werror -fsanitize=address,undefined.
@@ -301,10 +305,38 @@ static void event(void)
 	ibv_ack_cq_events(cq_a, 1);
 }
 
+static volatile int control_go, control_done;
+
+static void *control_worker(void *arg)
+{
+	(void)arg;
+	while (!control_go) /* no cancellation point: the cancel is pending when the verbs run */
+		;
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_cq *cq = ch ? ibv_create_cq(ctx, 4, NULL, ch, 0) : NULL;
+	if (cq && ibv_destroy_cq(cq) == 0 && ibv_destroy_comp_channel(ch) == 0)
+		control_done = 1;
+	pthread_testcancel();
+	return NULL;
+}
+
+static void control(void)
+{
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, control_worker, NULL) == 0);
+	CHECK(pthread_cancel(t) == 0);
+	control_go = 1;
+	void *res = NULL;
+	CHECK(pthread_join(t, &res) == 0);
+	CHECK(res == PTHREAD_CANCELED);
+	CHECK(control_done);
+	CHECK(main_exchange());
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: cancel datapath|event\n");
+		fprintf(stderr, "usage: cancel datapath|event|control\n");
 		return 2;
 	}
 	alarm(120); /* a hang ends the process (SIGALRM) instead of the test run */
@@ -313,6 +345,8 @@ int main(int argc, char **argv)
 		datapath();
 	else if (!strcmp(argv[1], "event"))
 		event();
+	else if (!strcmp(argv[1], "control"))
+		control();
 	else
 		REQUIRE(!"unknown section");
 	teardown();

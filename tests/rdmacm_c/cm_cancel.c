@@ -1,0 +1,123 @@
+/*
+ * cm_cancel.c - pthread_cancel and the rdma_cm calls, as an unmodified application meets them.
+ *
+ *   cm_cancel event ADDR     a thread blocked in rdma_get_cm_event is cancelled (librdmacm's
+ *                            read of its fd is a cancellation point); the channel then delivers
+ *                            the ADDR_RESOLVED event of rdma_resolve_addr(ADDR) to the main thread
+ *   cm_cancel control ADDR   a thread with a cancellation already pending creates an event
+ *                            channel and an ID, resolves ADDR synchronously (an ID without a
+ *                            channel) and destroys them (closing files: close(2) is a glibc
+ *                            cancellation point); the calls complete, and the thread is
+ *                            cancelled at its own next cancellation point
+ *
+ * ADDR is the address of urxe's device (URXE_ADDR). Exit 0 and "all checks passed" only if
+ * every check passed. Built by tests/abi_cancel.rs with -Wall -Wextra -Werror
+ * -fsanitize=address,undefined.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <rdma/rdma_cma.h>
+
+#include "../c/check.h"
+
+static struct rdma_event_channel *channel;
+static struct sockaddr_in dst;
+static volatile int waiter_returned, control_go, control_done;
+/* Static, not on the cancelled thread's stack (see tests/c/cancel.c: ASan's redzones). */
+static struct rdma_cm_event *waiter_event;
+
+static void *event_waiter(void *arg)
+{
+	(void)arg;
+	rdma_get_cm_event(channel, &waiter_event);
+	waiter_returned = 1; /* nothing was asked for: no event should have come */
+	return NULL;
+}
+
+static void event(void)
+{
+	channel = rdma_create_event_channel();
+	CHECK(channel);
+	if (!channel)
+		return;
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, event_waiter, NULL) == 0);
+	usleep(20000);
+	CHECK(pthread_cancel(t) == 0);
+	void *res = NULL;
+	CHECK(pthread_join(t, &res) == 0);
+	CHECK(res == PTHREAD_CANCELED);
+	CHECK(!waiter_returned);
+	/* The channel works on. */
+	struct rdma_cm_id *id = NULL;
+	CHECK(rdma_create_id(channel, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0);
+	struct rdma_cm_event *ev = NULL;
+	CHECK(rdma_get_cm_event(channel, &ev) == 0);
+	CHECK(ev && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED && ev->id == id);
+	if (ev)
+		CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(rdma_destroy_id(id) == 0);
+	rdma_destroy_event_channel(channel);
+}
+
+static void *control_worker(void *arg)
+{
+	(void)arg;
+	while (!control_go) /* no cancellation point: the cancel is pending when the calls run */
+		;
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	int ok = ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0 && rdma_destroy_id(id) == 0;
+	id = NULL;
+	ok = ok && rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP) == 0 &&
+	     rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0 && rdma_destroy_id(id) == 0;
+	if (ch)
+		rdma_destroy_event_channel(ch);
+	control_done = ok;
+	pthread_testcancel();
+	return NULL;
+}
+
+static void control(void)
+{
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, control_worker, NULL) == 0);
+	CHECK(pthread_cancel(t) == 0);
+	control_go = 1;
+	void *res = NULL;
+	CHECK(pthread_join(t, &res) == 0);
+	CHECK(res == PTHREAD_CANCELED);
+	CHECK(control_done);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: cm_cancel event|control ADDR\n");
+		return 2;
+	}
+	alarm(120); /* a hang ends the process (SIGALRM) instead of the test run */
+	dst.sin_family = AF_INET;
+	dst.sin_port = htons(7471);
+	if (inet_pton(AF_INET, argv[2], &dst.sin_addr) != 1) {
+		fprintf(stderr, "bad address %s\n", argv[2]);
+		return 2;
+	}
+	if (!strcmp(argv[1], "event"))
+		event();
+	else if (!strcmp(argv[1], "control"))
+		control();
+	else
+		return fprintf(stderr, "unknown section %s\n", argv[1]), 2;
+	if (failures)
+		return 1;
+	printf("all checks passed\n");
+	return 0;
+}
