@@ -461,12 +461,35 @@ fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
+/// Writes `a` into `out` as the kernel reads it; returns its length. Written field by field:
+/// it runs for every packet sent (a `socket2::SockAddr` zeroed and copied a whole
+/// `sockaddr_storage` each time).
 fn std_to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> u32 {
-    let s = SockAddr::from(a);
-    let len = s.len() as usize;
-    // SAFETY: SockAddr holds a valid sockaddr of `len` bytes; storage is large enough for any.
-    unsafe { std::ptr::copy_nonoverlapping(s.as_ptr() as *const u8, out as *mut _ as *mut u8, len) };
-    len as u32
+    match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: `out` is a sockaddr_storage, larger than a sockaddr_in and aligned for it.
+            unsafe { (out as *mut libc::sockaddr_storage as *mut libc::sockaddr_in).write(sin) };
+            size_of::<libc::sockaddr_in>() as u32
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above, for a sockaddr_in6.
+            unsafe { (out as *mut libc::sockaddr_storage as *mut libc::sockaddr_in6).write(sin6) };
+            size_of::<libc::sockaddr_in6>() as u32
+        }
+    }
 }
 
 /// Where one received datagram sits in a [`RecvBatch`].
@@ -685,6 +708,33 @@ impl SendBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_addresses_convert_both_ways_and_equal_socket2s() {
+        let addrs: [SocketAddr; 4] = [
+            "127.77.0.1:4791".parse().unwrap(),
+            "10.1.2.3:65535".parse().unwrap(),
+            SocketAddr::V6(SocketAddrV6::new("fe80::1:2".parse().unwrap(), 4791, 0x12345, 7)),
+            "[2001:db8::9]:1".parse().unwrap(),
+        ];
+        for a in addrs {
+            // Over a storage full of junk: every byte the kernel reads is written.
+            // SAFETY: any byte pattern is a valid sockaddr_storage.
+            let mut out: libc::sockaddr_storage = unsafe { std::mem::transmute([0xA5u8; 128]) };
+            let len = std_to_sockaddr(a, &mut out) as usize;
+            let theirs = SockAddr::from(a);
+            assert_eq!(len, theirs.len() as usize, "{a}");
+            // SAFETY: both hold at least `len` initialised bytes.
+            let (ours, theirs) = unsafe {
+                (
+                    std::slice::from_raw_parts(&out as *const _ as *const u8, len),
+                    std::slice::from_raw_parts(theirs.as_ptr() as *const u8, len),
+                )
+            };
+            assert_eq!(ours, theirs, "{a}");
+            assert_eq!(sockaddr_to_std(&out), Some(a));
+        }
+    }
 
     fn pair() -> (RoceSocket, RoceSocket) {
         // Port 0: let the kernel pick, so parallel tests do not collide.
