@@ -245,33 +245,16 @@ pub fn ip_of_gid(g: [u8; 16]) -> IpAddr {
     }
 }
 
-/// Writes `a` into a `sockaddr_storage`.
+/// Writes `a` into a `sockaddr_storage`, the rest of it zero; rdma_cm's addresses carry no IPv6
+/// flow label.
 pub fn store_sockaddr(dst: &mut libc::sockaddr_storage, a: SocketAddr) {
     // SAFETY: sockaddr_storage is plain bytes; all-zero is a valid value.
     *dst = unsafe { std::mem::zeroed() };
-    match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { ptr::write(dst as *mut _ as *mut libc::sockaddr_in, sin) };
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe { ptr::write(dst as *mut _ as *mut libc::sockaddr_in6, sin6) };
-        }
-    }
+    let a = match a {
+        SocketAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(*v6.ip(), v6.port(), 0, v6.scope_id())),
+        v4 => v4,
+    };
+    urxe::transport::socket::write_sockaddr(a, dst);
 }
 
 /// Reads a `sockaddr` the application passed (NULL → None; unknown family → EAFNOSUPPORT).

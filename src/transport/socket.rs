@@ -461,10 +461,10 @@ fn sockaddr_to_std(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
     }
 }
 
-/// Writes `a` into `out` as the kernel reads it; returns its length. Written field by field:
-/// it runs for every packet sent (a `socket2::SockAddr` zeroed and copied a whole
-/// `sockaddr_storage` each time).
-fn std_to_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> u32 {
+/// Writes `a` into `out` as the kernel reads it (the bytes past its length untouched); returns
+/// its length. Written field by field: it runs for every packet sent (a `socket2::SockAddr`
+/// zeroed and copied a whole `sockaddr_storage` each time).
+pub fn write_sockaddr(a: SocketAddr, out: &mut libc::sockaddr_storage) -> u32 {
     match a {
         SocketAddr::V4(v4) => {
             let sin = libc::sockaddr_in {
@@ -681,7 +681,7 @@ impl SendBatch {
     pub fn push(&mut self, len: usize, dst: SocketAddr) {
         let i = self.len;
         self.spans[i] = (self.used, len);
-        self.addr_lens[i] = std_to_sockaddr(dst, &mut self.addrs[i]);
+        self.addr_lens[i] = write_sockaddr(dst, &mut self.addrs[i]);
         self.used += len;
         self.len += 1;
     }
@@ -721,7 +721,7 @@ mod tests {
             // Over a storage full of junk: every byte the kernel reads is written.
             // SAFETY: any byte pattern is a valid sockaddr_storage.
             let mut out: libc::sockaddr_storage = unsafe { std::mem::transmute([0xA5u8; 128]) };
-            let len = std_to_sockaddr(a, &mut out) as usize;
+            let len = write_sockaddr(a, &mut out) as usize;
             let theirs = SockAddr::from(a);
             assert_eq!(len, theirs.len() as usize, "{a}");
             // SAFETY: both hold at least `len` initialised bytes.

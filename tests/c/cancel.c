@@ -33,16 +33,8 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
-#define REQUIRE(cond)                                                                  \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__,     \
-				__LINE__, #cond, errno);                               \
-			exit(2);                                                       \
-		}                                                                      \
-	} while (0)
+#include "rc_self.h"
 
-#define GID_INDEX 1
 #define POLL_MS 5000
 #define ROUNDS 100
 #define MAIN_WR_ID 0xC0FFEEu
@@ -60,46 +52,6 @@ static char buf[2][64];
 static volatile long sends_posted, sends_done, recvs_posted, recvs_done;
 static volatile long exchanges;
 static volatile int worker_failed;
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-/* RESET -> INIT -> RTR -> RTS, connected to `remote` on our own GID. */
-static void connect_qp(struct ibv_qp *qp, uint32_t remote)
-{
-	union ibv_gid gid;
-	REQUIRE(ibv_query_gid(ctx, 1, GID_INDEX, &gid) == 0);
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1 };
-	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = remote;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = GID_INDEX;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				      IBV_QP_MAX_QP_RD_ATOMIC) == 0);
-}
 
 static void setup(void)
 {
@@ -127,8 +79,8 @@ static void setup(void)
 	ia.recv_cq = cq_b;
 	qp_b = ibv_create_qp(pd, &ia);
 	REQUIRE(qp_a && qp_b);
-	connect_qp(qp_a, qp_b->qp_num);
-	connect_qp(qp_b, qp_a->qp_num);
+	rc_connect_self(ctx, qp_a, qp_b->qp_num, 0);
+	rc_connect_self(ctx, qp_b, qp_a->qp_num, 0);
 }
 
 static void teardown(void)

@@ -24,27 +24,12 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
-#define REQUIRE(cond)                                                                  \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__,     \
-				__LINE__, #cond, errno);                               \
-			exit(2);                                                       \
-		}                                                                      \
-	} while (0)
+#include "rc_self.h"
 
-#define GID_INDEX 1
 #define POLL_MS 5000
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 static void open_dev(void)
 {
@@ -62,44 +47,6 @@ static void close_dev(void)
 {
 	CHECK(ibv_dealloc_pd(pd) == 0);
 	CHECK(ibv_close_device(ctx) == 0);
-}
-
-/* RESET -> INIT -> RTR -> RTS, connected to `remote` on our own GID. */
-static void connect_qp(struct ibv_qp *qp, uint32_t remote, int access)
-{
-	union ibv_gid gid;
-	REQUIRE(ibv_query_gid(ctx, 1, GID_INDEX, &gid) == 0);
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
-		.qp_access_flags = access,
-	};
-	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = remote;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = gid;
-	a.ah_attr.grh.sgid_index = GID_INDEX;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 4;
-	REQUIRE(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				      IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				      IBV_QP_MAX_QP_RD_ATOMIC) == 0);
 }
 
 /* An RC QP pair a <-> b on `pd_` with CQs `scq`/`rcq` (a's) and `cq_b` (b's, both queues). */
@@ -120,8 +67,8 @@ static struct pair make_pair(struct ibv_pd *pd_, struct ibv_cq *cq_a, struct ibv
 	ia.recv_cq = cq_b;
 	p.b = ibv_create_qp(pd_, &ia);
 	REQUIRE(p.b);
-	connect_qp(p.a, p.b->qp_num, access);
-	connect_qp(p.b, p.a->qp_num, access);
+	rc_connect_self(ctx, p.a, p.b->qp_num, access);
+	rc_connect_self(ctx, p.b, p.a->qp_num, access);
 	return p;
 }
 
@@ -600,8 +547,8 @@ static void pd_domains(void)
 	struct ibv_qp *qb = ibv_create_qp(pdom, &ia);
 	REQUIRE(qa && qb);
 	CHECK(qb->pd == pdom);
-	connect_qp(qa, qb->qp_num, 0);
-	connect_qp(qb, qa->qp_num, 0);
+	rc_connect_self(ctx, qa, qb->qp_num, 0);
+	rc_connect_self(ctx, qb, qa->qp_num, 0);
 	char *buf = calloc(1, 128);
 	REQUIRE(buf);
 	/* an MR on the parent domain serves QPs of its protection domain too */

@@ -31,27 +31,12 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
-#define REQUIRE(cond)                                                                  \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "FATAL %s:%d: %s (errno %d)\n", __FILE__,     \
-				__LINE__, #cond, errno);                               \
-			exit(2);                                                       \
-		}                                                                      \
-	} while (0)
 
 #define GID_INDEX 1
 #define POLL_MS 5000
 #define LEN 3000
 
 static struct ibv_context *ctx;
-
-static uint64_t now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
 {
