@@ -32,7 +32,7 @@ use super::hub::{Core, Hub};
 use super::io::{gso_setting, Io};
 use super::memory::ProcessMemory;
 use super::pacing::{Pacing, Signals, RX, SMALL_POST_BYTES};
-use super::progress::{self, rt_setting};
+use super::progress::{self, rt_setting, WAKE};
 use super::socket::{RoceSocket, ROCE_PORT};
 use super::stats::{bind_stats_listener, StatsServer, TransportCounters};
 use crate::engine::{
@@ -110,6 +110,8 @@ impl Device {
             io.set_slot(m.slot());
         }
         let poll = Poll::new()?;
+        let doorbell = super::sys::Doorbell::new()?;
+        poll.registry().register(&mut SourceFd(&doorbell.raw_fd()), WAKE, Interest::READABLE)?;
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         let epoch = Epoch::start();
         let realtime_at_epoch = realtime_ns();
@@ -117,7 +119,7 @@ impl Device {
         core.qpn_reserved = qpn_reserved;
         let hub = Arc::new(Hub {
             core: Mutex::new(core),
-            signals: Signals::new(poll.registry().try_clone()?, rx_fd, epoch)?,
+            signals: Signals::new(doorbell, poll.registry().try_clone()?, rx_fd, epoch)?,
             stop: AtomicBool::new(false),
             rt: AtomicBool::new(false),
             group,

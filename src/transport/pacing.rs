@@ -395,11 +395,14 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    /// Over the progress thread's `registry`, with the receive socket `rx_fd` registered
-    /// (armed); registers the doorbell (token `WAKE`) and the away timer there too.
-    pub(super) fn new(registry: mio::Registry, rx_fd: std::os::fd::RawFd, epoch: Epoch) -> std::io::Result<Signals> {
-        let doorbell = Doorbell::new()?;
-        registry.register(&mut SourceFd(&doorbell.raw_fd()), crate::transport::progress::WAKE, Interest::READABLE)?;
+    /// Over the progress thread's `doorbell` and `registry`, with the receive socket `rx_fd`
+    /// registered (armed); registers the away timer there too.
+    pub(super) fn new(
+        doorbell: Doorbell,
+        registry: mio::Registry,
+        rx_fd: std::os::fd::RawFd,
+        epoch: Epoch,
+    ) -> std::io::Result<Signals> {
         let away = AwayTimer::new()?;
         registry.register(&mut SourceFd(&away.raw_fd()), AWAY, Interest::READABLE)?;
         Ok(Signals {
@@ -859,7 +862,7 @@ mod arm_tests {
             let fd = sock.as_raw_fd();
             let reg = poll.registry().try_clone().unwrap();
             reg.register(&mut SourceFd(&fd), RX, Interest::READABLE).unwrap();
-            let sig = Arc::new(Signals::new(reg, fd, Epoch::start()).unwrap());
+            let sig = Arc::new(Signals::new(test_doorbell(&poll), reg, fd, Epoch::start()).unwrap());
             let threads: Vec<_> = (0..4)
                 .map(|t| {
                     let sig = sig.clone();
@@ -877,11 +880,19 @@ mod arm_tests {
         }
     }
 
+    fn test_doorbell(poll: &mio::Poll) -> Doorbell {
+        let d = Doorbell::new().unwrap();
+        poll.registry()
+            .register(&mut SourceFd(&d.raw_fd()), crate::transport::progress::WAKE, Interest::READABLE)
+            .unwrap();
+        d
+    }
+
     fn signals() -> (mio::Poll, Signals, std::net::UdpSocket) {
         let poll = mio::Poll::new().unwrap();
         let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let reg = poll.registry().try_clone().unwrap();
-        let sig = Signals::new(reg, sock.as_raw_fd(), Epoch::start()).unwrap();
+        let sig = Signals::new(test_doorbell(&poll), reg, sock.as_raw_fd(), Epoch::start()).unwrap();
         (poll, sig, sock)
     }
 
