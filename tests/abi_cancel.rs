@@ -74,3 +74,8 @@ fn a_thread_blocked_in_rdma_get_cm_event_can_be_cancelled() {
 fn a_pending_cancellation_lets_rdma_cm_calls_finish() {
     cm_section("control", "127.31.9.2");
 }
+
+#[test]
+fn a_thread_blocked_in_rdma_get_request_can_be_cancelled() {
+    cm_section("request", "127.31.9.3");
+}

@@ -144,38 +144,34 @@ fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<Option<*mut 
     Ok(Some(p))
 }
 
-/// `rdma_get_cm_event(3)`: 0, or -1 with errno (EAGAIN on an empty non-blocking channel).
+/// The shape of the calls that wait for a channel's next event (`rdma_get_cm_event`, and
+/// `rdma_get_request` on a synchronous listener): `start` checks the arguments and names the
+/// channel (and what `finish` needs, `Copy`: nothing to drop), the call waits for the event,
+/// and `finish` takes it.
 ///
-/// A cancellation point while it waits, as librdmacm's read of its fd is. The checks and the
-/// taking of the event run under the panic guard with cancellation off (`cm_export!`); the
-/// wait, a `poll` declared `C-unwind`, runs between them in frames that hold nothing to drop
-/// (the channel's eventfd is held by a raw `Arc` reference), so a thread cancelled there
-/// unwinds through them to its own cleanup handlers. Such a thread leaves its reference
-/// behind: a channel destroyed later keeps its eventfd open.
-///
-/// # Safety
-/// The pointer arguments are what librdmacm's man page says they are.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn rdma_get_cm_event(
-    channel: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
+/// A cancellation point while it waits, as librdmacm's read of its fd is. `start`, the taking
+/// of the event and `finish` run under the panic guard with cancellation off (as `cm_export!`
+/// calls do); the wait, a `poll` declared `C-unwind`, runs between them in frames that hold
+/// nothing to drop (the channel's eventfd is held by a raw `Arc` reference), so a thread
+/// cancelled there unwinds through them to its own cleanup handlers. Such a thread leaves its
+/// reference behind: a channel destroyed later keeps its eventfd open.
+fn event_call<T: Copy>(
+    name: &str,
+    start: impl FnOnce() -> Result<(usize, T), i32>,
+    finish: impl FnOnce(*mut EventBox, T) -> Result<c_int, i32>,
 ) -> c_int {
     use std::panic::{catch_unwind, AssertUnwindSafe};
     use urxe::transport::sys::CancelOff;
-    const NAME: &str = "rdma_get_cm_event";
-    let fd = {
+    let (ch, fd, extra) = {
         let _off = CancelOff::begin();
-        let start = || -> Result<*const std::os::fd::OwnedFd, i32> {
-            let ch = key(channel)?;
-            if event.is_null() {
-                return Err(libc::EINVAL);
-            }
+        let r = catch_unwind(AssertUnwindSafe(|| -> Result<_, i32> {
+            let (ch, extra) = start()?;
             let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
-            Ok(Arc::into_raw(fd))
-        };
-        match catch_unwind(AssertUnwindSafe(start)) {
-            Ok(Ok(fd)) => fd,
-            r => return crate::export::finish(NAME, r.map(|r| r.map(|_| 0)), -1),
+            Ok((ch, Arc::into_raw(fd), extra))
+        }));
+        match r {
+            Ok(Ok(v)) => v,
+            r => return crate::export::finish(name, r.map(|r| r.map(|_| 0)), -1),
         }
     };
     loop {
@@ -189,22 +185,47 @@ pub unsafe extern "C-unwind" fn rdma_get_cm_event(
             unsafe { cancellable_poll(&mut p, 1, -1) };
         }
         let _off = CancelOff::begin();
-        let r = catch_unwind(AssertUnwindSafe(|| take_ready(channel as usize, fd)));
-        if let Ok(Ok(None)) = r {
-            continue;
-        }
+        let taken = match catch_unwind(AssertUnwindSafe(|| take_ready(ch, fd))) {
+            Ok(Ok(None)) => continue,
+            Ok(Ok(Some(b))) => Ok(Ok(b)),
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(p) => Err(p),
+        };
         // SAFETY: releases the reference taken above, once.
         drop(unsafe { Arc::from_raw(fd) });
-        let r = r.map(|r| {
-            r.map(|b| {
-                // SAFETY: `event` is the caller's out-parameter (checked non-null above); `ev`
-                // is the box's first field.
-                unsafe { *event = b.unwrap_or(ptr::null_mut()) as *mut rdma_cm_event };
-                0
-            })
-        });
-        return crate::export::finish(NAME, r, -1);
+        let r = match taken {
+            Ok(Ok(b)) => catch_unwind(AssertUnwindSafe(|| finish(b, extra))),
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(p) => Err(p),
+        };
+        return crate::export::finish(name, r, -1);
     }
+}
+
+/// `rdma_get_cm_event(3)`: 0, or -1 with errno (EAGAIN on an empty non-blocking channel). A
+/// cancellation point while it waits (see [`event_call`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rdma_get_cm_event(
+    channel: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    let start = || {
+        let ch = key(channel)?;
+        if event.is_null() {
+            return Err(libc::EINVAL);
+        }
+        Ok((ch, ()))
+    };
+    let finish = |b: *mut EventBox, ()| {
+        // SAFETY: `event` is the caller's out-parameter (checked non-null in `start`); `ev` is
+        // the box's first field.
+        unsafe { *event = b as *mut rdma_cm_event };
+        Ok(0)
+    };
+    event_call("rdma_get_cm_event", start, finish)
 }
 
 /// Whether `fd` is in non-blocking mode.
@@ -1246,21 +1267,27 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 
 // ---- synchronous endpoints --------------------------------------------------------------------
 
-cm_export! {
-    fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int as int {
+/// `rdma_get_request(3)` on a synchronous listening endpoint: the next connection request's
+/// ID (its QP created when the endpoint has QP attributes). A cancellation point while it
+/// waits, as librdmacm's is (see [`event_call`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+    let start = || {
         let k = key(listen)?;
         if id.is_null() {
             return Err(libc::EINVAL);
         }
-        let (ch, ep) = {
-            let lib = lock();
-            let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-            if !st.sync || st.state != IdState::Listening {
-                return Err(libc::EINVAL);
-            }
-            (st.channel, st.ep_qp)
-        };
-        let b = get_event(ch)?;
+        let lib = lock();
+        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+        if !st.sync || st.state != IdState::Listening {
+            return Err(libc::EINVAL);
+        }
+        Ok((st.channel, st.ep_qp))
+    };
+    let finish = |b: *mut EventBox, ep: Option<(ibv_qp_init_attr, *mut ibv_pd)>| {
         // SAFETY: an outstanding event box.
         let (ev, status, child) = unsafe { ((*b).ev.event, (*b).ev.status, (*b).ev.id) };
         if ev != event::CONNECT_REQUEST || status != 0 {
@@ -1277,10 +1304,11 @@ cm_export! {
                 return Err(e);
             }
         }
-        // SAFETY: the caller's out-parameter.
+        // SAFETY: the caller's out-parameter (checked non-null in `start`).
         unsafe { *id = child };
         Ok(0)
-    }
+    };
+    event_call("rdma_get_request", start, finish)
 }
 
 cm_export! {

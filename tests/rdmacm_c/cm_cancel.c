@@ -4,6 +4,9 @@
  *   cm_cancel event ADDR     a thread blocked in rdma_get_cm_event is cancelled (librdmacm's
  *                            read of its fd is a cancellation point); the channel then delivers
  *                            the ADDR_RESOLVED event of rdma_resolve_addr(ADDR) to the main thread
+ *   cm_cancel request ADDR   a thread blocked in rdma_get_request on a synchronous listening
+ *                            endpoint (rdma_create_ep, rdma_listen) is cancelled; the endpoint
+ *                            is then destroyed from the main thread
  *   cm_cancel control ADDR   a thread with a cancellation already pending creates an event
  *                            channel and an ID, resolves ADDR synchronously (an ID without a
  *                            channel) and destroys them (closing files: close(2) is a glibc
@@ -67,6 +70,42 @@ static void event(void)
 	rdma_destroy_event_channel(channel);
 }
 
+static struct rdma_cm_id *listen_id;
+static struct rdma_cm_id *request_id;
+
+static void *request_waiter(void *arg)
+{
+	(void)arg;
+	rdma_get_request(listen_id, &request_id);
+	waiter_returned = 1; /* nobody connected: no request should have come */
+	return NULL;
+}
+
+static void request(const char *addr)
+{
+	struct rdma_addrinfo hints, *res = NULL;
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_PASSIVE;
+	hints.ai_port_space = RDMA_PS_TCP;
+	CHECK(rdma_getaddrinfo(addr, "7472", &hints, &res) == 0);
+	if (!res)
+		return;
+	CHECK(rdma_create_ep(&listen_id, res, NULL, NULL) == 0);
+	rdma_freeaddrinfo(res);
+	if (!listen_id)
+		return;
+	CHECK(rdma_listen(listen_id, 4) == 0);
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, request_waiter, NULL) == 0);
+	usleep(20000);
+	CHECK(pthread_cancel(t) == 0);
+	void *res_ = NULL;
+	CHECK(pthread_join(t, &res_) == 0);
+	CHECK(res_ == PTHREAD_CANCELED);
+	CHECK(!waiter_returned);
+	rdma_destroy_ep(listen_id);
+}
+
 static void *control_worker(void *arg)
 {
 	(void)arg;
@@ -100,7 +139,7 @@ static void control(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: cm_cancel event|control ADDR\n");
+		fprintf(stderr, "usage: cm_cancel event|request|control ADDR\n");
 		return 2;
 	}
 	alarm(120); /* a hang ends the process (SIGALRM) instead of the test run */
@@ -114,6 +153,8 @@ int main(int argc, char **argv)
 		event();
 	else if (!strcmp(argv[1], "control"))
 		control();
+	else if (!strcmp(argv[1], "request"))
+		request(argv[2]);
 	else
 		return fprintf(stderr, "unknown section %s\n", argv[1]), 2;
 	if (failures)
