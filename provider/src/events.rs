@@ -218,12 +218,12 @@ fn wait_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
 /// a stale record, wait again) one blocking [`wait_record`] and `finish` on the record.
 ///
 /// `start` and `finish` run under the panic guard, with cancellation off, as every exported
-/// verb does (`CancelOff`); the wait does neither. A
-/// thread with deferred cancellation is cancelled inside the wait (rdma-core's verbs read the
-/// fd, a cancellation point), and the panic guard (`catch_unwind`) cannot let that unwind pass:
-/// the process would abort ("FATAL: exception not rethrown"). Between the two, nothing held
-/// by these frames has a destructor, and the exported functions are `extern "C-unwind"`: the
-/// unwind runs through them to the application's own cleanup handlers.
+/// verb does (`CancelOff`); the wait does neither. A thread with deferred cancellation is
+/// cancelled inside the wait (rdma-core's verbs read the fd, a cancellation point), and the
+/// panic guard (`catch_unwind`) cannot let that unwind pass: the process would abort ("FATAL:
+/// exception not rethrown"). Between the two, nothing held by these frames has a destructor,
+/// and the exported functions are `extern "C-unwind"`: the unwind runs through them to the
+/// application's own cleanup handlers.
 fn blocking_verb<const N: usize>(
     name: &str,
     start: impl FnOnce() -> Result<c_int, i32>,

@@ -54,7 +54,8 @@ cm_export! {
     }
 }
 
-/// Takes the next event of a channel: blocks unless its fd is O_NONBLOCK (then EAGAIN).
+/// Takes the next event of a channel for a synchronous call (`sync_wait`): blocks unless its fd
+/// is O_NONBLOCK (then EAGAIN).
 ///
 /// A channel destroyed while a thread waits here is what the kernel's does to a thread blocked
 /// in librdmacm's read of the ucma file: that thread keeps waiting (the file stays open under
@@ -66,26 +67,13 @@ cm_export! {
 fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
     let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
     loop {
-        let mut v = 0u64;
-        // SAFETY: an 8-byte read into a local u64 from the channel's eventfd, which `fd` keeps
-        // open.
-        let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut c_void, 8) };
-        if n < 0 {
-            match crate::export_errno() {
-                libc::EINTR => continue,
-                e => return Err(e),
-            }
+        if let Some(b) = take_ready(ch, Arc::as_ptr(&fd))? {
+            return Ok(b);
         }
-        let mut lib = lock();
-        // A count without an event (one taken by a destroy or a migration): read again. The
-        // same key may name a newer channel: only this channel's own queue counts.
-        let same = |c: &&mut Channel| Arc::ptr_eq(&c.fd, &fd);
-        if let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.queue.pop_front()) {
-            crate::mcast::on_retrieved(&mut lib, &mut b);
-            let p = Box::into_raw(b);
-            lib.outstanding.insert(p as usize);
-            return Ok(p);
-        }
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd for the call. The synchronous calls that wait here run
+        // with cancellation off (`cm_export!`): no cancellation point.
+        unsafe { libc::poll(&mut p, 1, -1) };
     }
 }
 
@@ -106,14 +94,14 @@ extern "C-unwind" {
     fn cancellable_poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
 }
 
-/// One step of `rdma_get_cm_event` after its wait: the next event of channel `ch` whose eventfd
-/// is `fd` (`Ok(None)`: none yet, wait again). Reads the eventfd only when a zero-timeout poll
+/// One step of taking a channel's event after a wait: the next event of channel `ch` whose
+/// eventfd is `fd` (`Ok(None)`: none yet, wait again). Reads the eventfd only when a zero-timeout poll
 /// says it is readable, so it never blocks here; a non-blocking channel with nothing queued
 /// gives EAGAIN. A channel destroyed (or its key reused) since the wait began gives `Ok(None)`
 /// for ever: the waiter keeps waiting on the still-open, never again written eventfd (see
 /// [`get_event`]).
 fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<Option<*mut EventBox>, i32> {
-    // SAFETY: `fd` is the reference `rdma_get_cm_event` holds across its wait.
+    // SAFETY: `fd` is a reference the caller holds across its wait.
     let raw = unsafe { (*fd).as_raw_fd() };
     let mut p = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd; a zero timeout does not block.
