@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use urxe::transport::sys::cancellable_read;
 
 /// Live CQs by serial (value = address of the `UrxeCq`).
 static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
@@ -180,13 +181,6 @@ pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: 
     } else {
         Err(errno())
     }
-}
-
-extern "C-unwind" {
-    /// read(2), declared able to unwind: glibc unwinds a thread cancelled while it waits in
-    /// `read` out of it (a cancellation point).
-    #[link_name = "read"]
-    fn cancellable_read(fd: c_int, buf: *mut c_void, count: usize) -> isize;
 }
 
 /// Reads exactly one record; -1/errno semantics of read(2) (EAGAIN when O_NONBLOCK and empty).

@@ -13,6 +13,7 @@ use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::Arc;
 use urxe::cm::{reject, sidr_status, State};
+use urxe::transport::sys::cancellable_poll;
 use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
 
 /// The responder resources / initiator depth a NULL `rdma_conn_param` stands for: the
@@ -85,13 +86,6 @@ fn ack(ev: usize) -> Result<(), i32> {
     // SAFETY: `ev` came from Box::into_raw in get_event and was outstanding until now.
     drop(unsafe { Box::from_raw(ev as *mut EventBox) });
     Ok(())
-}
-
-extern "C-unwind" {
-    /// poll(2), declared able to unwind: glibc unwinds a thread cancelled while it waits in
-    /// `poll` out of it (a cancellation point).
-    #[link_name = "poll"]
-    fn cancellable_poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
 }
 
 /// One step of taking a channel's event after a wait: the next event of channel `ch` whose

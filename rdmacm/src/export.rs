@@ -64,17 +64,17 @@ macro_rules! rdmacm_export {
             $crate::export::finish(stringify!($name), r, std::ptr::null_mut())
         }
     };
-    // rsockets: their blocking calls wait in poll(2) and the verbs' event calls, the
-    // cancellation points a thread blocked there is cancelled at (as in librdmacm).
-    ($(#[$m:meta])* fn $($rest:tt)*) => { $crate::rdmacm_export! { [] $(#[$m])* fn $($rest)* } };
 }
 
 /// [`rdmacm_export!`] with the thread's cancellation off for the call
-/// (`urxe::transport::sys::CancelOff`): the rdma_cm calls close files and write eventfds, glibc
+/// (`urxe::transport::sys::CancelOff`): the calls close files, write eventfds and poll, glibc
 /// cancellation points, and a thread unwound from inside one would meet the panic guard, which
 /// aborts the process; a cancellation requested meanwhile acts at the thread's next
-/// cancellation point. The synchronous calls (an ID without a channel) therefore wait for
-/// their event without being cancellation points; `rdma_get_cm_event` is one while it waits.
+/// cancellation point. Every call of the library is made so except the waits, which are
+/// cancellation points while they wait: `rdma_get_cm_event` and `rdma_get_request`
+/// (`api::event_call`) and rsockets' blocking calls (`rsockets::blocking`). The synchronous
+/// rdma_cm calls (an ID without a channel), `rshutdown` and `rclose` wait, bounded, without
+/// being cancellation points.
 #[macro_export]
 macro_rules! cm_export {
     ($($t:tt)*) => { $crate::rdmacm_export! { [let _cancel = urxe::transport::sys::CancelOff::begin();] $($t)* } };

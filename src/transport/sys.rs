@@ -109,6 +109,46 @@ pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// glibc's poll(2), a cancellation point, for the waits that are meant to be one: a thread
+/// cancelled while it waits here is unwound out of it by glibc. The caller's frames up to C
+/// must be `C-unwind` and hold nothing to drop (no `catch_unwind`, no live destructor).
+///
+/// Called through an `extern "C-unwind"` function pointer the optimizer cannot see through,
+/// not through a `C-unwind` declaration of `poll` of its own: the libc crate declares `poll`
+/// as unable to unwind, the code generator may merge the two declarations, and a call marked
+/// unable to unwind gets no entry in the caller's unwind table, so the unwinder ends the
+/// process there (as it did in rsockets' `raccept`).
+///
+/// # Safety
+/// poll(2)'s contract: `fds` points to `nfds` valid pollfds.
+#[inline]
+pub unsafe fn cancellable_poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    type Poll = unsafe extern "C-unwind" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+    type PollC = unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+    let c: PollC = libc::poll;
+    // SAFETY: the same function with the same calling convention; "C-unwind" only says that
+    // an unwind may leave it, which glibc's cancellation does.
+    let f: Poll = std::hint::black_box(unsafe { std::mem::transmute::<PollC, Poll>(c) });
+    // SAFETY: the caller's pollfds.
+    unsafe { f(fds, nfds, timeout) }
+}
+
+/// glibc's read(2), a cancellation point, for the waits that are meant to be one; see
+/// [`cancellable_poll`] for the caller's frames and for why it is called through a pointer.
+///
+/// # Safety
+/// read(2)'s contract: `buf` is valid for writes of `count` bytes.
+#[inline]
+pub unsafe fn cancellable_read(fd: RawFd, buf: *mut c_void, count: usize) -> isize {
+    type Read = unsafe extern "C-unwind" fn(c_int, *mut c_void, usize) -> isize;
+    type ReadC = unsafe extern "C" fn(c_int, *mut c_void, usize) -> isize;
+    let c: ReadC = libc::read;
+    // SAFETY: as in `cancellable_poll`.
+    let f: Read = std::hint::black_box(unsafe { std::mem::transmute::<ReadC, Read>(c) });
+    // SAFETY: the caller's buffer.
+    unsafe { f(fd, buf, count) }
+}
+
 // glibc's <pthread.h>; the libc crate leaves thread cancellation out.
 extern "C" {
     fn pthread_setcancelstate(state: c_int, oldstate: *mut c_int) -> c_int;
@@ -218,6 +258,25 @@ mod tests {
         assert_eq!(unsafe { read(d.raw_fd(), (&mut n as *mut u64).cast(), 8) }, 8);
         assert_eq!(n, 2);
         assert!(!readable(d.raw_fd()));
+    }
+
+    #[test]
+    fn the_cancellable_calls_are_glibcs_poll_and_read() {
+        let d = Doorbell::new().unwrap();
+        let mut p = libc::pollfd { fd: d.raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd that outlives the call.
+        assert_eq!(unsafe { cancellable_poll(&mut p, 1, 0) }, 0);
+        d.ring();
+        // SAFETY: as above.
+        assert_eq!(unsafe { cancellable_poll(&mut p, 1, 1000) }, 1);
+        assert_eq!(p.revents, libc::POLLIN);
+        let mut n = 0u64;
+        // SAFETY: an 8-byte read into a local u64.
+        assert_eq!(unsafe { cancellable_read(d.raw_fd(), (&mut n as *mut u64).cast(), 8) }, 8);
+        assert_eq!(n, 1);
+        // SAFETY: a read of a closed descriptor number fails with EBADF, writing nothing.
+        assert_eq!(unsafe { cancellable_read(-1, (&mut n as *mut u64).cast(), 8) }, -1);
+        assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EBADF));
     }
 
     #[test]

@@ -29,13 +29,13 @@
 //! a real, unique fd number that select/poll sets can hold. Each rsocket is a
 //! `Mutex<Stream>` in one table; blocking calls wait in `poll(2)` on the socket's completion
 //! channel and event channel with the lock released, so `rsend` and `rrecv` on one socket
-//! can wait in two threads at once.
+//! can wait in two threads at once, and a waiting thread can be cancelled (see [`blocking`]).
 
 pub mod dp;
 
 use crate::abi::*;
 use crate::api::*;
-use crate::rdmacm_export;
+use crate::cm_export;
 use crate::verbs::{
     ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_qp_init_attr,
 };
@@ -46,6 +46,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use urxe::transport::sys::cancellable_poll;
 
 const RS_OLAP_START_SIZE: u32 = 2048;
 const RS_MAX_TRANSFER: u32 = 65536;
@@ -949,48 +950,128 @@ struct TakenEvent {
 }
 
 // ---- waiting ------------------------------------------------------------------------------
+//
+// A blocking call is a loop of non-blocking attempts ("steps") and sleeps between them. Each
+// step runs with the thread's cancellation off, under the panic guard ([`blocking`]); it either
+// finishes the call or says where to sleep ([`Fail::Block`]), having saved its progress in the
+// call's state (`Copy`: nothing to drop). The sleep is a `poll` declared `C-unwind` in
+// [`blocking`]'s own frame, which holds nothing to drop there: a thread cancelled while it
+// sleeps unwinds through that frame and the exported function to its own cleanup handlers, as
+// a librdmacm rsocket's waits in poll(2) and in the completion channel's read are cancellation
+// points. Unwound through a step instead, it would meet the panic guard, which aborts.
 
-/// Waits until `test` holds on the socket (librdmacm's rs_get_comp): polls the CQ, spins
-/// briefly, then sleeps in poll(2) on the completion and event channels with the lock
-/// released. EWOULDBLOCK for a non-blocking call.
-fn get_comp(h: &Handle, nonblock: bool, test: fn(&Stream) -> bool) -> Result<(), i32> {
+/// Where a blocking call sleeps until its next step.
+#[derive(Clone, Copy)]
+enum Sleep {
+    /// Readable on one of the socket's fds (a negative one is ignored), for at most
+    /// WAKE_INTERVAL_MS: every step re-checks the socket.
+    On([c_int; 2]),
+    /// The caller's set for `rpoll`/`rselect`: the thread's [`POLL_SET`] (pointer, count) for
+    /// `ms` milliseconds.
+    Set(*mut pollfd, nfds_t, c_int),
+}
+
+/// Why a step did not finish the call: an errno, or it has to sleep first.
+enum Fail {
+    Errno(i32),
+    Block(Sleep),
+}
+
+impl From<i32> for Fail {
+    fn from(e: i32) -> Fail {
+        Fail::Errno(e)
+    }
+}
+
+/// How the sleep before a step ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Woke {
+    /// The call's first step: no sleep yet.
+    First,
+    /// poll(2) returned (an fd is ready, or the interval ran out).
+    Slept,
+    /// poll(2) failed with this errno (EINTR: a signal handler ran).
+    Failed(i32),
+}
+
+/// Runs a blocking call: `step` until it finishes, sleeping where it says between steps. See
+/// the section's comment for why the sleep is here. `state` and `failed` are `Copy`, so this
+/// frame and the exported function's hold nothing to drop while the thread sleeps.
+fn blocking<S: Copy, T: Copy>(name: &str, state: &mut S, step: fn(&mut S, Woke) -> Result<T, Fail>, failed: T) -> T {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let mut woke = Woke::First;
+    loop {
+        let sleep = {
+            let _off = urxe::transport::sys::CancelOff::begin();
+            match catch_unwind(AssertUnwindSafe(|| step(state, woke))) {
+                Ok(Err(Fail::Block(s))) => s,
+                Ok(Ok(v)) => return crate::export::finish(name, Ok(Ok(v)), failed),
+                Ok(Err(Fail::Errno(e))) => return crate::export::finish(name, Ok(Err(e)), failed),
+                Err(p) => return crate::export::finish(name, Err(p), failed),
+            }
+        };
+        let mut two = [pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+        let (fds, n, ms) = match sleep {
+            Sleep::On(fds) => {
+                two[0].fd = fds[0];
+                two[1].fd = fds[1];
+                (two.as_mut_ptr(), 2, WAKE_INTERVAL_MS)
+            }
+            Sleep::Set(p, n, ms) => (p, n, ms),
+        };
+        // SAFETY: `n` valid pollfds: ours, or the thread's poll set, which only the next step
+        // of this call touches.
+        let r = unsafe { cancellable_poll(fds, n, ms) };
+        woke = if r < 0 {
+            // SAFETY: this thread's errno slot.
+            Woke::Failed(unsafe { *libc::__errno_location() })
+        } else {
+            Woke::Slept
+        };
+    }
+}
+
+/// What a step does first after a sleep on one socket: takes the completion event it may
+/// have slept for, so the next sleep arms the CQ again.
+fn after_sleep(h: &Handle, woke: Woke) {
+    if woke != Woke::First {
+        take_cq_event(&mut guard(h));
+    }
+}
+
+/// Waits until `test` holds on the socket (librdmacm's rs_get_comp): polls the CQ and spins
+/// briefly, then arms the CQ and asks to sleep on the completion and event channels (the
+/// caller's step returns the [`Fail::Block`]). EWOULDBLOCK for a non-blocking call.
+fn get_comp(h: &Handle, nonblock: bool, test: fn(&Stream) -> bool) -> Result<(), Fail> {
     let start = Instant::now();
     loop {
-        let (comp_fd, ch_fd) = {
-            let mut s = guard(h);
+        let mut s = guard(h);
+        s.update_credits();
+        s.poll_cq();
+        s.poll_cm();
+        if test(&s) {
             s.update_credits();
-            s.poll_cq();
-            s.poll_cm();
-            if test(&s) {
-                s.update_credits();
-                return Ok(());
-            }
-            if s.state & st::ERROR != 0 {
-                return Err(if s.err != 0 { s.err } else { libc::EIO });
-            }
-            if nonblock {
-                return Err(libc::EWOULDBLOCK);
-            }
-            if start.elapsed() < POLL_SPIN {
-                continue;
-            }
-            if !s.cq_armed && !s.cq.is_null() {
-                // SAFETY: our CQ.
-                unsafe { req_notify_cq(s.cq) };
-                s.cq_armed = true;
-                continue;
-            }
-            s.update_credits();
-            // SAFETY: our live channels.
-            (if s.comp.is_null() { -1 } else { unsafe { (*s.comp).fd } }, s.ch_fd())
-        };
-        let mut p = [
-            pollfd { fd: comp_fd, events: libc::POLLIN, revents: 0 },
-            pollfd { fd: ch_fd, events: libc::POLLIN, revents: 0 },
-        ];
-        // SAFETY: two pollfds of ours (a negative fd is ignored by poll).
-        unsafe { libc::poll(p.as_mut_ptr(), 2, WAKE_INTERVAL_MS) };
-        take_cq_event(&mut guard(h));
+            return Ok(());
+        }
+        if s.state & st::ERROR != 0 {
+            return Err(Fail::Errno(if s.err != 0 { s.err } else { libc::EIO }));
+        }
+        if nonblock {
+            return Err(Fail::Errno(libc::EWOULDBLOCK));
+        }
+        if start.elapsed() < POLL_SPIN {
+            continue;
+        }
+        if !s.cq_armed && !s.cq.is_null() {
+            // SAFETY: our CQ.
+            unsafe { req_notify_cq(s.cq) };
+            s.cq_armed = true;
+            continue;
+        }
+        s.update_credits();
+        // SAFETY: our live completion channel.
+        let comp_fd = if s.comp.is_null() { -1 } else { unsafe { (*s.comp).fd } };
+        return Err(Fail::Block(Sleep::On([comp_fd, s.ch_fd()])));
     }
 }
 
@@ -1024,25 +1105,19 @@ fn conn_all_sends_done(s: &Stream) -> bool {
     (s.ctrl_max_seqno - s.ctrl_seqno) + s.sqe_avail == s.sq_size || s.state & st::CONNECTED == 0
 }
 
-/// Waits for the CM event that moves an opening socket on (blocking calls), or reports
-/// EINPROGRESS (non-blocking ones).
-fn do_connect(h: &Handle, nonblock: bool) -> Result<(), i32> {
-    loop {
-        let ch_fd = {
-            let mut s = guard(h);
-            match s.progress_connect() {
-                Err(libc::EINPROGRESS) if !nonblock => s.ch_fd(),
-                r => return r,
-            }
-        };
-        let mut p = pollfd { fd: ch_fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one pollfd of ours.
-        unsafe { libc::poll(&mut p, 1, WAKE_INTERVAL_MS) };
+/// Moves an opening socket on by the CM events that came: Ok once connected; for a blocking
+/// call still in progress, sleep on the event channel; EINPROGRESS for a non-blocking one.
+fn do_connect(h: &Handle, nonblock: bool) -> Result<(), Fail> {
+    let mut s = guard(h);
+    match s.progress_connect() {
+        Err(libc::EINPROGRESS) if !nonblock => Err(Fail::Block(Sleep::On([s.ch_fd(), -1]))),
+        r => r.map_err(Fail::Errno),
     }
 }
 
-/// Waits (blocking, bounded by the CM's own timeouts) for the next event of a socket's
-/// channel while it resolves.
+/// Waits for the next event of a socket's channel while it resolves its address and route.
+/// Not a cancellation point: the wait is bounded by the resolution's own timeout (2 s), and
+/// runs inside `rconnect`'s first step.
 fn wait_event(h: &Handle) -> TakenEvent {
     loop {
         let fd = {
@@ -1053,14 +1128,32 @@ fn wait_event(h: &Handle) -> TakenEvent {
             s.ch_fd()
         };
         let mut p = pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one pollfd of ours.
+        // SAFETY: one pollfd of ours (cancellation is off: not a cancellation point here).
         unsafe { libc::poll(&mut p, 1, WAKE_INTERVAL_MS) };
     }
 }
 
+/// Exports a blocking rsockets call: its state (built from the arguments, `Copy`) and its
+/// step, run by [`blocking`]; -1 with errno on failure.
+macro_rules! blocking_export {
+    ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty { $state:expr, $step:expr }) => {
+        $(#[$m])*
+        ///
+        /// A cancellation point while it sleeps (see [`blocking`]).
+        ///
+        /// # Safety
+        /// The pointer arguments are what librdmacm's man page says they are.
+        #[no_mangle]
+        pub unsafe extern "C-unwind" fn $name($($a: $t),*) -> $r {
+            let mut state = $state;
+            blocking(stringify!($name), &mut state, $step, (-1isize) as $r)
+        }
+    };
+}
+
 // ---- entry points -------------------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int as int {
         let sty = ty & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
         if domain != libc::AF_INET && domain != libc::AF_INET6 {
@@ -1109,7 +1202,7 @@ fn sockaddr_arg(addr: *const sockaddr, len: socklen_t) -> Result<*mut sockaddr, 
     Ok(addr as *mut sockaddr)
 }
 
-rdmacm_export! {
+cm_export! {
     fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         let a = sockaddr_arg(addr, addrlen)?;
@@ -1124,7 +1217,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rlisten(socket: c_int, backlog: c_int) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
@@ -1219,119 +1312,147 @@ fn copy_addr(src: &libc::sockaddr_storage, addr: *mut sockaddr, addrlen: *mut so
     }
 }
 
-rdmacm_export! {
-    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int as int {
-        let h = lookup(socket)?;
-        loop {
-            let (fd, nonblock) = {
-                let mut s = guard(&h);
-                if s.state != st::LISTENING {
-                    return Err(libc::EBADF);
-                }
-                while let Some(ev) = s.take_event() {
-                    if ev.event != event::CONNECT_REQUEST {
-                        continue;
-                    }
-                    let i = accept_one(&s, ev)?;
-                    if let Ok(n) = lookup(i) {
-                        let n = guard(&n);
-                        // SAFETY: the new socket's live ID.
-                        copy_addr(unsafe { &(*n.id).route.addr.dst_storage }, addr, addrlen);
-                    }
-                    return Ok(i);
-                }
-                (s.ch_fd(), s.nonblocking(0))
-            };
-            if nonblock {
-                return Err(libc::EAGAIN);
-            }
-            let mut p = pollfd { fd, events: libc::POLLIN, revents: 0 };
-            // SAFETY: one pollfd of ours.
-            unsafe { libc::poll(&mut p, 1, WAKE_INTERVAL_MS) };
+/// `raccept`'s arguments.
+#[derive(Clone, Copy)]
+struct Accept {
+    socket: c_int,
+    addr: *mut sockaddr,
+    addrlen: *mut socklen_t,
+}
+
+fn accept_step(a: &mut Accept, _woke: Woke) -> Result<c_int, Fail> {
+    let h = lookup(a.socket)?;
+    let mut s = guard(&h);
+    if s.state != st::LISTENING {
+        return Err(Fail::Errno(libc::EBADF));
+    }
+    while let Some(ev) = s.take_event() {
+        if ev.event != event::CONNECT_REQUEST {
+            continue;
         }
+        let i = accept_one(&s, ev)?;
+        if let Ok(n) = lookup(i) {
+            let n = guard(&n);
+            // SAFETY: the new socket's live ID.
+            copy_addr(unsafe { &(*n.id).route.addr.dst_storage }, a.addr, a.addrlen);
+        }
+        return Ok(i);
+    }
+    if s.nonblocking(0) {
+        return Err(Fail::Errno(libc::EAGAIN));
+    }
+    Err(Fail::Block(Sleep::On([s.ch_fd(), -1])))
+}
+
+blocking_export! {
+    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
+        Accept { socket, addr, addrlen },
+        accept_step
     }
 }
 
-rdmacm_export! {
-    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int as int {
-        let h = lookup(socket)?;
-        let dst = sockaddr_arg(addr, addrlen)?;
-        let nonblock = {
-            let mut s = guard(&h);
-            match s.state {
-                st::INIT | st::BOUND => {}
-                st::CONNECTING | st::ACCEPTING => return Err(libc::EALREADY),
-                x if x & st::CONNECTED != 0 => return Err(libc::EISCONN),
-                _ => return Err(libc::EINVAL),
-            }
-            // SAFETY: our ID; the caller's address.
-            errno_of(unsafe { rdma_resolve_addr(s.id, ptr::null_mut(), dst, 2000) })?;
-            s.state = st::CONNECTING;
-            s.nonblocking(0)
-        };
-        let fail = |e: i32| {
-            let mut s = guard(&h);
-            s.state = st::CONNECT_ERROR;
-            s.err = e;
-            e
-        };
-        // Address and route resolution are local (no SA on RoCE): wait for them even on a
-        // non-blocking socket, as a TCP connect resolves before it returns EINPROGRESS.
-        let ev = wait_event(&h);
-        if ev.event != event::ADDR_RESOLVED {
-            return Err(fail(if ev.event == event::ADDR_ERROR { libc::EHOSTUNREACH } else { libc::ECONNREFUSED }));
+/// `rconnect`'s arguments, and whether the connection is already asked for.
+#[derive(Clone, Copy)]
+struct Connect {
+    socket: c_int,
+    addr: *const sockaddr,
+    addrlen: socklen_t,
+    asked: bool,
+}
+
+/// The first step resolves the address and route (local, bounded: no SA on RoCE; waited for
+/// even on a non-blocking socket, as a TCP connect resolves before it returns EINPROGRESS)
+/// and sends the REQ; every step then waits for the REP's outcome.
+fn connect_step(c: &mut Connect, _woke: Woke) -> Result<c_int, Fail> {
+    let h = lookup(c.socket)?;
+    if !c.asked {
+        request_connection(&h, c.addr, c.addrlen)?;
+        c.asked = true;
+    }
+    let nonblock = guard(&h).nonblocking(0);
+    do_connect(&h, nonblock)?;
+    Ok(0)
+}
+
+fn request_connection(h: &Handle, addr: *const sockaddr, addrlen: socklen_t) -> Result<(), i32> {
+    let dst = sockaddr_arg(addr, addrlen)?;
+    {
+        let mut s = guard(h);
+        match s.state {
+            st::INIT | st::BOUND => {}
+            st::CONNECTING | st::ACCEPTING => return Err(libc::EALREADY),
+            x if x & st::CONNECTED != 0 => return Err(libc::EISCONN),
+            _ => return Err(libc::EINVAL),
         }
-        {
-            let s = guard(&h);
-            // SAFETY: our ID.
-            if unsafe { rdma_resolve_route(s.id, 2000) } != 0 {
-                drop(s);
-                return Err(fail(crate::export_errno()));
-            }
+        // SAFETY: our ID; the caller's address.
+        errno_of(unsafe { rdma_resolve_addr(s.id, ptr::null_mut(), dst, 2000) })?;
+        s.state = st::CONNECTING;
+    }
+    let fail = |e: i32| {
+        let mut s = guard(h);
+        s.state = st::CONNECT_ERROR;
+        s.err = e;
+        e
+    };
+    let ev = wait_event(h);
+    if ev.event != event::ADDR_RESOLVED {
+        return Err(fail(if ev.event == event::ADDR_ERROR { libc::EHOSTUNREACH } else { libc::ECONNREFUSED }));
+    }
+    {
+        let s = guard(h);
+        // SAFETY: our ID.
+        if unsafe { rdma_resolve_route(s.id, 2000) } != 0 {
+            drop(s);
+            return Err(fail(crate::export_errno()));
         }
-        let ev = wait_event(&h);
-        if ev.event != event::ROUTE_RESOLVED {
-            return Err(fail(libc::EHOSTUNREACH));
-        }
-        {
-            let mut s = guard(&h);
-            if let Err(e) = s.create_ep() {
-                s.free_ep();
-                drop(s);
-                return Err(fail(e));
-            }
-            let creq = s.format_conn_data();
-            // SAFETY: all-zero is a valid conn param.
-            let mut param: rdma_conn_param = unsafe { std::mem::zeroed() };
-            param.private_data = creq.as_ptr() as *const c_void;
-            param.private_data_len = CONN_DATA_LEN as u8;
-            param.flow_control = 1;
-            param.retry_count = 7;
-            param.rnr_retry_count = 7;
-            param.responder_resources = 2;
-            param.initiator_depth = 2;
-            // SAFETY: our ID with its QP.
-            if unsafe { rdma_connect(s.id, &mut param) } != 0 {
-                let e = crate::export_errno();
-                drop(s);
-                return Err(fail(e));
-            }
-        }
-        match do_connect(&h, nonblock) {
-            Ok(()) => Ok(0),
-            Err(e) => Err(e),
-        }
+    }
+    let ev = wait_event(h);
+    if ev.event != event::ROUTE_RESOLVED {
+        return Err(fail(libc::EHOSTUNREACH));
+    }
+    let mut s = guard(h);
+    if let Err(e) = s.create_ep() {
+        s.free_ep();
+        drop(s);
+        return Err(fail(e));
+    }
+    let creq = s.format_conn_data();
+    // SAFETY: all-zero is a valid conn param.
+    let mut param: rdma_conn_param = unsafe { std::mem::zeroed() };
+    param.private_data = creq.as_ptr() as *const c_void;
+    param.private_data_len = CONN_DATA_LEN as u8;
+    param.flow_control = 1;
+    param.retry_count = 7;
+    param.rnr_retry_count = 7;
+    param.responder_resources = 2;
+    param.initiator_depth = 2;
+    // SAFETY: our ID with its QP.
+    if unsafe { rdma_connect(s.id, &mut param) } != 0 {
+        let e = crate::export_errno();
+        drop(s);
+        return Err(fail(e));
+    }
+    Ok(())
+}
+
+blocking_export! {
+    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
+        Connect { socket, addr, addrlen, asked: false },
+        connect_step
     }
 }
 
 /// Completes a connection still opening before data calls (EAGAIN while in progress).
-fn ensure_connected(h: &Handle, flags: c_int) -> Result<(), i32> {
+fn ensure_connected(h: &Handle, flags: c_int) -> Result<(), Fail> {
     let (opening, nonblock) = {
         let s = guard(h);
         (s.state & st::OPENING != 0, s.nonblocking(flags))
     };
     if opening {
-        return do_connect(h, nonblock).map_err(|e| if e == libc::EINPROGRESS { libc::EAGAIN } else { e });
+        return do_connect(h, nonblock).map_err(|e| match e {
+            Fail::Errno(libc::EINPROGRESS) => Fail::Errno(libc::EAGAIN),
+            e => e,
+        });
     }
     Ok(())
 }
@@ -1357,17 +1478,18 @@ fn copy_out(s: &mut Stream, dst: *mut u8, len: u32, consume: bool) {
     }
 }
 
-fn recv_into(h: &Handle, buf: *mut u8, len: usize, flags: c_int) -> Result<usize, i32> {
+/// Receives into `buf[*done..len]`, adding what it copies to `*done` (kept across a blocking
+/// call's steps). Ok once the call is satisfied (fewer than `len` bytes unless MSG_WAITALL);
+/// an error only if nothing was received.
+fn recv_into(h: &Handle, buf: *mut u8, len: usize, flags: c_int, done: &mut usize) -> Result<(), Fail> {
     ensure_connected(h, flags)?;
     let nonblock = guard(h).nonblocking(flags);
-    let mut left = len;
     loop {
         if !have_rdata(&guard(h)) {
-            if let Err(e) = get_comp(h, nonblock, conn_have_rdata) {
-                if left == len {
-                    return Err(e);
-                }
-                break;
+            match get_comp(h, nonblock, conn_have_rdata) {
+                Ok(()) => {}
+                Err(Fail::Errno(_)) if *done > 0 => break,
+                Err(e) => return Err(e),
             }
         }
         let mut s = guard(h);
@@ -1388,9 +1510,11 @@ fn recv_into(h: &Handle, buf: *mut u8, len: usize, flags: c_int) -> Result<usize
                 s.rbuf_offset = save;
                 got += n;
             }
-            return Ok(got);
+            *done = got;
+            return Ok(());
         }
-        while left > 0 {
+        while *done < len {
+            let left = len - *done;
             let Some(&front) = s.rmsg.front() else { break };
             let n = if (left as u64) < u64::from(front) {
                 *s.rmsg.front_mut().expect("front") -= left as u32;
@@ -1400,50 +1524,61 @@ fn recv_into(h: &Handle, buf: *mut u8, len: usize, flags: c_int) -> Result<usize
                 s.rmsg.pop_front();
                 front
             };
-            // SAFETY: `buf` has `len` bytes, `len - left` are filled.
-            copy_out(&mut s, unsafe { buf.add(len - left) }, n, true);
-            left -= n as usize;
+            // SAFETY: `buf` has `len` bytes, `*done` are filled.
+            copy_out(&mut s, unsafe { buf.add(*done) }, n, true);
+            *done += n as usize;
         }
-        if !(left > 0 && flags & libc::MSG_WAITALL != 0 && s.state & st::READABLE != 0) {
+        if !(*done < len && flags & libc::MSG_WAITALL != 0 && s.state & st::READABLE != 0) {
             break;
         }
     }
     // Hand the space back now rather than at the next call.
     let mut s = guard(h);
     s.update_credits();
-    Ok(len - left)
+    Ok(())
 }
 
-fn send_from(h: &Handle, mut buf: *const u8, len: usize, flags: c_int) -> Result<usize, i32> {
-    ensure_connected(h, flags)?;
-    send_iomaps(h, flags)?;
+/// Sends `buf[*done..len]`, adding what it posts to `*done` (kept across a blocking call's
+/// steps, as the transfer sizes in `chunks` are). Ok once all is sent, or with what was sent
+/// when an error stops it; an error only if nothing was sent.
+fn send_from(
+    h: &Handle,
+    buf: *const u8,
+    len: usize,
+    flags: c_int,
+    done: &mut usize,
+    chunks: &mut Chunks,
+) -> Result<usize, Fail> {
+    let out = |done: usize, e: Fail| match e {
+        Fail::Errno(_) if done > 0 => Ok(done),
+        e => Err(e),
+    };
+    if let Err(e) = ensure_connected(h, flags).and_then(|_| send_iomaps(h, flags)) {
+        return out(*done, e);
+    }
     let nonblock = guard(h).nonblocking(flags);
-    let mut left = len;
-    let mut chunks = Chunks::default();
-    let out = |left: usize, e: i32| if left == len { Err(e) } else { Ok(len - left) };
-    while left > 0 {
+    while *done < len {
         if let Err(e) = wait_send_space(h, nonblock) {
-            return out(left, e);
+            return out(*done, e);
         }
         let mut s = guard(h);
-        let xfer = chunks.next(left).min(s.sbuf_bytes_avail).min(s.target_sgl(s.target_sge).length);
-        if let Err(e) = s.write_data(buf, xfer) {
-            s.fail(e);
-            return out(left, e);
-        }
-        left -= xfer as usize;
+        let xfer = chunks.next(len - *done).min(s.sbuf_bytes_avail).min(s.target_sgl(s.target_sge).length);
         // SAFETY: within the caller's `len` bytes.
-        buf = unsafe { buf.add(xfer as usize) };
+        if let Err(e) = s.write_data(unsafe { buf.add(*done) }, xfer) {
+            s.fail(e);
+            return out(*done, Fail::Errno(e));
+        }
+        *done += xfer as usize;
     }
     Ok(len)
 }
 
 /// Waits (or EWOULDBLOCK) until the socket may send; ECONNRESET once it may not send at all.
-fn wait_send_space(h: &Handle, nonblock: bool) -> Result<(), i32> {
+fn wait_send_space(h: &Handle, nonblock: bool) -> Result<(), Fail> {
     if !guard(h).can_send() {
         get_comp(h, nonblock, conn_can_send)?;
         if guard(h).state & st::WRITABLE == 0 {
-            return Err(libc::ECONNRESET);
+            return Err(Fail::Errno(libc::ECONNRESET));
         }
     }
     Ok(())
@@ -1451,6 +1586,7 @@ fn wait_send_space(h: &Handle, nonblock: bool) -> Result<(), i32> {
 
 /// Transfer sizes of one send call, as librdmacm: 2 KiB first, doubling up to 64 KiB, so a
 /// long send starts moving before its whole size is staged.
+#[derive(Clone, Copy)]
 struct Chunks(u32);
 
 impl Default for Chunks {
@@ -1474,7 +1610,7 @@ impl Chunks {
 }
 
 /// Sends pending `riomap` mappings into the peer's target iomap (before any data after them).
-fn send_iomaps(h: &Handle, flags: c_int) -> Result<(), i32> {
+fn send_iomaps(h: &Handle, flags: c_int) -> Result<(), Fail> {
     loop {
         let pending = {
             let s = guard(h);
@@ -1508,45 +1644,79 @@ fn send_iomaps(h: &Handle, flags: c_int) -> Result<(), i32> {
         let r = s.post_payload(&raw as *const RsIomapRaw as *const u8, IOMAP_LEN as u32, msg, Some(msg), dst, key_r);
         if let Err(e) = r {
             s.fail(e);
-            return Err(e);
+            return Err(Fail::Errno(e));
         }
     }
 }
 
-fn ret_len(r: Result<usize, i32>) -> Result<ssize_t, i32> {
-    r.map(|n| n as ssize_t)
+/// The buffers of a data call.
+#[derive(Clone, Copy)]
+enum Bufs {
+    /// One buffer (`rrecv`, `rsend`, `riowrite`, …): base and length.
+    One(iovec),
+    /// An iovec array (`rreadv`, `rwritev`).
+    Vec(*const iovec, c_int),
+    /// A msghdr's iovecs (`rrecvmsg`, `rsendmsg`): control data is refused.
+    Msg(*mut msghdr),
 }
 
-rdmacm_export! {
-    fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if buf.is_null() && len > 0 {
-            return Err(libc::EFAULT);
+impl Bufs {
+    fn one(base: *const c_void, len: usize) -> Bufs {
+        Bufs::One(iovec { iov_base: base as *mut c_void, iov_len: len })
+    }
+
+    /// The segments, checked as the man pages say (EFAULT, EINVAL, EOPNOTSUPP).
+    fn segs(&self) -> Result<&[iovec], i32> {
+        match self {
+            Bufs::One(v) => {
+                if v.iov_base.is_null() && v.iov_len > 0 {
+                    return Err(libc::EFAULT);
+                }
+                Ok(std::slice::from_ref(v))
+            }
+            Bufs::Vec(iov, cnt) => iov_list(*iov, *cnt),
+            Bufs::Msg(m) => {
+                if m.is_null() {
+                    return Err(libc::EFAULT);
+                }
+                // SAFETY: the caller's msghdr.
+                let m = unsafe { &**m };
+                if !m.msg_control.is_null() && m.msg_controllen > 0 {
+                    return Err(libc::EOPNOTSUPP);
+                }
+                iov_list(m.msg_iov, m.msg_iovlen as c_int)
+            }
         }
-        ret_len(recv_into(&h, buf as *mut u8, len, flags))
     }
 }
 
-rdmacm_export! {
-    /// On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it).
-    fn rrecvfrom(socket: c_int, buf: *mut c_void, len: usize, flags: c_int, src: *mut sockaddr, srclen: *mut socklen_t) -> ssize_t as int {
-        // SAFETY: the caller's arguments, passed on.
-        let n = unsafe { rrecv(socket, buf, len, flags) };
-        if n >= 0 && !src.is_null() && !srclen.is_null() {
-            // SAFETY: as above.
-            unsafe { rgetpeername(socket, src, srclen) };
-        }
-        if n < 0 { Err(crate::export_errno()) } else { Ok(n) }
-    }
+/// How far a data call has come: the segment, the bytes done in it, the bytes done before
+/// it, and the current segment's transfer sizes.
+#[derive(Clone, Copy, Default)]
+struct Progress {
+    seg: usize,
+    off: usize,
+    total: usize,
+    chunks: Chunks,
 }
 
-rdmacm_export! {
-    fn rread(socket: c_int, buf: *mut c_void, count: usize) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if buf.is_null() && count > 0 {
-            return Err(libc::EFAULT);
-        }
-        ret_len(recv_into(&h, buf as *mut u8, count, 0))
+/// A data call's arguments and progress.
+#[derive(Clone, Copy)]
+struct Io {
+    socket: c_int,
+    bufs: Bufs,
+    flags: c_int,
+    /// `rrecvfrom`'s source address out-arguments (null: not asked).
+    src: *mut sockaddr,
+    srclen: *mut socklen_t,
+    /// `riowrite`'s offset in the peer's mapped space.
+    offset: libc::off_t,
+    p: Progress,
+}
+
+impl Io {
+    fn new(socket: c_int, bufs: Bufs, flags: c_int) -> Io {
+        Io { socket, bufs, flags, src: ptr::null_mut(), srclen: ptr::null_mut(), offset: 0, p: Progress::default() }
     }
 }
 
@@ -1564,123 +1734,162 @@ fn iov_list<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
     Ok(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
 }
 
-fn readv(h: &Handle, iov: &[iovec], flags: c_int) -> Result<ssize_t, i32> {
-    let mut total = 0usize;
-    for (k, v) in iov.iter().enumerate() {
+/// A receive call's step. One buffer is [`recv_into`] as is; segments are filled in turn,
+/// the later ones only with what is already there.
+fn recv_step(io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
+    let h = lookup(io.socket)?;
+    after_sleep(&h, woke);
+    let n = match io.bufs {
+        Bufs::One(v) => {
+            io.bufs.segs()?;
+            recv_into(&h, v.iov_base as *mut u8, v.iov_len, io.flags, &mut io.p.off)?;
+            io.p.off
+        }
+        _ => readv(&h, io.bufs.segs()?, io.flags, &mut io.p)?,
+    };
+    if let Bufs::Msg(m) = io.bufs {
+        // SAFETY: the caller's msghdr (checked by `segs`).
+        unsafe { (*m).msg_flags = 0 };
+    }
+    if !io.src.is_null() && !io.srclen.is_null() {
+        // On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it); a
+        // socket with no peer leaves them.
+        let _ = peer_name(&h, io.src, io.srclen);
+    }
+    Ok(n as ssize_t)
+}
+
+fn readv(h: &Handle, iov: &[iovec], flags: c_int, p: &mut Progress) -> Result<usize, Fail> {
+    while let Some(v) = iov.get(p.seg) {
         if v.iov_len == 0 {
+            p.seg += 1;
             continue;
         }
-        // Later segments only take what is already there.
-        let f = if k > 0 && total > 0 { flags | libc::MSG_DONTWAIT } else { flags };
-        match recv_into(h, v.iov_base as *mut u8, v.iov_len, f) {
+        let f = if p.seg > 0 && p.total > 0 { flags | libc::MSG_DONTWAIT } else { flags };
+        match recv_into(h, v.iov_base as *mut u8, v.iov_len, f, &mut p.off) {
+            Ok(()) => {
+                p.total += p.off;
+                let full = p.off == v.iov_len;
+                p.seg += 1;
+                p.off = 0;
+                if !full {
+                    break;
+                }
+            }
+            Err(Fail::Errno(_)) if p.total > 0 => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(p.total)
+}
+
+/// A send call's step: one buffer is [`send_from`] as is; segments are sent in turn.
+fn send_step(io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
+    let h = lookup(io.socket)?;
+    after_sleep(&h, woke);
+    let n = match io.bufs {
+        Bufs::One(v) => {
+            io.bufs.segs()?;
+            send_from(&h, v.iov_base as *const u8, v.iov_len, io.flags, &mut io.p.off, &mut io.p.chunks)?
+        }
+        _ => writev(&h, io.bufs.segs()?, io.flags, &mut io.p)?,
+    };
+    Ok(n as ssize_t)
+}
+
+fn writev(h: &Handle, iov: &[iovec], flags: c_int, p: &mut Progress) -> Result<usize, Fail> {
+    while let Some(v) = iov.get(p.seg) {
+        if v.iov_len == 0 {
+            p.seg += 1;
+            continue;
+        }
+        match send_from(h, v.iov_base as *const u8, v.iov_len, flags, &mut p.off, &mut p.chunks) {
             Ok(n) => {
-                total += n;
+                p.total += n;
+                p.seg += 1;
+                p.off = 0;
+                p.chunks = Chunks::default();
                 if n < v.iov_len {
                     break;
                 }
             }
-            Err(e) if total == 0 => return Err(e),
-            Err(_) => break,
+            Err(Fail::Errno(_)) if p.total > 0 => break,
+            Err(e) => return Err(e),
         }
     }
-    Ok(total as ssize_t)
+    Ok(p.total)
 }
 
-fn writev(h: &Handle, iov: &[iovec], flags: c_int) -> Result<ssize_t, i32> {
-    let mut total = 0usize;
-    for v in iov {
-        if v.iov_len == 0 {
-            continue;
-        }
-        match send_from(h, v.iov_base as *const u8, v.iov_len, flags) {
-            Ok(n) => {
-                total += n;
-                if n < v.iov_len {
-                    break;
-                }
-            }
-            Err(e) if total == 0 => return Err(e),
-            Err(_) => break,
-        }
-    }
-    Ok(total as ssize_t)
-}
-
-rdmacm_export! {
-    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t as int {
-        let h = lookup(socket)?;
-        readv(&h, iov_list(iov, iovcnt)?, 0)
+blocking_export! {
+    fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> ssize_t {
+        Io::new(socket, Bufs::one(buf, len), flags),
+        recv_step
     }
 }
 
-rdmacm_export! {
-    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if msg.is_null() {
-            return Err(libc::EFAULT);
-        }
-        // SAFETY: the caller's msghdr.
-        let m = unsafe { &mut *msg };
-        if !m.msg_control.is_null() && m.msg_controllen > 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        let r = readv(&h, iov_list(m.msg_iov, m.msg_iovlen as c_int)?, flags)?;
-        m.msg_flags = 0;
-        Ok(r)
+blocking_export! {
+    /// On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it).
+    fn rrecvfrom(socket: c_int, buf: *mut c_void, len: usize, flags: c_int, src: *mut sockaddr, srclen: *mut socklen_t) -> ssize_t {
+        Io { src, srclen, ..Io::new(socket, Bufs::one(buf, len), flags) },
+        recv_step
     }
 }
 
-rdmacm_export! {
-    fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if buf.is_null() && len > 0 {
-            return Err(libc::EFAULT);
-        }
-        ret_len(send_from(&h, buf as *const u8, len, flags))
+blocking_export! {
+    fn rread(socket: c_int, buf: *mut c_void, count: usize) -> ssize_t {
+        Io::new(socket, Bufs::one(buf, count), 0),
+        recv_step
     }
 }
 
-rdmacm_export! {
+blocking_export! {
+    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+        Io::new(socket, Bufs::Vec(iov, iovcnt), 0),
+        recv_step
+    }
+}
+
+blocking_export! {
+    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+        Io::new(socket, Bufs::Msg(msg), flags),
+        recv_step
+    }
+}
+
+blocking_export! {
+    fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> ssize_t {
+        Io::new(socket, Bufs::one(buf, len), flags),
+        send_step
+    }
+}
+
+blocking_export! {
     /// On a connected stream socket the destination is ignored (sendto(2) on TCP); EISCONN
     /// is not raised, as librdmacm.
-    fn rsendto(socket: c_int, buf: *const c_void, len: usize, flags: c_int, _dst: *const sockaddr, _dstlen: socklen_t) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if buf.is_null() && len > 0 {
-            return Err(libc::EFAULT);
-        }
-        ret_len(send_from(&h, buf as *const u8, len, flags))
+    fn rsendto(socket: c_int, buf: *const c_void, len: usize, flags: c_int, _dst: *const sockaddr, _dstlen: socklen_t) -> ssize_t {
+        Io::new(socket, Bufs::one(buf, len), flags),
+        send_step
     }
 }
 
-rdmacm_export! {
-    fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if buf.is_null() && count > 0 {
-            return Err(libc::EFAULT);
-        }
-        ret_len(send_from(&h, buf as *const u8, count, 0))
+blocking_export! {
+    fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> ssize_t {
+        Io::new(socket, Bufs::one(buf, count), 0),
+        send_step
     }
 }
 
-rdmacm_export! {
-    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t as int {
-        let h = lookup(socket)?;
-        writev(&h, iov_list(iov, iovcnt)?, 0)
+blocking_export! {
+    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+        Io::new(socket, Bufs::Vec(iov, iovcnt), 0),
+        send_step
     }
 }
 
-rdmacm_export! {
-    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t as int {
-        let h = lookup(socket)?;
-        if msg.is_null() {
-            return Err(libc::EFAULT);
-        }
-        // SAFETY: the caller's msghdr.
-        let m = unsafe { &*msg };
-        if !m.msg_control.is_null() && m.msg_controllen > 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        writev(&h, iov_list(m.msg_iov, m.msg_iovlen as c_int)?, flags)
+blocking_export! {
+    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+        Io::new(socket, Bufs::Msg(msg as *mut msghdr), flags),
+        send_step
     }
 }
 
@@ -1737,93 +1946,144 @@ fn poll_one(h: &Handle, events: i16) -> (i16, c_int) {
     (0, s.ch_fd())
 }
 
-fn rpoll_impl(fds: &mut [pollfd], timeout: c_int) -> Result<c_int, i32> {
-    let start = Instant::now();
+thread_local! {
+    /// The fds a thread's `rpoll`/`rselect` sleeps on: each rsocket's completion (or event)
+    /// channel, each other fd as asked. Kept between a call's steps: the sleep fills in the
+    /// revents the next step reads.
+    static POLL_SET: std::cell::RefCell<Vec<pollfd>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// `rselect`'s fd sets as pollfds, rebuilt at each step.
+    static SELECT_SET: std::cell::RefCell<Vec<pollfd>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One step of `rpoll` over `fds`: the number ready, or a sleep on the thread's poll set.
+/// `start` is the call's start (set by its first step), for the spin and the timeout.
+fn poll_step(fds: &mut [pollfd], timeout: c_int, start: &mut Option<Instant>, woke: Woke) -> Result<c_int, Fail> {
+    let start = *start.get_or_insert_with(Instant::now);
     let deadline = (timeout >= 0).then(|| start + Duration::from_millis(timeout as u64));
-    loop {
-        let mut ready = 0;
-        let mut sleep = Vec::with_capacity(fds.len());
-        for p in fds.iter_mut() {
-            p.revents = 0;
-            if p.fd < 0 {
-                sleep.push(pollfd { fd: -1, events: 0, revents: 0 });
+    POLL_SET.with(|set| {
+        let mut sleep = set.borrow_mut();
+        match woke {
+            Woke::First => {}
+            Woke::Failed(e) => return Err(Fail::Errno(e)),
+            Woke::Slept => {
+                for (p, q) in fds.iter().zip(sleep.iter()) {
+                    if q.revents != 0 {
+                        if let Ok(h) = lookup(p.fd) {
+                            take_cq_event(&mut guard(&h));
+                        }
+                    }
+                }
+            }
+        }
+        loop {
+            let mut ready = 0;
+            sleep.clear();
+            for p in fds.iter_mut() {
+                p.revents = 0;
+                if p.fd < 0 {
+                    sleep.push(pollfd { fd: -1, events: 0, revents: 0 });
+                    continue;
+                }
+                match lookup(p.fd) {
+                    Ok(h) => {
+                        let (rev, fd) = poll_one(&h, p.events);
+                        p.revents = rev;
+                        sleep.push(pollfd { fd, events: libc::POLLIN, revents: 0 });
+                    }
+                    Err(_) => {
+                        let mut q = pollfd { fd: p.fd, events: p.events, revents: 0 };
+                        // SAFETY: one pollfd (zero timeout; cancellation is off).
+                        unsafe { libc::poll(&mut q, 1, 0) };
+                        p.revents = q.revents;
+                        sleep.push(pollfd { fd: p.fd, events: p.events, revents: 0 });
+                    }
+                }
+                if p.revents != 0 {
+                    ready += 1;
+                }
+            }
+            if ready > 0 || timeout == 0 {
+                return Ok(ready);
+            }
+            if start.elapsed() < POLL_SPIN {
                 continue;
             }
-            match lookup(p.fd) {
-                Ok(h) => {
-                    let (rev, fd) = poll_one(&h, p.events);
-                    p.revents = rev;
-                    sleep.push(pollfd { fd, events: libc::POLLIN, revents: 0 });
+            let ms = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(0);
+                    }
+                    (left.as_millis() as c_int).clamp(1, WAKE_INTERVAL_MS)
                 }
-                Err(_) => {
-                    let mut q = pollfd { fd: p.fd, events: p.events, revents: 0 };
-                    // SAFETY: one pollfd.
-                    unsafe { libc::poll(&mut q, 1, 0) };
-                    p.revents = q.revents;
-                    sleep.push(pollfd { fd: p.fd, events: p.events, revents: 0 });
-                }
-            }
-            if p.revents != 0 {
-                ready += 1;
-            }
+                None => WAKE_INTERVAL_MS,
+            };
+            return Err(Fail::Block(Sleep::Set(sleep.as_mut_ptr(), sleep.len() as nfds_t, ms)));
         }
-        if ready > 0 || timeout == 0 {
-            return Ok(ready);
-        }
-        if start.elapsed() < POLL_SPIN {
-            continue;
-        }
-        let ms = match deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(0);
-                }
-                (left.as_millis() as c_int).clamp(1, WAKE_INTERVAL_MS)
-            }
-            None => WAKE_INTERVAL_MS,
-        };
-        // SAFETY: our array of pollfds.
-        let n = unsafe { libc::poll(sleep.as_mut_ptr(), sleep.len() as nfds_t, ms) };
-        if n < 0 {
-            let e = crate::export_errno();
-            if e != libc::EINTR {
-                return Err(e);
-            }
-            return Err(libc::EINTR);
-        }
-        for (p, q) in fds.iter().zip(&sleep) {
-            if q.revents != 0 {
-                if let Ok(h) = lookup(p.fd) {
-                    take_cq_event(&mut guard(&h));
-                }
-            }
-        }
-    }
+    })
 }
 
-rdmacm_export! {
-    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int as int {
-        if fds.is_null() && nfds > 0 {
-            return Err(libc::EFAULT);
-        }
-        if nfds == 0 {
-            return rpoll_impl(&mut [], timeout);
-        }
+/// `rpoll`'s arguments and start.
+#[derive(Clone, Copy)]
+struct Poll {
+    fds: *mut pollfd,
+    nfds: nfds_t,
+    timeout: c_int,
+    start: Option<Instant>,
+}
+
+fn rpoll_step(p: &mut Poll, woke: Woke) -> Result<c_int, Fail> {
+    if p.fds.is_null() && p.nfds > 0 {
+        return Err(Fail::Errno(libc::EFAULT));
+    }
+    let fds = if p.nfds == 0 {
+        &mut []
+    } else {
         // SAFETY: the caller's array of `nfds` pollfds.
-        rpoll_impl(unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }, timeout)
+        unsafe { std::slice::from_raw_parts_mut(p.fds, p.nfds as usize) }
+    };
+    poll_step(fds, p.timeout, &mut p.start, woke)
+}
+
+blocking_export! {
+    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+        Poll { fds, nfds, timeout, start: None },
+        rpoll_step
     }
 }
 
-rdmacm_export! {
-    fn rselect(nfds: c_int, readfds: *mut libc::fd_set, writefds: *mut libc::fd_set, exceptfds: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int as int {
-        if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) {
-            return Err(libc::EINVAL);
+/// `rselect`'s arguments and start.
+#[derive(Clone, Copy)]
+struct Select {
+    nfds: c_int,
+    sets: [*mut libc::fd_set; 3],
+    timeout: *mut libc::timeval,
+    start: Option<Instant>,
+}
+
+/// `rselect`: the fd sets as pollfds ([`SELECT_SET`]), polled as `rpoll`; the sets are
+/// rewritten once it is done.
+fn select_step(x: &mut Select, woke: Woke) -> Result<c_int, Fail> {
+    if !(0..=libc::FD_SETSIZE as c_int).contains(&x.nfds) {
+        return Err(Fail::Errno(libc::EINVAL));
+    }
+    let [readfds, writefds, exceptfds] = x.sets;
+    let ms = if x.timeout.is_null() {
+        -1
+    } else {
+        // SAFETY: the caller's timeval.
+        let t = unsafe { &*x.timeout };
+        if t.tv_sec < 0 || t.tv_usec < 0 {
+            return Err(Fail::Errno(libc::EINVAL));
         }
-        let mut fds = Vec::new();
+        (t.tv_sec * 1000 + t.tv_usec / 1000).min(i64::from(c_int::MAX)) as c_int
+    };
+    SELECT_SET.with(|fds| {
+        let mut fds = fds.borrow_mut();
+        fds.clear();
         // SAFETY: the caller's fd sets (NULL = not asked).
         let is = |set: *mut libc::fd_set, fd: c_int| !set.is_null() && unsafe { libc::FD_ISSET(fd, set) };
-        for fd in 0..nfds {
+        for fd in 0..x.nfds {
             let mut ev = 0;
             if is(readfds, fd) {
                 ev |= libc::POLLIN;
@@ -1838,31 +2098,27 @@ rdmacm_export! {
                 fds.push(pollfd { fd, events: ev, revents: 0 });
             }
         }
-        let ms = if timeout.is_null() {
-            -1
-        } else {
-            // SAFETY: the caller's timeval.
-            let t = unsafe { &*timeout };
-            if t.tv_sec < 0 || t.tv_usec < 0 {
-                return Err(libc::EINVAL);
-            }
-            (t.tv_sec * 1000 + t.tv_usec / 1000).min(i64::from(c_int::MAX)) as c_int
-        };
-        let n = rpoll_impl(&mut fds, ms)?;
+        poll_step(&mut fds, ms, &mut x.start, woke)?;
         // SAFETY: the caller's fd sets, rewritten with what is ready.
         unsafe {
-            for set in [readfds, writefds, exceptfds] {
+            for set in x.sets {
                 if !set.is_null() {
                     libc::FD_ZERO(set);
                 }
             }
             let mut count = 0;
-            for p in &fds {
-                if !readfds.is_null() && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 && p.events & libc::POLLIN != 0 {
+            for p in fds.iter() {
+                if !readfds.is_null()
+                    && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+                    && p.events & libc::POLLIN != 0
+                {
                     libc::FD_SET(p.fd, readfds);
                     count += 1;
                 }
-                if !writefds.is_null() && p.revents & (libc::POLLOUT | libc::POLLERR) != 0 && p.events & libc::POLLOUT != 0 {
+                if !writefds.is_null()
+                    && p.revents & (libc::POLLOUT | libc::POLLERR) != 0
+                    && p.events & libc::POLLOUT != 0
+                {
                     libc::FD_SET(p.fd, writefds);
                     count += 1;
                 }
@@ -1871,9 +2127,15 @@ rdmacm_export! {
                     count += 1;
                 }
             }
-            let _ = n;
             Ok(count)
         }
+    })
+}
+
+blocking_export! {
+    fn rselect(nfds: c_int, readfds: *mut libc::fd_set, writefds: *mut libc::fd_set, exceptfds: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int {
+        Select { nfds, sets: [readfds, writefds, exceptfds], timeout, start: None },
+        select_step
     }
 }
 
@@ -1927,12 +2189,13 @@ fn shutdown(h: &Handle, how: c_int) -> Result<(), i32> {
     Ok(())
 }
 
-/// Waits for `test` as a blocking call would, for at most CLOSE_DRAIN.
+/// Waits for `test` as a blocking call would, for at most CLOSE_DRAIN. Not a cancellation
+/// point (`rshutdown` and `rclose` run with cancellation off): the wait is bounded.
 fn drain(h: &Handle, test: fn(&Stream) -> bool) {
     let end = Instant::now() + CLOSE_DRAIN;
     while Instant::now() < end {
         match get_comp(h, true, test) {
-            Err(libc::EWOULDBLOCK) => {
+            Err(Fail::Errno(libc::EWOULDBLOCK)) => {
                 let fd = {
                     let mut s = guard(h);
                     if !s.cq_armed && !s.cq.is_null() {
@@ -1957,7 +2220,7 @@ fn drain(h: &Handle, test: fn(&Stream) -> bool) {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rshutdown(socket: c_int, how: c_int) -> c_int as int {
         let h = lookup(socket)?;
         shutdown(&h, how)?;
@@ -1965,7 +2228,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rclose(socket: c_int) -> c_int as int {
         let h = table().remove(&socket).ok_or(libc::EBADF)?;
         if guard(&h).state & st::CONNECTED != 0 {
@@ -1990,23 +2253,28 @@ rdmacm_export! {
 
 // ---- addresses and options ----------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     fn rgetpeername(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
-        if addr.is_null() || addrlen.is_null() {
-            return Err(libc::EFAULT);
-        }
-        let s = guard(&h);
-        if s.state & (st::CONNECTED | st::OPENING) == 0 {
-            return Err(libc::ENOTCONN);
-        }
-        // SAFETY: our live ID.
-        copy_addr(unsafe { &(*s.id).route.addr.dst_storage }, addr, addrlen);
+        peer_name(&h, addr, addrlen)?;
         Ok(0)
     }
 }
 
-rdmacm_export! {
+fn peer_name(h: &Handle, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Result<(), i32> {
+    if addr.is_null() || addrlen.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let s = guard(h);
+    if s.state & (st::CONNECTED | st::OPENING) == 0 {
+        return Err(libc::ENOTCONN);
+    }
+    // SAFETY: our live ID.
+    copy_addr(unsafe { &(*s.id).route.addr.dst_storage }, addr, addrlen);
+    Ok(())
+}
+
+cm_export! {
     fn rgetsockname(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         if addr.is_null() || addrlen.is_null() {
@@ -2030,7 +2298,7 @@ fn int_opt(optval: *const c_void, optlen: socklen_t) -> Result<c_int, i32> {
     Ok(unsafe { ptr::read_unaligned(optval as *const c_int) })
 }
 
-rdmacm_export! {
+cm_export! {
     fn rsetsockopt(socket: c_int, level: c_int, optname: c_int, optval: *const c_void, optlen: socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
@@ -2105,7 +2373,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn rgetsockopt(socket: c_int, level: c_int, optname: c_int, optval: *mut c_void, optlen: *mut socklen_t) -> c_int as int {
         let h = lookup(socket)?;
         if optval.is_null() || optlen.is_null() {
@@ -2157,7 +2425,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     /// `rfcntl(socket, cmd, ...)`: F_GETFL/F_SETFL (O_NONBLOCK) and F_GETFD/F_SETFD. Defined
     /// with the one argument these commands take: on x86-64 SysV a variadic caller passes it
     /// in the same register.
@@ -2182,7 +2450,7 @@ rdmacm_export! {
 
 // ---- riomap / riowrite --------------------------------------------------------------------
 
-rdmacm_export! {
+cm_export! {
     /// Maps `buf` for the peer's `riowrite` (PROT_WRITE: sent into the peer's target iomap
     /// before this side's next data) or registers it locally (PROT_NONE). `offset` -1 maps at
     /// the buffer's address.
@@ -2215,7 +2483,7 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+cm_export! {
     fn riounmap(socket: c_int, buf: *mut c_void, len: usize) -> c_int as int {
         let h = lookup(socket)?;
         let mut s = guard(&h);
@@ -2239,51 +2507,61 @@ rdmacm_export! {
     }
 }
 
-rdmacm_export! {
+/// `riowrite`'s step: writes `count` bytes straight into the peer's buffer mapped at
+/// `offset` (no notification: the peer learns of it from a later message). Stops at the end
+/// of the mapped range.
+fn iowrite_step(io: &mut Io, woke: Woke) -> Result<usize, Fail> {
+    let h = lookup(io.socket)?;
+    after_sleep(&h, woke);
+    let Bufs::One(v) = io.bufs else { unreachable!("riowrite has one buffer") };
+    io.bufs.segs()?;
+    let (count, done) = (v.iov_len, &mut io.p.off);
+    let out = |done: usize, e: Fail| match e {
+        Fail::Errno(_) if done > 0 => Ok(done),
+        e => Err(e),
+    };
+    if let Err(e) = ensure_connected(&h, io.flags).and_then(|_| send_iomaps(&h, io.flags)) {
+        return out(*done, e);
+    }
+    let nonblock = guard(&h).nonblocking(io.flags);
+    while *done < count {
+        let off = io.offset as u64 + *done as u64;
+        let map = {
+            let s = guard(&h);
+            (0..s.target_iomap_size as usize)
+                .map(|i| s.target_iomap(i))
+                .find(|(o, sge)| off >= *o && off < *o + u64::from(sge.length))
+        };
+        let Some((moff, sge)) = map else {
+            return out(*done, Fail::Errno(libc::EINVAL));
+        };
+        if let Err(e) = wait_send_space(&h, nonblock) {
+            return out(*done, e);
+        }
+        let mut s = guard(&h);
+        let xfer =
+            io.p.chunks.next(count - *done).min(s.sbuf_bytes_avail).min((moff + u64::from(sge.length) - off) as u32);
+        let addr = sge.addr + off - moff;
+        s.sqe_avail -= 1;
+        s.sbuf_bytes_avail -= xfer;
+        // SAFETY: within the caller's `count` bytes.
+        let src = unsafe { (v.iov_base as *const u8).add(*done) };
+        let r = s.post_payload(src, xfer, msg_set(op::WRITE, xfer), None, addr, sge.key);
+        if let Err(e) = r {
+            s.fail(e);
+            return out(*done, Fail::Errno(e));
+        }
+        *done += xfer as usize;
+    }
+    Ok(count)
+}
+
+blocking_export! {
     /// Writes `count` bytes straight into the peer's buffer mapped at `offset` (no
     /// notification: the peer learns of it from a later message). Stops at the end of the
     /// mapped range.
-    fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: libc::off_t, flags: c_int) -> usize as int {
-        let h = lookup(socket)?;
-        if buf.is_null() && count > 0 {
-            return Err(libc::EFAULT);
-        }
-        ensure_connected(&h, flags)?;
-        send_iomaps(&h, flags)?;
-        let nonblock = guard(&h).nonblocking(flags);
-        let mut left = count;
-        let mut off = offset as u64;
-        let mut src = buf as *const u8;
-        let mut chunks = Chunks::default();
-        let out = |left: usize, e: i32| if left == count { Err(e) } else { Ok(count - left) };
-        while left > 0 {
-            let map = {
-                let s = guard(&h);
-                (0..s.target_iomap_size as usize)
-                    .map(|i| s.target_iomap(i))
-                    .find(|(o, sge)| off >= *o && off < *o + u64::from(sge.length))
-            };
-            let Some((moff, sge)) = map else {
-                return out(left, libc::EINVAL);
-            };
-            if let Err(e) = wait_send_space(&h, nonblock) {
-                return out(left, e);
-            }
-            let mut s = guard(&h);
-            let xfer = chunks.next(left).min(s.sbuf_bytes_avail).min((moff + u64::from(sge.length) - off) as u32);
-            let addr = sge.addr + off - moff;
-            s.sqe_avail -= 1;
-            s.sbuf_bytes_avail -= xfer;
-            let r = s.post_payload(src, xfer, msg_set(op::WRITE, xfer), None, addr, sge.key);
-            if let Err(e) = r {
-                s.fail(e);
-                return out(left, e);
-            }
-            left -= xfer as usize;
-            off += u64::from(xfer);
-            // SAFETY: within the caller's `count` bytes.
-            src = unsafe { src.add(xfer as usize) };
-        }
-        Ok(count)
+    fn riowrite(socket: c_int, buf: *const c_void, count: usize, offset: libc::off_t, flags: c_int) -> usize {
+        Io { offset, ..Io::new(socket, Bufs::one(buf, count), flags) },
+        iowrite_step
     }
 }
