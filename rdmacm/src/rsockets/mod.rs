@@ -1042,6 +1042,11 @@ fn after_sleep(h: &Handle, woke: Woke) {
 /// Waits until `test` holds on the socket (librdmacm's rs_get_comp): polls the CQ and spins
 /// briefly, then arms the CQ and asks to sleep on the completion and event channels (the
 /// caller's step returns the [`Fail::Block`]). EWOULDBLOCK for a non-blocking call.
+///
+/// Every step spins anew, after each wake-up too: the completions of a stream come in runs,
+/// and one wake-up usually has the next within microseconds. (Spinning only before the first
+/// sleep of a call, as before the steps, halves rstream's blocking 1 MB transfers here: 4.8–5.2
+/// against 7.7–8.1 Gb/s, alternating runs.)
 fn get_comp(h: &Handle, nonblock: bool, test: fn(&Stream) -> bool) -> Result<(), Fail> {
     let start = Instant::now();
     loop {
