@@ -32,6 +32,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
+#include "cancel_util.h"
 #include "check.h"
 #include "rc_self.h"
 
@@ -240,13 +241,7 @@ static void *event_waiter(void *arg)
 static void event(void)
 {
 	REQUIRE(ibv_req_notify_cq(cq_a, 0) == 0);
-	pthread_t t;
-	REQUIRE(pthread_create(&t, NULL, event_waiter, NULL) == 0);
-	usleep(20000);
-	CHECK(pthread_cancel(t) == 0);
-	void *res = NULL;
-	CHECK(pthread_join(t, &res) == 0);
-	CHECK(res == PTHREAD_CANCELED);
+	cancel_blocked(event_waiter, 20000);
 	CHECK(!worker_failed);
 	/* The channel works on: an exchange raises the armed CQ's event for this thread. */
 	CHECK(main_exchange());
@@ -274,13 +269,7 @@ static void *control_worker(void *arg)
 
 static void control(void)
 {
-	pthread_t t;
-	REQUIRE(pthread_create(&t, NULL, control_worker, NULL) == 0);
-	CHECK(pthread_cancel(t) == 0);
-	control_go = 1;
-	void *res = NULL;
-	CHECK(pthread_join(t, &res) == 0);
-	CHECK(res == PTHREAD_CANCELED);
+	cancel_pending(control_worker, &control_go);
 	CHECK(control_done);
 	CHECK(main_exchange());
 }

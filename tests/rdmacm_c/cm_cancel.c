@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
+#include "../c/cancel_util.h"
 #include "../c/check.h"
 
 static struct rdma_event_channel *channel;
@@ -49,13 +50,7 @@ static void event(void)
 	CHECK(channel);
 	if (!channel)
 		return;
-	pthread_t t;
-	CHECK(pthread_create(&t, NULL, event_waiter, NULL) == 0);
-	usleep(20000);
-	CHECK(pthread_cancel(t) == 0);
-	void *res = NULL;
-	CHECK(pthread_join(t, &res) == 0);
-	CHECK(res == PTHREAD_CANCELED);
+	cancel_blocked(event_waiter, 20000);
 	CHECK(!waiter_returned);
 	/* The channel works on. */
 	struct rdma_cm_id *id = NULL;
@@ -95,13 +90,7 @@ static void request(const char *addr)
 	if (!listen_id)
 		return;
 	CHECK(rdma_listen(listen_id, 4) == 0);
-	pthread_t t;
-	CHECK(pthread_create(&t, NULL, request_waiter, NULL) == 0);
-	usleep(20000);
-	CHECK(pthread_cancel(t) == 0);
-	void *res_ = NULL;
-	CHECK(pthread_join(t, &res_) == 0);
-	CHECK(res_ == PTHREAD_CANCELED);
+	cancel_blocked(request_waiter, 20000);
 	CHECK(!waiter_returned);
 	rdma_destroy_ep(listen_id);
 }
@@ -126,13 +115,7 @@ static void *control_worker(void *arg)
 
 static void control(void)
 {
-	pthread_t t;
-	CHECK(pthread_create(&t, NULL, control_worker, NULL) == 0);
-	CHECK(pthread_cancel(t) == 0);
-	control_go = 1;
-	void *res = NULL;
-	CHECK(pthread_join(t, &res) == 0);
-	CHECK(res == PTHREAD_CANCELED);
+	cancel_pending(control_worker, &control_go);
 	CHECK(control_done);
 }
 

@@ -36,6 +36,7 @@
 #include <unistd.h>
 #include <rdma/rsocket.h>
 
+#include "../c/cancel_util.h"
 #include "../c/check.h"
 
 static struct sockaddr_in sin_addr;
@@ -85,17 +86,12 @@ static void close_all(void)
 	cfd = afd = lfd = -1;
 }
 
-/* Cancels a thread running fn once it has had time to block; it must end cancelled. */
-static void cancel_blocked(void *(*fn)(void *))
+/* A thread running fn is cancelled once it has had time to block; it must end cancelled,
+ * not return. */
+static void cancel_waiter(void *(*fn)(void *))
 {
-	pthread_t t;
 	waiter_returned = 0;
-	CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
-	usleep(50000);
-	CHECK(pthread_cancel(t) == 0);
-	void *res = NULL;
-	CHECK(pthread_join(t, &res) == 0);
-	CHECK(res == PTHREAD_CANCELED);
+	cancel_blocked(fn, 50000);
 	CHECK(!waiter_returned);
 }
 
@@ -124,7 +120,7 @@ static void recv_section(void)
 {
 	lfd = listener();
 	connect_pair();
-	cancel_blocked(recv_waiter);
+	cancel_waiter(recv_waiter);
 	char buf[8] = {0};
 	CHECK(rsend(afd, "ping", 4, 0) == 4);
 	CHECK(recv_all(cfd, buf, 4) == 0 && !memcmp(buf, "ping", 4));
@@ -157,8 +153,8 @@ static void poll_section(void)
 {
 	lfd = listener();
 	connect_pair();
-	cancel_blocked(poll_waiter);
-	cancel_blocked(select_waiter);
+	cancel_waiter(poll_waiter);
+	cancel_waiter(select_waiter);
 	CHECK(rsend(afd, "x", 1, 0) == 1);
 	struct pollfd p = {.fd = cfd, .events = POLLIN};
 	CHECK(rpoll(&p, 1, 5000) == 1 && (p.revents & POLLIN));
@@ -198,7 +194,7 @@ static void send_section(void)
 		sent += (size_t)r;
 	}
 	CHECK(sent > 0);
-	cancel_blocked(send_waiter);
+	cancel_waiter(send_waiter);
 	/* The stream goes on: zeros (what the cancelled rsend sent of its buffer is zeros too),
 	 * then the marker, sent by a thread of its own while this one reads. */
 	pthread_t t;
@@ -239,7 +235,7 @@ static void *accept_waiter(void *arg)
 static void accept_section(void)
 {
 	lfd = listener();
-	cancel_blocked(accept_waiter);
+	cancel_waiter(accept_waiter);
 	connect_pair();
 	char c = 0;
 	CHECK(rsend(cfd, "y", 1, 0) == 1);
@@ -260,7 +256,7 @@ static void connect_section(void)
 	lfd = listener();
 	cfd = rsocket(AF_INET, SOCK_STREAM, 0);
 	REQUIRE(cfd >= 0);
-	cancel_blocked(connect_waiter);
+	cancel_waiter(connect_waiter);
 	close_all();
 }
 
@@ -282,13 +278,7 @@ static void *control_worker(void *arg)
 
 static void control_section(void)
 {
-	pthread_t t;
-	CHECK(pthread_create(&t, NULL, control_worker, NULL) == 0);
-	CHECK(pthread_cancel(t) == 0);
-	control_go = 1;
-	void *res = NULL;
-	CHECK(pthread_join(t, &res) == 0);
-	CHECK(res == PTHREAD_CANCELED);
+	cancel_pending(control_worker, &control_go);
 	CHECK(control_done);
 }
 
