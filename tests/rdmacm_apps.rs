@@ -332,6 +332,34 @@ fn riostream_riomap_and_riowrite_blocking_and_non_blocking() {
 }
 
 #[test]
+fn rcopy_copies_a_file_byte_for_byte() {
+    // rcopy (rsockets, blocking): the client sends the file's name, size and mode, then its
+    // 24 MiB of contents; the server writes them where it is told and answers; the server
+    // then waits for the next client (it is stopped at the client's end).
+    let dir = std::env::temp_dir().join(format!("urxe-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (src, dst) = (dir.join("src.bin"), dir.join("dst.bin"));
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..24usize << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let target = format!("{SERVER_ADDR}:{}", dst.display());
+    let (s, c) = pair("rcopy", &["-p", "7329"], "rcopy", &[src.to_str().unwrap(), &target, "-p", "7329"], false);
+    assert_contains(&c, "transferring...closing...done");
+    assert_contains(&s, &format!("client: {CLIENT_ADDR}"));
+    let got = std::fs::read(&dst).expect("the server wrote the file");
+    assert_eq!(got.len(), data.len(), "size of the copy");
+    assert!(got == data, "the copy differs from the original");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
 fn no_listener_is_rejected_with_reason_8() {
     // The client connects to its own address, where nothing listens on the port: its own
     // passive CM answers REJ "invalid service ID" (8) at once, as the kernel's does.
