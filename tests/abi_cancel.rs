@@ -40,6 +40,13 @@ fn a_pending_cancellation_lets_control_verbs_finish() {
     section("control");
 }
 
+/// A signal interrupts a blocked ibv_get_cq_event as it does rdma-core's read of the event
+/// file: EINTR when the handler was installed without SA_RESTART, restarted with it.
+#[test]
+fn a_signal_to_a_thread_in_get_cq_event_restarts_or_fails_with_eintr_as_rdma_core() {
+    section("signal");
+}
+
 /// A program of tests/rdmacm_c, linked against the test build's librdmacm.so.1.
 fn rdmacm_program(name: &str) -> PathBuf {
     let dir = target_dir().join("urxe").join("c-tests");

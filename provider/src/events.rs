@@ -186,25 +186,22 @@ pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: 
 /// Reads exactly one record; -1/errno semantics of read(2) (EAGAIN when O_NONBLOCK and empty).
 ///
 /// A cancellation point, as rdma-core's read of the channel is: it holds nothing to drop, so
-/// a thread cancelled while it waits here unwinds through it (see [`blocking_verb`]).
+/// a thread cancelled while it waits here unwinds through it (see [`blocking_verb`]). A signal
+/// handled meanwhile acts as on rdma-core's read of the kernel's event file: the kernel
+/// restarts the read if the handler was installed with SA_RESTART, else the verb fails with
+/// EINTR (a pipe read and the uverbs event file both wait interruptibly and restart alike).
 fn wait_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
     let mut buf = [0u8; N];
-    loop {
-        // SAFETY: reading into a local buffer of N bytes.
-        let n = unsafe { cancellable_read(fd, buf.as_mut_ptr() as *mut c_void, N) };
-        if n == N as isize {
-            return Ok(buf);
-        }
-        if n < 0 {
-            let e = errno();
-            if e == libc::EINTR {
-                continue;
-            }
-            return Err(e);
-        }
-        // Records are written atomically; a short read means the pipe was closed.
-        return Err(libc::EIO);
+    // SAFETY: reading into a local buffer of N bytes.
+    let n = unsafe { cancellable_read(fd, buf.as_mut_ptr() as *mut c_void, N) };
+    if n == N as isize {
+        return Ok(buf);
     }
+    if n < 0 {
+        return Err(errno());
+    }
+    // Records are written atomically; a short read means the pipe was closed.
+    Err(libc::EIO)
 }
 
 /// The shape of the two blocking verbs, `ibv_get_cq_event` and `ibv_get_async_event`: `start`

@@ -17,6 +17,10 @@
  *                     completion channel and a CQ (the destroys close files: close(2) is a
  *                     cancellation point of glibc); the verbs complete, and the thread is
  *                     cancelled at its own next cancellation point
+ *   cancel signal     a signal to a thread blocked in ibv_get_cq_event, as on rdma-core's
+ *                     read(2) of the channel: with a handler installed without SA_RESTART
+ *                     the verb fails with EINTR; with SA_RESTART it goes on waiting and
+ *                     returns the next event
  *
  * Exit 0 and "all checks passed" only if every check passed. Built by tests/abi_cancel.rs with
  * -Wall -Wextra -Werror -fsanitize=address,undefined.
@@ -24,6 +28,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,6 +272,61 @@ static void *control_worker(void *arg)
 	return NULL;
 }
 
+static void on_usr1(int sig)
+{
+	(void)sig;
+}
+
+static volatile int sig_ret, sig_errno, sig_returned;
+static struct ibv_cq *sig_cq; /* static: see waiter_cq */
+static void *sig_ctx;
+
+static void *signal_waiter(void *arg)
+{
+	(void)arg;
+	sig_ret = ibv_get_cq_event(channel, &sig_cq, &sig_ctx);
+	sig_errno = errno;
+	sig_returned = 1;
+	return NULL;
+}
+
+static void handle_usr1(int flags)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_usr1;
+	sa.sa_flags = flags;
+	sigemptyset(&sa.sa_mask);
+	REQUIRE(sigaction(SIGUSR1, &sa, NULL) == 0);
+}
+
+static void signal_section(void)
+{
+	REQUIRE(ibv_req_notify_cq(cq_a, 0) == 0);
+	pthread_t t;
+	handle_usr1(0);
+	sig_returned = 0;
+	REQUIRE(pthread_create(&t, NULL, signal_waiter, NULL) == 0);
+	usleep(20000);
+	CHECK(pthread_kill(t, SIGUSR1) == 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(sig_returned && sig_ret == -1 && sig_errno == EINTR);
+
+	handle_usr1(SA_RESTART);
+	sig_returned = 0;
+	REQUIRE(pthread_create(&t, NULL, signal_waiter, NULL) == 0);
+	usleep(20000);
+	CHECK(pthread_kill(t, SIGUSR1) == 0);
+	usleep(50000);
+	CHECK(!sig_returned); /* the read was restarted: still waiting */
+	/* The CQ armed above raises its event at this exchange's completions. */
+	CHECK(main_exchange());
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(sig_returned && sig_ret == 0 && sig_cq == cq_a);
+	if (sig_returned && sig_ret == 0)
+		ibv_ack_cq_events(cq_a, 1);
+}
+
 static void control(void)
 {
 	cancel_pending(control_worker, &control_go);
@@ -277,7 +337,7 @@ static void control(void)
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: cancel datapath|event|control\n");
+		fprintf(stderr, "usage: cancel datapath|event|control|signal\n");
 		return 2;
 	}
 	alarm(120); /* a hang ends the process (SIGALRM) instead of the test run */
@@ -288,6 +348,8 @@ int main(int argc, char **argv)
 		event();
 	else if (!strcmp(argv[1], "control"))
 		control();
+	else if (!strcmp(argv[1], "signal"))
+		signal_section();
 	else
 		REQUIRE(!"unknown section");
 	teardown();
