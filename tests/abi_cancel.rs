@@ -133,6 +133,11 @@ fn a_thread_blocked_in_rconnect_can_be_cancelled() {
 }
 
 #[test]
+fn a_socket_closed_under_a_blocked_rrecv_ends_it_and_its_number_goes_to_the_next_socket() {
+    rs_section("close", "127.31.9.10");
+}
+
+#[test]
 fn a_pending_cancellation_lets_rsockets_calls_finish() {
     rs_section("control", "127.31.9.9");
 }

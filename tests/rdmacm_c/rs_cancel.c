@@ -16,6 +16,13 @@
  *                            listener then accepts a connection as usual
  *   rs_cancel connect ADDR   on a listener nobody accepts from: a thread blocked in rconnect
  *                            (waiting for the REP) is cancelled, and its socket closed
+ *   rs_cancel close ADDR     not a cancellation: a thread blocked in rrecv on the client while
+ *                            the main thread closes that socket and connects a new pair (whose
+ *                            client likely gets the closed one's number); the blocked rrecv
+ *                            returns, 0 (rclose shuts the connection down first, which ends
+ *                            the stream for a reader, as shutdown(2) wakes a blocked recv) or
+ *                            -1/EBADF (the socket was gone at its next step), and data for the
+ *                            new client reaches the main thread's rrecv on it
  *   rs_cancel control ADDR   a thread with a cancellation already pending creates, binds and
  *                            listens on a socket, polls it (timeout 0) and closes it; the calls
  *                            complete, and the thread is cancelled at its own next cancellation
@@ -260,6 +267,44 @@ static void connect_section(void)
 	close_all();
 }
 
+static volatile ssize_t close_ret;
+static volatile int close_errno;
+
+static void *close_waiter(void *arg)
+{
+	(void)arg;
+	close_ret = rrecv(cfd, waiter_buf, 16, 0);
+	close_errno = errno;
+	waiter_returned = 1;
+	return NULL;
+}
+
+static void close_section(void)
+{
+	lfd = listener();
+	connect_pair();
+	int old_cfd = cfd, old_afd = afd;
+	pthread_t t;
+	waiter_returned = 0;
+	REQUIRE(pthread_create(&t, NULL, close_waiter, NULL) == 0);
+	usleep(50000);
+	CHECK(rclose(old_cfd) == 0);
+	CHECK(rclose(old_afd) == 0);
+	cfd = afd = -1;
+	connect_pair();
+	printf("closed client %d, new client %d\n", old_cfd, cfd);
+	char buf[8] = {0};
+	CHECK(rsend(afd, "new!", 4, 0) == 4);
+	CHECK(recv_all(cfd, buf, 4) == 0 && !memcmp(buf, "new!", 4));
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 3;
+	CHECK(pthread_timedjoin_np(t, NULL, &until) == 0);
+	printf("blocked rrecv: returned %d, %zd, errno %d\n", waiter_returned, (ssize_t)close_ret, close_errno);
+	CHECK(waiter_returned && (close_ret == 0 || (close_ret == -1 && close_errno == EBADF)));
+	close_all();
+}
+
 static void *control_worker(void *arg)
 {
 	(void)arg;
@@ -285,7 +330,7 @@ static void control_section(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: rs_cancel recv|poll|send|accept|connect|control ADDR\n");
+		fprintf(stderr, "usage: rs_cancel recv|poll|send|accept|connect|close|control ADDR\n");
 		return 2;
 	}
 	alarm(120); /* a hang ends the process (SIGALRM) instead of the test run */
@@ -305,6 +350,8 @@ int main(int argc, char **argv)
 		accept_section();
 	else if (!strcmp(argv[1], "connect"))
 		connect_section();
+	else if (!strcmp(argv[1], "close"))
+		close_section();
 	else if (!strcmp(argv[1], "control"))
 		control_section();
 	else

@@ -1317,17 +1317,59 @@ fn copy_addr(src: &libc::sockaddr_storage, addr: *mut sockaddr, addrlen: *mut so
     }
 }
 
+/// The socket a blocking call works on: looked up at the call's first step and held from then
+/// until the call is done, as a raw `Arc` reference in the call's `Copy` state (a kernel
+/// socket call holds its file the same way). A socket closed meanwhile fails the call with
+/// EBADF at its next step, and a new socket given the closed one's number is not taken for
+/// it. A thread cancelled while it sleeps leaves its reference behind (the stream's memory;
+/// `rclose` has freed its resources).
+#[derive(Clone, Copy)]
+struct Held {
+    socket: c_int,
+    h: *const Mutex<Stream>,
+}
+
+impl Held {
+    fn new(socket: c_int) -> Held {
+        Held { socket, h: ptr::null() }
+    }
+
+    /// One step on the held socket: `f` runs on it unless it is closed (EBADF); the reference
+    /// goes once the call is done (anything but a [`Fail::Block`]).
+    fn step<T>(&mut self, f: impl FnOnce(&Handle) -> Result<T, Fail>) -> Result<T, Fail> {
+        if self.h.is_null() {
+            self.h = Arc::into_raw(lookup(self.socket)?);
+        }
+        // SAFETY: `self.h` came from `Arc::into_raw` above and is released below, once; the
+        // `ManuallyDrop` leaves the count as it is.
+        let h = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(self.h) });
+        // `rclose` clears the ID last, under the lock.
+        let closed = guard(&h).id.is_null();
+        let r = if closed { Err(Fail::Errno(libc::EBADF)) } else { f(&h) };
+        if !matches!(r, Err(Fail::Block(_))) {
+            // SAFETY: the reference taken at the call's first step, released once.
+            unsafe { Arc::decrement_strong_count(self.h) };
+            self.h = ptr::null();
+        }
+        r
+    }
+}
+
 /// `raccept`'s arguments.
 #[derive(Clone, Copy)]
 struct Accept {
-    socket: c_int,
+    held: Held,
     addr: *mut sockaddr,
     addrlen: *mut socklen_t,
 }
 
 fn accept_step(a: &mut Accept, _woke: Woke) -> Result<c_int, Fail> {
-    let h = lookup(a.socket)?;
-    let mut s = guard(&h);
+    let (addr, addrlen) = (a.addr, a.addrlen);
+    a.held.step(|h| accept_on(h, addr, addrlen))
+}
+
+fn accept_on(h: &Handle, addr: *mut sockaddr, addrlen: *mut socklen_t) -> Result<c_int, Fail> {
+    let mut s = guard(h);
     if s.state != st::LISTENING {
         return Err(Fail::Errno(libc::EBADF));
     }
@@ -1339,7 +1381,7 @@ fn accept_step(a: &mut Accept, _woke: Woke) -> Result<c_int, Fail> {
         if let Ok(n) = lookup(i) {
             let n = guard(&n);
             // SAFETY: the new socket's live ID.
-            copy_addr(unsafe { &(*n.id).route.addr.dst_storage }, a.addr, a.addrlen);
+            copy_addr(unsafe { &(*n.id).route.addr.dst_storage }, addr, addrlen);
         }
         return Ok(i);
     }
@@ -1351,7 +1393,7 @@ fn accept_step(a: &mut Accept, _woke: Woke) -> Result<c_int, Fail> {
 
 blocking_export! {
     fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
-        Accept { socket, addr, addrlen },
+        Accept { held: Held::new(socket), addr, addrlen },
         accept_step
     }
 }
@@ -1359,7 +1401,7 @@ blocking_export! {
 /// `rconnect`'s arguments, and whether the connection is already asked for.
 #[derive(Clone, Copy)]
 struct Connect {
-    socket: c_int,
+    held: Held,
     addr: *const sockaddr,
     addrlen: socklen_t,
     asked: bool,
@@ -1369,14 +1411,16 @@ struct Connect {
 /// even on a non-blocking socket, as a TCP connect resolves before it returns EINPROGRESS)
 /// and sends the REQ; every step then waits for the REP's outcome.
 fn connect_step(c: &mut Connect, _woke: Woke) -> Result<c_int, Fail> {
-    let h = lookup(c.socket)?;
-    if !c.asked {
-        request_connection(&h, c.addr, c.addrlen)?;
-        c.asked = true;
-    }
-    let nonblock = guard(&h).nonblocking(0);
-    do_connect(&h, nonblock)?;
-    Ok(0)
+    let (addr, addrlen, asked) = (c.addr, c.addrlen, &mut c.asked);
+    c.held.step(|h| {
+        if !*asked {
+            request_connection(h, addr, addrlen)?;
+            *asked = true;
+        }
+        let nonblock = guard(h).nonblocking(0);
+        do_connect(h, nonblock)?;
+        Ok(0)
+    })
 }
 
 fn request_connection(h: &Handle, addr: *const sockaddr, addrlen: socklen_t) -> Result<(), i32> {
@@ -1442,7 +1486,7 @@ fn request_connection(h: &Handle, addr: *const sockaddr, addrlen: socklen_t) -> 
 
 blocking_export! {
     fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
-        Connect { socket, addr, addrlen, asked: false },
+        Connect { held: Held::new(socket), addr, addrlen, asked: false },
         connect_step
     }
 }
@@ -1708,7 +1752,7 @@ struct Progress {
 /// A data call's arguments and progress.
 #[derive(Clone, Copy)]
 struct Io {
-    socket: c_int,
+    held: Held,
     bufs: Bufs,
     flags: c_int,
     /// `rrecvfrom`'s source address out-arguments (null: not asked).
@@ -1721,7 +1765,15 @@ struct Io {
 
 impl Io {
     fn new(socket: c_int, bufs: Bufs, flags: c_int) -> Io {
-        Io { socket, bufs, flags, src: ptr::null_mut(), srclen: ptr::null_mut(), offset: 0, p: Progress::default() }
+        Io {
+            held: Held::new(socket),
+            bufs,
+            flags,
+            src: ptr::null_mut(),
+            srclen: ptr::null_mut(),
+            offset: 0,
+            p: Progress::default(),
+        }
     }
 }
 
@@ -1742,15 +1794,21 @@ fn iov_list<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
 /// A receive call's step. One buffer is [`recv_into`] as is; segments are filled in turn,
 /// the later ones only with what is already there.
 fn recv_step(io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
-    let h = lookup(io.socket)?;
-    after_sleep(&h, woke);
+    let mut held = io.held;
+    let r = held.step(|h| recv_on(h, io, woke));
+    io.held = held;
+    r
+}
+
+fn recv_on(h: &Handle, io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
+    after_sleep(h, woke);
     let n = match io.bufs {
         Bufs::One(v) => {
             io.bufs.segs()?;
-            recv_into(&h, v.iov_base as *mut u8, v.iov_len, io.flags, &mut io.p.off)?;
+            recv_into(h, v.iov_base as *mut u8, v.iov_len, io.flags, &mut io.p.off)?;
             io.p.off
         }
-        _ => readv(&h, io.bufs.segs()?, io.flags, &mut io.p)?,
+        _ => readv(h, io.bufs.segs()?, io.flags, &mut io.p)?,
     };
     if let Bufs::Msg(m) = io.bufs {
         // SAFETY: the caller's msghdr (checked by `segs`).
@@ -1759,7 +1817,7 @@ fn recv_step(io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
     if !io.src.is_null() && !io.srclen.is_null() {
         // On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it); a
         // socket with no peer leaves them.
-        let _ = peer_name(&h, io.src, io.srclen);
+        let _ = peer_name(h, io.src, io.srclen);
     }
     Ok(n as ssize_t)
 }
@@ -1790,14 +1848,20 @@ fn readv(h: &Handle, iov: &[iovec], flags: c_int, p: &mut Progress) -> Result<us
 
 /// A send call's step: one buffer is [`send_from`] as is; segments are sent in turn.
 fn send_step(io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
-    let h = lookup(io.socket)?;
-    after_sleep(&h, woke);
+    let mut held = io.held;
+    let r = held.step(|h| send_on(h, io, woke));
+    io.held = held;
+    r
+}
+
+fn send_on(h: &Handle, io: &mut Io, woke: Woke) -> Result<ssize_t, Fail> {
+    after_sleep(h, woke);
     let n = match io.bufs {
         Bufs::One(v) => {
             io.bufs.segs()?;
-            send_from(&h, v.iov_base as *const u8, v.iov_len, io.flags, &mut io.p.off, &mut io.p.chunks)?
+            send_from(h, v.iov_base as *const u8, v.iov_len, io.flags, &mut io.p.off, &mut io.p.chunks)?
         }
-        _ => writev(&h, io.bufs.segs()?, io.flags, &mut io.p)?,
+        _ => writev(h, io.bufs.segs()?, io.flags, &mut io.p)?,
     };
     Ok(n as ssize_t)
 }
@@ -2516,8 +2580,14 @@ cm_export! {
 /// `offset` (no notification: the peer learns of it from a later message). Stops at the end
 /// of the mapped range.
 fn iowrite_step(io: &mut Io, woke: Woke) -> Result<usize, Fail> {
-    let h = lookup(io.socket)?;
-    after_sleep(&h, woke);
+    let mut held = io.held;
+    let r = held.step(|h| iowrite_on(h, io, woke));
+    io.held = held;
+    r
+}
+
+fn iowrite_on(h: &Handle, io: &mut Io, woke: Woke) -> Result<usize, Fail> {
+    after_sleep(h, woke);
     let Bufs::One(v) = io.bufs else { unreachable!("riowrite has one buffer") };
     io.bufs.segs()?;
     let (count, done) = (v.iov_len, &mut io.p.off);
@@ -2525,14 +2595,14 @@ fn iowrite_step(io: &mut Io, woke: Woke) -> Result<usize, Fail> {
         Fail::Errno(_) if done > 0 => Ok(done),
         e => Err(e),
     };
-    if let Err(e) = ensure_connected(&h, io.flags).and_then(|_| send_iomaps(&h, io.flags)) {
+    if let Err(e) = ensure_connected(h, io.flags).and_then(|_| send_iomaps(h, io.flags)) {
         return out(*done, e);
     }
-    let nonblock = guard(&h).nonblocking(io.flags);
+    let nonblock = guard(h).nonblocking(io.flags);
     while *done < count {
         let off = io.offset as u64 + *done as u64;
         let map = {
-            let s = guard(&h);
+            let s = guard(h);
             (0..s.target_iomap_size as usize)
                 .map(|i| s.target_iomap(i))
                 .find(|(o, sge)| off >= *o && off < *o + u64::from(sge.length))
@@ -2540,10 +2610,10 @@ fn iowrite_step(io: &mut Io, woke: Woke) -> Result<usize, Fail> {
         let Some((moff, sge)) = map else {
             return out(*done, Fail::Errno(libc::EINVAL));
         };
-        if let Err(e) = wait_send_space(&h, nonblock) {
+        if let Err(e) = wait_send_space(h, nonblock) {
             return out(*done, e);
         }
-        let mut s = guard(&h);
+        let mut s = guard(h);
         let xfer =
             io.p.chunks.next(count - *done).min(s.sbuf_bytes_avail).min((moff + u64::from(sge.length) - off) as u32);
         let addr = sge.addr + off - moff;
