@@ -204,6 +204,9 @@ impl Drop for Region {
 /// One stream rsocket.
 struct Stream {
     index: c_int,
+    /// This stream's number among all the process has made (from 1): tells a socket from a
+    /// later one given the same number (see [`Held`]).
+    serial: u64,
     ch: *mut rdma_event_channel,
     id: *mut rdma_cm_id,
     state: u32,
@@ -298,8 +301,10 @@ impl Stream {
     fn new(ch: *mut rdma_event_channel, id: *mut rdma_cm_id, inherit: Option<&Stream>) -> Stream {
         // SAFETY: a live channel.
         let index = unsafe { (*ch).fd };
+        static SERIALS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mut s = Stream {
             index,
+            serial: SERIALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             ch,
             id,
             state: st::INIT,
@@ -365,7 +370,12 @@ impl Stream {
         self.fs_flags & libc::O_NONBLOCK != 0 || flags & libc::MSG_DONTWAIT != 0
     }
 
+    /// The event channel's fd; -1 once `rclose` destroyed the channel (a call still inside a
+    /// step on this stream then finds no events, and its next step fails with EBADF).
     fn ch_fd(&self) -> c_int {
+        if self.ch.is_null() {
+            return -1;
+        }
         // SAFETY: the socket's live channel.
         unsafe { (*self.ch).fd }
     }
@@ -512,6 +522,9 @@ impl Stream {
     }
 
     fn post_recv(&mut self) -> Result<(), i32> {
+        if self.qp.is_null() {
+            return Err(libc::EBADF);
+        }
         let mut wr = ibv_recv_wr { wr_id: RECV_FLAG, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 0 };
         // SAFETY: our QP; no SGE.
         match unsafe { post_recv(self.qp, &mut wr) } {
@@ -569,6 +582,9 @@ impl Stream {
         addr: u64,
         rkey: u32,
     ) -> Result<(), i32> {
+        if self.qp.is_null() {
+            return Err(libc::EBADF);
+        }
         let mut wr = ibv_send_wr {
             wr_id: wr_id.into(),
             sg_list: if sgl.is_empty() { ptr::null_mut() } else { sgl.as_mut_ptr() },
@@ -844,6 +860,9 @@ impl Stream {
     /// One event of the socket's channel if there is one (copied, then acknowledged).
     fn take_event(&mut self) -> Option<TakenEvent> {
         let fd = self.ch_fd();
+        if fd < 0 {
+            return None;
+        }
         let mut p = pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd of ours.
         if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
@@ -1317,41 +1336,34 @@ fn copy_addr(src: &libc::sockaddr_storage, addr: *mut sockaddr, addrlen: *mut so
     }
 }
 
-/// The socket a blocking call works on: looked up at the call's first step and held from then
-/// until the call is done, as a raw `Arc` reference in the call's `Copy` state (a kernel
-/// socket call holds its file the same way). A socket closed meanwhile fails the call with
-/// EBADF at its next step, and a new socket given the closed one's number is not taken for
-/// it. A thread cancelled while it sleeps leaves its reference behind (the stream's memory;
-/// `rclose` has freed its resources).
+/// The socket a blocking call works on: the one its number named at the call's first step.
+/// Each step looks the number up again (no reference is held across a sleep, so a cancelled
+/// call leaves nothing behind) and checks the stream's serial, as a kernel socket call stays
+/// with the file it started on: a socket closed meanwhile fails the call with EBADF at its
+/// next step (unless the close's own shutdown ended it first: 0 for a reader), and a new
+/// socket given the closed one's number is not taken for it.
 #[derive(Clone, Copy)]
 struct Held {
     socket: c_int,
-    h: *const Mutex<Stream>,
+    /// The stream's [`Stream::serial`]; 0 before the first step.
+    serial: u64,
 }
 
 impl Held {
     fn new(socket: c_int) -> Held {
-        Held { socket, h: ptr::null() }
+        Held { socket, serial: 0 }
     }
 
-    /// One step on the held socket: `f` runs on it unless it is closed (EBADF); the reference
-    /// goes once the call is done (anything but a [`Fail::Block`]).
+    /// One step on the held socket (EBADF once it is gone).
     fn step<T>(&mut self, f: impl FnOnce(&Handle) -> Result<T, Fail>) -> Result<T, Fail> {
-        if self.h.is_null() {
-            self.h = Arc::into_raw(lookup(self.socket)?);
+        let h = lookup(self.socket)?;
+        let serial = guard(&h).serial;
+        if self.serial == 0 {
+            self.serial = serial;
+        } else if serial != self.serial {
+            return Err(Fail::Errno(libc::EBADF));
         }
-        // SAFETY: `self.h` came from `Arc::into_raw` above and is released below, once; the
-        // `ManuallyDrop` leaves the count as it is.
-        let h = std::mem::ManuallyDrop::new(unsafe { Arc::from_raw(self.h) });
-        // `rclose` clears the ID last, under the lock.
-        let closed = guard(&h).id.is_null();
-        let r = if closed { Err(Fail::Errno(libc::EBADF)) } else { f(&h) };
-        if !matches!(r, Err(Fail::Block(_))) {
-            // SAFETY: the reference taken at the call's first step, released once.
-            unsafe { Arc::decrement_strong_count(self.h) };
-            self.h = ptr::null();
-        }
-        r
+        f(&h)
     }
 }
 
@@ -2315,7 +2327,10 @@ cm_export! {
             rdma_destroy_id(s.id);
             rdma_destroy_event_channel(s.ch);
         }
+        // A call on another thread may be inside a step on this stream: it finds no ID,
+        // channel, QP or CQ from here on.
         s.id = ptr::null_mut();
+        s.ch = ptr::null_mut();
         Ok(0)
     }
 }
