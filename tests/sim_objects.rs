@@ -293,6 +293,34 @@ fn error_state_flushes_receive_wrs() {
     // Posting in ERR flushes at once.
     net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 9, sg_list: &[] }).unwrap();
     assert_eq!(net.poll_all(1, b.cq)[0].wr_id, 9);
+    // The time is asked for only then, and the flush completion carries it.
+    let later = net.nodes[1].eng.clock() + 5_000_000;
+    let asked = std::cell::Cell::new(0);
+    let now = || {
+        asked.set(asked.get() + 1);
+        later
+    };
+    net.nodes[1].eng.post_recv_at(b.qpn, &RecvWr { wr_id: 10, sg_list: &[] }, now).unwrap();
+    assert_eq!(asked.get(), 1);
+    let wc = net.poll_all(1, b.cq);
+    assert_eq!((wc[0].wr_id, wc[0].status, wc[0].timestamp), (10, WcStatus::WrFlushErr, later));
+}
+
+#[test]
+fn a_receive_posted_to_a_working_qp_asks_no_time() {
+    let mut net = Net::new(2, 7, LinkCfg::default());
+    let (_a, b) = connect(&mut net, 0, 1, &QpOpts::default());
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    let before = net.nodes[1].eng.clock();
+    let asked = std::cell::Cell::new(false);
+    let now = || {
+        asked.set(true);
+        before + 1
+    };
+    net.nodes[1].eng.post_recv_at(b.qpn, &RecvWr { wr_id: 1, sg_list: &[sge(dst, 64, dmr)] }, now).unwrap();
+    assert!(!asked.get(), "a receive that waits for a message needs no time");
+    assert_eq!(net.nodes[1].eng.clock(), before);
+    assert!(net.poll_all(1, b.cq).is_empty());
 }
 
 #[test]

@@ -857,7 +857,18 @@ impl<M: HostMemory> Engine<M> {
         Ok(())
     }
 
+    /// Posts a receive WR to QP `qpn`'s receive queue. A QP in the error state completes it at
+    /// once (flushed), stamped with the engine clock; see [`Engine::post_recv_at`].
     pub fn post_recv(&mut self, qpn: Qpn, wr: &RecvWr<'_>) -> Result<(), Error> {
+        let clock = self.sh.clock;
+        self.post_recv_at(qpn, wr, || clock)
+    }
+
+    /// As [`Engine::post_recv`], with the time asked of `now` only when it is needed: the post
+    /// completes at once (a QP in the error state flushes it) and that completion carries it.
+    /// A driver whose clock read costs something (a busy poller reposts a receive per message)
+    /// reads it only then.
+    pub fn post_recv_at(&mut self, qpn: Qpn, wr: &RecvWr<'_>, now: impl FnOnce() -> Nanos) -> Result<(), Error> {
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         if q.state == QpState::Reset {
             return Err(Error::BadState);
@@ -870,6 +881,7 @@ impl<M: HostMemory> Engine<M> {
             return Err(Error::NoMemory);
         }
         if q.state == QpState::Err {
+            self.sh.tick(now());
             comp::flush_recv(q, &mut self.sh);
         }
         Ok(())

@@ -36,6 +36,11 @@ impl Core {
         Core { engine, io, pacing: Pacing::new(), sink, epoch, counters: TransportCounters::default(), qpn_reserved: 0 }
     }
 
+    /// The device's clock, to read later (a copy).
+    pub(super) fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
     /// The time since the device started, which also moves the engine clock (completion
     /// timestamps) to it.
     pub(super) fn now(&mut self) -> Nanos {
