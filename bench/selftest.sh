@@ -3,6 +3,8 @@
 #   1. parse_perftest.awk / parse_iperf3.awk against hand-written perftest reports and saved
 #      iperf3 JSON in bench/testdata (each X.txt / X.json has its expected line in X.expect);
 #   2. the ceiling tool's unit tests (cargo test), and that bench/insn/insn.c builds;
+#   2c. bench/oneway.sh's timing shim builds, and its analysis of the ceiling tool's RC ping-pong
+#      run under it gives a row per side (an empty result is an error);
 #   3. run.sh end to end with stand-in perftest programs (small scripts that listen/connect on the
 #      -p port like perftest and print the testdata reports): a figure is parsed into the table with
 #      its ratio and verdict, a failing client and a hanging client become "error: ..." and the run
@@ -48,6 +50,32 @@ else
   bad "bench/insn/insn.c: $(tail -n 3 <<<"$out")"
 fi
 rm -f /tmp/urxe-bench-insn.$$
+
+# ---- 2c. bench/oneway.sh's timing shim: builds without warnings; over the ceiling tool's RC
+# ping-pong (built by 2) its analysis finds both sides' trips; an empty directory is an error
+OW=$(mktemp -d /tmp/urxe-bench-oneway.XXXXXX)
+if out=$(gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$OW/shim.so" "$BENCH/oneway/shim.c" -ldl 2>&1); then
+  ok "bench/oneway/shim.c builds without warnings"
+  mkdir -p "$OW/rc"
+  if ONEWAY_DIR=$OW/rc LD_PRELOAD=$OW/shim.so timeout 120 "$BENCH/ceiling/target/release/urxe-ceiling" -n 3000 -c 0,1 pingpong_rc >"$OW/rc.out" 2>&1 &&
+    rows=$(python3 "$BENCH/oneway/analyze.py" "$OW/rc" "RC ping-pong") &&
+    [ "$(grep -cE '^\| RC ping-pong, CPU [01] \(thread [0-9]+\.[0-9]+\) \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ / [0-9.]+ \|$' <<<"$rows")" = 2 ]; then
+    ok "bench/oneway: the RC ping-pong under the shim gives a row per side"
+  else
+    bad "bench/oneway: RC ping-pong rows: ${rows:-none}; $(tail -n 2 "$OW/rc.out")"
+  fi
+  mkdir -p "$OW/empty"
+  if rows=$(python3 "$BENCH/oneway/analyze.py" "$OW/empty" "none"); then
+    bad "bench/oneway: an empty directory passed: $rows"
+  elif grep -q '^| none | error: no thread with' <<<"$rows"; then
+    ok "bench/oneway: an empty directory is an error row and exit 1"
+  else
+    bad "bench/oneway: an empty directory gave: $rows"
+  fi
+else
+  bad "bench/oneway/shim.c: $(tail -n 3 <<<"$out")"
+fi
+rm -rf "$OW"
 
 # ---- 3. run.sh with stand-in perftest programs
 if ! command -v python3 >/dev/null; then
