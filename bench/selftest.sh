@@ -52,12 +52,16 @@ fi
 rm -f /tmp/urxe-bench-insn.$$
 
 # ---- 2c. bench/oneway.sh's timing shim: builds without warnings; over the ceiling tool's RC
-# ping-pong (built by 2) its analysis finds both sides' trips; an empty directory is an error
+# ping-pong its analysis finds both sides' trips; an empty directory is an error
 OW=$(mktemp -d /tmp/urxe-bench-oneway.XXXXXX)
 if out=$(gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$OW/shim.so" "$BENCH/oneway/shim.c" -ldl 2>&1); then
   ok "bench/oneway/shim.c builds without warnings"
   mkdir -p "$OW/rc"
-  if ONEWAY_DIR=$OW/rc LD_PRELOAD=$OW/shim.so timeout 120 "$BENCH/ceiling/target/release/urxe-ceiling" -n 3000 -c 0,1 pingpong_rc >"$OW/rc.out" 2>&1 &&
+  # (2 ran the ceiling's tests; its binary is built here, as run.sh and oneway.sh build it.)
+  if ! out=$(timeout 900 cargo build --release --quiet --manifest-path "$BENCH/ceiling/Cargo.toml" \
+    --target-dir "$BENCH/ceiling/target" 2>&1); then
+    bad "bench/oneway: the ceiling tool did not build: $(tail -n 3 <<<"$out")"
+  elif ONEWAY_DIR=$OW/rc LD_PRELOAD=$OW/shim.so timeout 120 "$BENCH/ceiling/target/release/urxe-ceiling" -n 3000 -c 0,1 pingpong_rc >"$OW/rc.out" 2>&1 &&
     rows=$(python3 "$BENCH/oneway/analyze.py" "$OW/rc" "RC ping-pong") &&
     [ "$(grep -cE '^\| RC ping-pong, CPU [01] \(thread [0-9]+\.[0-9]+\) \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ / [0-9.]+ \|$' <<<"$rows")" = 2 ]; then
     ok "bench/oneway: the RC ping-pong under the shim gives a row per side"
