@@ -36,17 +36,12 @@ if ! gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$SHIM" "$BENCH/oneway/shim.
   echo "error: bench/oneway/shim.c did not build: $(tail -n 1 "$OUT/shim-build.log")" >&2
   exit 1
 fi
-CEIL=$BENCH/ceiling/target/release/urxe-ceiling
-if ! timeout 900 cargo build --release --quiet --manifest-path "$BENCH/ceiling/Cargo.toml" \
-  --target-dir "$BENCH/ceiling/target" >"$OUT/ceiling-build.log" 2>&1; then
+# port_listening, CEIL and build_ceiling
+source "$BENCH/common.sh"
+if ! build_ceiling "$OUT/ceiling-build.log"; then
   echo "error: bench/ceiling did not build: $(tail -n 1 "$OUT/ceiling-build.log")" >&2
   exit 1
 fi
-
-port_listening() {
-  awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
 
 rows=()
 lat=()

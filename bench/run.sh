@@ -118,11 +118,8 @@ tail_of() {
 # ": <last lines of log $1>" (prefixed by $3), or nothing when the log is empty
 said() { local t; t=$(tail_of "$1" "${2:-2}"); [ -n "$t" ] && echo "${3:-}: $t"; }
 
-# is a TCP port in LISTEN state on this machine (IPv4 or IPv6)?
-port_listening() {
-  awk -v p=":$(printf '%04X' "$1")" 'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
+# port_listening, CEIL and build_ceiling
+source "$BENCH/common.sh"
 # first port from $1 on that nobody listens on
 free_port() {
   local p
@@ -190,13 +187,11 @@ if [ -n "$(missing_tools)" ]; then
   fi
 fi
 
-CEIL=$BENCH/ceiling/target/release/urxe-ceiling
 CEIL_BUILD_ERR=
 note "building bench/ceiling (release)"
 if ! command -v cargo >/dev/null; then
   CEIL_BUILD_ERR="cargo not found"
-elif ! timeout 900 cargo build --release --quiet --manifest-path "$BENCH/ceiling/Cargo.toml" \
-  --target-dir "$BENCH/ceiling/target" >"$OUT/ceiling-build.log" 2>&1; then
+elif ! build_ceiling "$OUT/ceiling-build.log"; then
   CEIL_BUILD_ERR="build failed: $(tail_of "$OUT/ceiling-build.log")"
 fi
 [ -z "$CEIL_BUILD_ERR" ] && [ ! -x "$CEIL" ] && CEIL_BUILD_ERR="no binary at $CEIL"

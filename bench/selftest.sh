@@ -14,6 +14,8 @@
 set -u
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TD=$BENCH/testdata
+# build_ceiling, CEIL
+source "$BENCH/common.sh"
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
@@ -58,10 +60,9 @@ if out=$(gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$OW/shim.so" "$BENCH/on
   ok "bench/oneway/shim.c builds without warnings"
   mkdir -p "$OW/rc"
   # (2 ran the ceiling's tests; its binary is built here, as run.sh and oneway.sh build it.)
-  if ! out=$(timeout 900 cargo build --release --quiet --manifest-path "$BENCH/ceiling/Cargo.toml" \
-    --target-dir "$BENCH/ceiling/target" 2>&1); then
-    bad "bench/oneway: the ceiling tool did not build: $(tail -n 3 <<<"$out")"
-  elif ONEWAY_DIR=$OW/rc LD_PRELOAD=$OW/shim.so timeout 120 "$BENCH/ceiling/target/release/urxe-ceiling" -n 3000 -c 0,1 pingpong_rc >"$OW/rc.out" 2>&1 &&
+  if ! build_ceiling "$OW/ceiling-build.log"; then
+    bad "bench/oneway: the ceiling tool did not build: $(tail -n 3 "$OW/ceiling-build.log")"
+  elif ONEWAY_DIR=$OW/rc LD_PRELOAD=$OW/shim.so timeout 120 "$CEIL" -n 3000 -c 0,1 pingpong_rc >"$OW/rc.out" 2>&1 &&
     rows=$(python3 "$BENCH/oneway/analyze.py" "$OW/rc" "RC ping-pong") &&
     [ "$(grep -cE '^\| RC ping-pong, CPU [01] \(thread [0-9]+\.[0-9]+\) \| [0-9]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ / [0-9.]+ \|$' <<<"$rows")" = 2 ]; then
     ok "bench/oneway: the RC ping-pong under the shim gives a row per side"
