@@ -552,6 +552,39 @@ row() {
   fi
   echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
 }
+# limits -> two bullet lines: what two bars ask for, against ceilings of this same run that no
+# engine over UDP can go beyond. (1) ib_write_bw 64 KiB >= 1.5x TCP loopback, against the raw
+# UDP GSO+GRO rate (one copy in, one out; an RDMA engine over UDP carries the same bytes);
+# (2) ib_read_lat <= 2x ib_send_lat while ib_send_lat <= 1.4x the ping-pong, i.e. ib_read_lat
+# <= 2.8x the ping-pong, against the round trip to a server asleep in poll() (ib_read_lat's
+# responder is a thread that must block, never spin: it is woken for every READ).
+limits() {
+  local tcp gso pp blk need
+  tcp=$(num "$(kv "$TCP" tcp_gbps)")
+  gso=$(num "$(kv "$GSO" gbps)")
+  if [ -n "$tcp" ] && [ -n "$gso" ]; then
+    need=$(awk -v t="$tcp" 'BEGIN { printf "%.2f", 1.5 * t }')
+    if awk -v n="$need" -v g="$gso" 'BEGIN { exit !(n > g) }'; then
+      echo "- ib_write_bw 64 KiB ≥ 1.5× TCP asks for $need Gb/s: $(ratio "$need" "$gso")× the UDP GSO+GRO ceiling ($gso Gb/s), more than UDP itself moved in this run — out of reach of any UDP engine here."
+    else
+      echo "- ib_write_bw 64 KiB ≥ 1.5× TCP asks for $need Gb/s: $(ratio "$need" "$gso")× the UDP GSO+GRO ceiling ($gso Gb/s) — within UDP's reach in this run."
+    fi
+  else
+    echo "- ib_write_bw 64 KiB ≥ 1.5× TCP: n/a (TCP or GSO+GRO ceiling not measured)"
+  fi
+  pp=$(num "$(kv "$PPONG" ow_p50_us)")
+  blk=$(num "$(kv "$PPBLK" rtt_p50_us)")
+  if [ -n "$pp" ] && [ -n "$blk" ]; then
+    need=$(awk -v p="$pp" 'BEGIN { printf "%.2f", 2.8 * p }')
+    if awk -v n="$need" -v b="$blk" 'BEGIN { exit !(n < b) }'; then
+      echo "- ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ $need µs: $(ratio "$need" "$blk")× the round trip to a server asleep in poll() ($blk µs) — below what a blocking responder can answer in here; both latency bars cannot hold at once."
+    else
+      echo "- ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ $need µs: $(ratio "$need" "$blk")× the round trip to a server asleep in poll() ($blk µs) — within reach in this run."
+    fi
+  else
+    echo "- ib_read_lat ≤ 2× ib_send_lat at ib_send_lat's bar: n/a (ping-pong ceilings not measured)"
+  fi
+}
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
 count_urxe_err "${W64_RUNS[@]}" "${W4_RUNS[@]}" "${Q16_RUNS[@]}" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$PAIRS4" "$QPRSS"
 ERRORS=$((ERRORS + URXE_ERRS))
@@ -586,6 +619,10 @@ ERRORS=$((ERRORS + URXE_ERRS))
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 "<=2"
   row "1000 RC QPs in one process, RSS MiB" "$QPRSS" rss_mib "the wave-2 limit, 64 MiB" "limit_mib=64" limit_mib 1 "<=1"
   [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
+  echo
+  echo "Bars against this run's own limits (whether a UDP engine can meet them here at all):"
+  echo
+  limits
   echo
   echo "Ceilings measured in this run:"
   echo

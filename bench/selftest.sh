@@ -150,6 +150,15 @@ EOF
   row=$(grep -F "| ib_send_lat 2 B typical, µs | 43.70 |" <<<"$out" | grep -F "RC ping-pong p50")
   [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ -\ \|\ -\ \|$ ]] && ok "send_lat against the RC ping-pong (ratio, no bar)" || bad "send_lat row against the RC ping-pong: ${row:-missing}"
   grep -q "^mode=pingpong_rc .*msg_bytes=40 segs=2 " "$W/out/raw.txt" && ok "RC ping-pong trips are two 20-byte segments" || bad "RC ping-pong: $(grep "mode=pingpong_rc" "$W/out/raw.txt" | head -n 1)"
+  # The bars against this run's own limits: 1.5x the TCP figure of the ceilings table, set
+  # against its GSO+GRO figure; 2.8x the ping-pong p50 against the asleep round trip.
+  tcp=$(sed -n -E 's/^\| TCP loopback, iperf3, one stream \| ([0-9.]+) Gb\/s.*/\1/p' <<<"$out")
+  gso=$(sed -n -E 's/^\| UDP GSO 15×4136 B \+ UDP_GRO receive \| ([0-9.]+) Gb\/s.*/\1/p' <<<"$out")
+  want=$(awk -v t="${tcp:-0}" -v g="${gso:-0}" 'BEGIN { printf "asks for %.2f Gb/s: %.2f× the UDP GSO+GRO ceiling (%s Gb/s)", 1.5 * t, (g > 0 ? 1.5 * t / g : 0), g }')
+  [ -n "$tcp" ] && [ -n "$gso" ] && chk "1.5× TCP set against the GSO+GRO ceiling" "$want" || bad "no TCP ($tcp) or GSO+GRO ($gso) figure in the ceilings table"
+  pp=$(sed -n -E 's/^\| UDP 64 B ping-pong, busy-poll, one-way \| ([0-9.]+) µs p50.*/\1/p' <<<"$out")
+  want=$(awk -v p="${pp:-0}" 'BEGIN { printf "(1.4× the ping-pong, %s µs), asks for ≤ %.2f µs", p, 2.8 * p }')
+  [ -n "$pp" ] && chk "ib_read_lat's bar at ib_send_lat's bar set against the asleep round trip" "$want" || bad "no ping-pong p50 in the ceilings table"
   for m in gso mmsg64 pingpong pingpong_rc iperf3_tcp; do
     grep -q "^mode=$m .*" "$W/out/raw.txt" && ! grep -q "^mode=$m .*error=" "$W/out/raw.txt" &&
       ok "ceiling $m measured" || bad "ceiling $m: $(grep "mode=$m\|error" "$W/out/raw.txt" | head -n 2)"
