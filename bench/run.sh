@@ -559,31 +559,34 @@ row() {
 # <= 2.8x the ping-pong, against the round trip to a server asleep in poll() (ib_read_lat's
 # responder is a thread that must block, never spin: it is woken for every READ).
 limits() {
-  local tcp gso pp blk need
+  local tcp gso pp blk
   tcp=$(num "$(kv "$TCP" tcp_gbps)")
   gso=$(num "$(kv "$GSO" gbps)")
-  if [ -n "$tcp" ] && [ -n "$gso" ]; then
-    need=$(awk -v t="$tcp" 'BEGIN { printf "%.2f", 1.5 * t }')
-    if awk -v n="$need" -v g="$gso" 'BEGIN { exit !(n > g) }'; then
-      echo "- ib_write_bw 64 KiB ≥ 1.5× TCP asks for $need Gb/s: $(ratio "$need" "$gso")× the UDP GSO+GRO ceiling ($gso Gb/s), more than UDP itself moved in this run — out of reach of any UDP engine here."
-    else
-      echo "- ib_write_bw 64 KiB ≥ 1.5× TCP asks for $need Gb/s: $(ratio "$need" "$gso")× the UDP GSO+GRO ceiling ($gso Gb/s) — within UDP's reach in this run."
-    fi
-  else
-    echo "- ib_write_bw 64 KiB ≥ 1.5× TCP: n/a (TCP or GSO+GRO ceiling not measured)"
-  fi
+  limit_line "$tcp" 1.5 "$gso" ">" "ib_write_bw 64 KiB ≥ 1.5× TCP: n/a (TCP or GSO+GRO ceiling not measured)" \
+    "ib_write_bw 64 KiB ≥ 1.5× TCP asks for %s Gb/s: %s× the UDP GSO+GRO ceiling ($gso Gb/s)" \
+    ", more than UDP itself moved in this run — out of reach of any UDP engine here." \
+    " — within UDP's reach in this run."
   pp=$(num "$(kv "$PPONG" ow_p50_us)")
   blk=$(num "$(kv "$PPBLK" rtt_p50_us)")
-  if [ -n "$pp" ] && [ -n "$blk" ]; then
-    need=$(awk -v p="$pp" 'BEGIN { printf "%.2f", 2.8 * p }')
-    if awk -v n="$need" -v b="$blk" 'BEGIN { exit !(n < b) }'; then
-      echo "- ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ $need µs: $(ratio "$need" "$blk")× the round trip to a server asleep in poll() ($blk µs) — below what a blocking responder can answer in here; both latency bars cannot hold at once."
-    else
-      echo "- ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ $need µs: $(ratio "$need" "$blk")× the round trip to a server asleep in poll() ($blk µs) — within reach in this run."
-    fi
-  else
-    echo "- ib_read_lat ≤ 2× ib_send_lat at ib_send_lat's bar: n/a (ping-pong ceilings not measured)"
+  limit_line "$pp" 2.8 "$blk" "<" "ib_read_lat ≤ 2× ib_send_lat at ib_send_lat's bar: n/a (ping-pong ceilings not measured)" \
+    "ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ %s µs: %s× the round trip to a server asleep in poll() ($blk µs)" \
+    " — below what a blocking responder can answer in here; both latency bars cannot hold at once." \
+    " — within reach in this run."
+}
+# limit_line FIGURE FACTOR CEILING OP NA TEXT OUT IN -> one bullet: FACTOR x FIGURE (what the bar
+# asks for) and its ratio to CEILING filled into TEXT (two %s), then OUT if it is beyond the
+# ceiling in the direction OP (">" above, "<" below), else IN; NA if a figure is missing.
+limit_line() {
+  local fig=$1 factor=$2 ceil=$3 op=$4 na=$5 text=$6 out=$7 in=$8 need tail
+  if [ -z "$fig" ] || [ -z "$ceil" ]; then
+    echo "- $na"
+    return
   fi
+  need=$(awk -v f="$fig" -v k="$factor" 'BEGIN { printf "%.2f", k * f }')
+  tail=$in
+  if awk -v n="$need" -v c="$ceil" -v op="$op" 'BEGIN { exit !(op == ">" ? n > c : n < c) }'; then tail=$out; fi
+  # shellcheck disable=SC2059 # TEXT is this script's own format with two %s
+  printf -- "- $text%s\n" "$need" "$(ratio "$need" "$ceil")" "$tail"
 }
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
 count_urxe_err "${W64_RUNS[@]}" "${W4_RUNS[@]}" "${Q16_RUNS[@]}" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$PAIRS4" "$QPRSS"
