@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one test command (README, .ci/run): installs what it needs, checks formatting and lints,
+# The one test command (README, .ci/run): installs what it needs, checks the documents'
+# shape, formatting and lints,
 # builds the drop-in library, runs every test: unit, property, simulator, capture verifier,
 # ABI, unmodified Debian binaries and our C programs over urxe, the benchmark script's
 # self-check, rdma-core's own suite, and the interop matrix against the Linux kernel's rdma_rxe.
@@ -10,6 +11,8 @@ bash scripts/deps.sh
 export CARGO_TERM_COLOR=never
 step() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
 
+step "documents: no commit hash outside history files, README length, the unsafe table (scripts/check-docs.sh)"
+bash scripts/check-docs.sh
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy"
