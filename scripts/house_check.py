@@ -40,6 +40,7 @@ LAYERS = {
         "wire": 0,
         "engine": 1,
         "cm": 1,
+        "faults": 1,
         "sys": 1,
         "host": 2,
         "transport": 2,
