@@ -40,7 +40,6 @@ LAYERS = {
         "wire": 0,
         "engine": 1,
         "cm": 1,
-        "faults": 1,
         "sys": 1,
         "host": 2,
         "transport": 2,

@@ -7,7 +7,6 @@
 //! - [`transport`]: UDP 4791 sockets, the progress thread, batching, timers.
 //! - [`cm`]: the InfiniBand communication manager, sans-IO like the engine (uses [`wire`]).
 //! - [`check`]: the capture verifier behind `urxe check`.
-//! - [`faults`]: fault plans (`URXE_FAULTS`): what to inject where and when, sans-IO and seeded.
 //! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
 //! - [`conform`]: scripted RoCEv2 scenarios against a remote peer (`urxe conform`).
 //!
@@ -22,7 +21,6 @@ pub mod check;
 pub mod cm;
 pub mod conform;
 pub mod engine;
-pub mod faults;
 pub mod hostview;
 pub mod transport;
 pub mod wire;

@@ -17,6 +17,7 @@ mod comp;
 pub mod counters;
 mod cq;
 mod dma;
+pub mod faults;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod gsi;
@@ -88,6 +89,9 @@ pub struct Engine<M: HostMemory> {
     gsi: gsi::Gsi,
     /// Multicast groups and their attached UD QPs.
     mcast: mcast::McastTable,
+    /// The fault plan's packet faults (`set_fault_plan`); `None`, the rule, costs one test per
+    /// datagram and per packet.
+    faults: Option<Box<faults::Injector>>,
 }
 
 /// Which QPNs this engine hands out. A process alone on its address uses the whole 24-bit
@@ -146,6 +150,7 @@ impl<M: HostMemory> Engine<M> {
             mcast: mcast::McastTable::default(),
             burst: 0,
             timers: TimerHeap::default(),
+            faults: None,
         }
     }
 
@@ -543,6 +548,15 @@ impl<M: HostMemory> Engine<M> {
     /// the responder (requests) or completer (responses) of its QP; dropped and counted
     /// otherwise.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
+        if self.faults.is_some() {
+            self.handle_datagram_faulted(now, d);
+            return;
+        }
+        self.receive(now, d);
+    }
+
+    /// [`Engine::handle_datagram`] without the fault plan.
+    fn receive(&mut self, now: Nanos, d: &Datagram<'_>) {
         self.sh.tick(now);
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
@@ -602,6 +616,9 @@ impl<M: HostMemory> Engine<M> {
 
     /// Runs every timer due at `now` (local ACK timeouts, RNR waits).
     pub fn handle_timeout(&mut self, now: Nanos) {
+        if self.faults.is_some() {
+            self.release_held_rx(now);
+        }
         self.sh.tick(now);
         while let Some((at, qpn)) = self.timers.peek() {
             if at > now {
@@ -625,6 +642,14 @@ impl<M: HostMemory> Engine<M> {
     /// a flow's packets come in trains; call until `None`.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
+        if self.faults.is_some() {
+            return self.poll_transmit_faulted(now, buf);
+        }
+        self.transmit(now, buf)
+    }
+
+    /// [`Engine::poll_transmit`] without the fault plan.
+    fn transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         self.sh.tick(now);
         if buf.len() < MAX_PACKET {
             return None;
@@ -666,7 +691,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Whether any QP may have a packet to send (cheap; `poll_transmit` decides exactly).
     pub fn may_transmit(&self) -> bool {
-        !self.txq.is_empty() || self.gsi.has_pending()
+        !self.txq.is_empty() || self.gsi.has_pending() || self.faults.as_ref().is_some_and(|f| f.holds_tx())
     }
 
     /// Whether packets wait to be sent and all of them are plain positive ACKs. Such ACKs only
@@ -674,6 +699,7 @@ impl<M: HostMemory> Engine<M> {
     /// same send call as the application's next request (see the transport's progress thread).
     pub fn only_acks_pending(&self) -> bool {
         !self.txq.is_empty()
+            && self.faults.as_ref().is_none_or(|f| !f.holds_tx())
             && self.txq.iter().all(|&qpn| match self.qps.get(self.qspace.idx(qpn)) {
                 Some(Some(q)) => req::only_acks_pending(q),
                 _ => true,
@@ -683,6 +709,17 @@ impl<M: HostMemory> Engine<M> {
     /// The earliest deadline at which `handle_timeout` has work (maybe spuriously early).
     #[must_use]
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
+        let qp_timer = self.poll_qp_timeout();
+        match &self.faults {
+            None => qp_timer,
+            Some(f) => match (qp_timer, f.next_due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    fn poll_qp_timeout(&mut self) -> Option<Nanos> {
         while let Some((at, qpn)) = self.timers.peek() {
             match self.qps.get(self.qspace.idx(qpn)).and_then(|q| q.as_deref()) {
                 Some(q) if q.heap_at == Some(at) => return Some(at),

@@ -48,7 +48,18 @@ fn the_same_seed_gives_the_same_decisions_and_another_seed_others() {
 #[test]
 fn the_first_matching_fault_decides_and_all_matching_faults_count() {
     let mut plan = parse("rnr-nak:count=2; nak=access:every=2").unwrap();
-    let rx = Point { site: Some(Site::Rx), qpn: Some(5), opcode: Some(4), ..Point::default() };
+    let rx = Point {
+        site: Some(Site::Rx),
+        qpn: Some(5),
+        opcode: Some(4),
+        rnr_answerable: true,
+        nak_answerable: true,
+        ..Point::default()
+    };
+    // A request the responder could not answer itself is not counted by either fault.
+    let mut other = plan.clone();
+    assert!(other.decide(0, &Point { rnr_answerable: false, nak_answerable: false, ..rx }).is_none());
+    assert_eq!((other.faults[0].fired(), other.faults[1].fired()), (0, 0));
     let got = fires(&mut plan, &[(0, rx), (1, rx), (2, rx), (3, rx)]);
     // The second fault saw points 1..4 too: it fires on its 1st and 3rd (points 0 and 2), but
     // the first fault decided point 0; point 2 is the second fault's, point 3 nobody's.

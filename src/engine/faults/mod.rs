@@ -10,13 +10,18 @@
 //! returning an errno, moving a QP to ERROR — is the caller's job, so that the injected state is
 //! exactly what the real path produces.
 //!
-//! Rooms: `plan` (the plan, its faults and the decision), `spec` (the text form). The
-//! module depends on nothing of the crate but the wire layer's opcode table (opcode names).
+//! Rooms: `plan` (the plan, its faults and the decision), `spec` (the text form). Part of the
+//! engine (which injects the packet faults) and used by the provider and librdmacm for the
+//! verbs, device and CM faults; it uses the wire layer's opcode table for opcode names.
 #![forbid(unsafe_code)]
 
+mod door;
+mod inject;
 mod plan;
 mod spec;
 
+pub use inject::Injected;
+pub(crate) use inject::Injector;
 pub use plan::*;
 pub use spec::{parse, SpecError};
 

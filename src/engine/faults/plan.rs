@@ -1,5 +1,7 @@
 //! A fault plan: its faults (action, scope, schedule) and the decision at each point.
 
+use crate::engine::types::SplitMix64;
+
 /// Nanoseconds on the caller's monotonic clock, from the plan's start.
 pub type Nanos = u64;
 
@@ -40,6 +42,13 @@ pub struct Point {
     pub cm_id: Option<u64>,
     /// The rdma_cm step, for CM points.
     pub cm_step: Option<CmStep>,
+    /// A received request the responder could answer with an RNR NAK itself: in sequence on
+    /// a connected RC QP, starting a message that consumes a receive WQE. `rnr-nak` acts on
+    /// (and counts) only these.
+    pub rnr_answerable: bool,
+    /// A received request the responder could NAK itself (in sequence on a connected RC
+    /// QP). `nak=` acts on (and counts) only these.
+    pub nak_answerable: bool,
 }
 
 /// The rdma_cm steps a plan can act on.
@@ -161,7 +170,7 @@ impl Fault {
 }
 
 /// A parsed plan: its faults in the order written, and the generator for `prob=`.
-#[derive(Clone, PartialEq, Debug)]
+#[derive(Clone, Debug)]
 pub struct FaultPlan {
     pub seed: u64,
     pub faults: Vec<Fault>,
@@ -178,7 +187,7 @@ pub struct Decision {
 impl FaultPlan {
     /// A plan with these faults and this seed.
     pub fn new(seed: u64, faults: Vec<Fault>) -> FaultPlan {
-        FaultPlan { seed, faults, rng: SplitMix64(seed) }
+        FaultPlan { seed, faults, rng: SplitMix64::new(seed) }
     }
 
     /// Whether any fault can act at this site (callers skip building a [`Point`] otherwise).
@@ -193,6 +202,14 @@ impl FaultPlan {
         let mut out = None;
         for (i, f) in self.faults.iter_mut().enumerate() {
             if !f.scope.matches(p) {
+                continue;
+            }
+            let answers = match f.action {
+                Action::RnrNak => Some(p.rnr_answerable),
+                Action::Nak(_) => Some(p.nak_answerable),
+                _ => None,
+            };
+            if answers == Some(false) {
                 continue;
             }
             f.seen += 1;
@@ -217,7 +234,9 @@ impl FaultPlan {
             if let Some(prob) = s.prob {
                 // Drawn only here, for a point that passed every other test: the sequence of
                 // draws is a function of the points alone.
-                if self.rng.next_f64() >= prob {
+                // Uniform in [0, 1) from 53 bits.
+                let draw = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                if draw >= prob {
                     continue;
                 }
             }
@@ -226,25 +245,5 @@ impl FaultPlan {
             out = Some(Decision { fault: i, action: f.action });
         }
         out
-    }
-}
-
-/// The plan's generator: SplitMix64 (Steele, Lea, Flood 2014), small and with a full period;
-/// enough for "with probability p", not for anything secret.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1) with 53 bits.
-    fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
