@@ -680,6 +680,23 @@ pub struct ibv_qp_ex {
     pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
 }
 
+/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45's `enum ibv_qp_create_send_ops_flags`, after
+/// `IBV_QP_EX_WITH_ATOMIC_WRITE`; not in rdma-core 44's header, so named here).
+pub const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 13;
+/// `IBV_DEVICE_FLUSH_GLOBAL` and `IBV_DEVICE_ATOMIC_WRITE` of `device_cap_flags_ex`
+/// (= the kernel's `IB_UVERBS_DEVICE_FLUSH_GLOBAL`, `_ATOMIC_WRITE`; rdma-core 45). urxe does
+/// not offer `IBV_DEVICE_FLUSH_PERSISTENT` (1 << 39): it has no persistence domain.
+pub const DEVICE_CAPS_FLUSH_ATOMIC_WRITE: u64 = (1 << 38) | (1 << 40);
+
+/// `ibv_wr_flush`'s entry: rdma-core 45 appends `wr_flush` to `struct ibv_qp_ex`, right after
+/// `wr_atomic_write`; rdma-core 44's struct (mirrored by `ibv_qp_ex`) ends before it, so the
+/// slot is the field that follows `ibv` in `UrxeQp`.
+pub type WrFlushFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
+
+/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`enum ibv_qp_create_flags`): the UD QP does not
+/// receive the multicast it sends itself.
+pub const IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
+
 /// `struct ibv_qp_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]

@@ -91,6 +91,16 @@ pub struct UrxeDevice {
     pub transport: std::sync::OnceLock<Result<urxe::transport::Device, i32>>,
 }
 
+impl UrxeDevice {
+    /// An application thread is about to wait on a completion channel: the running device (if
+    /// any) makes sure its progress thread will run the engine's timers meanwhile.
+    pub fn app_waits(&self) {
+        if let Some(Ok(t)) = self.transport.get() {
+            t.app_waits();
+        }
+    }
+}
+
 /// A device pointer that may live in a static.
 struct DevPtr(*mut UrxeDevice);
 // SAFETY: the device is immutable after creation except `refcount`, which is only touched

@@ -341,7 +341,7 @@ const SUPPORTED_SEND_OPS: u64 = IBV_QP_EX_WITH_RDMA_WRITE
     | IBV_QP_EX_WITH_BIND_MW
     | IBV_QP_EX_WITH_SEND_WITH_INV
     | IBV_QP_EX_WITH_ATOMIC_WRITE
-    | crate::verbs::qp_ex::IBV_QP_EX_WITH_FLUSH;
+    | crate::abi::IBV_QP_EX_WITH_FLUSH;
 const KNOWN_SEND_OPS: u64 = SUPPORTED_SEND_OPS | IBV_QP_EX_WITH_TSO | (1 << 11);
 const KNOWN_QP_INIT_MASK: u32 = (IBV_QP_INIT_ATTR_PD
     | IBV_QP_INIT_ATTR_XRCD
@@ -373,7 +373,7 @@ pub fn qp_init_attr_from_c(a: &ibv_qp_init_attr_ex, refs: QpRefs, limits: &Limit
         return Err(EOPNOTSUPP);
     }
     if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS as u32 != 0
-        && a.create_flags & !crate::verbs::qp::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0
+        && a.create_flags & !crate::abi::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB != 0
     {
         return Err(EOPNOTSUPP);
     }

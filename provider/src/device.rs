@@ -267,7 +267,7 @@ pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
     a.completion_timestamp_mask = u64::MAX;
     a.hca_core_clock = HCA_CORE_CLOCK_KHZ;
     a.max_dm_size = verbs::dm::MAX_DM_SIZE;
-    a.device_cap_flags_ex = DEVICE_CAP_FLAGS | verbs::qp_ex::DEVICE_CAPS_FLUSH_ATOMIC_WRITE;
+    a.device_cap_flags_ex = DEVICE_CAP_FLAGS | crate::abi::DEVICE_CAPS_FLUSH_ATOMIC_WRITE;
     a.phys_port_cnt_ex = 1;
     (a.odp_caps, a.xrc_odp_caps) = verbs::mr::odp_caps(a.orig_attr.device_cap_flags);
     a

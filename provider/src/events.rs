@@ -327,10 +327,10 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
         non_null(cq_context)?;
         // SAFETY: caller passes a live channel.
         let (fd, context) = unsafe { ((*channel).fd, (*channel).context) };
-        // The thread may sleep here: timers must not wait for it (see Device::app_waits).
+        // The thread may sleep here: timers must not wait for it (see UrxeDevice::app_waits).
         // SAFETY: a channel's context is a live context of ours.
         if let Ok(dev) = unsafe { crate::context::dev_of(context) } {
-            crate::glue::app_waits(dev);
+            dev.app_waits();
         }
         Ok(fd)
     };

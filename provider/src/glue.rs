@@ -152,13 +152,6 @@ pub fn detach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()>
 /// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
 /// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;
 /// its error (the first WR that failed) is returned as is.
-/// An application thread is about to wait on a completion channel: the running device (if
-/// any) makes sure its progress thread will run the engine's timers meanwhile.
-pub fn app_waits(dev: &UrxeDevice) {
-    if let Some(Ok(t)) = dev.transport.get() {
-        t.app_waits();
-    }
-}
 /// Each WR comes with the remote XRC SRQ number it names (XRC initiators only).
 pub fn post_send_chain(
     dev: &UrxeDevice,

@@ -192,8 +192,8 @@ pub struct WrBatch {
 pub struct UrxeQp {
     pub ibv: ibv_qp_ex,
     /// rdma-core 45's `ibv_qp_ex.wr_flush`, which its struct has right after `ibv_qp_ex` 44's
-    /// end (see `verbs::qp_ex::WrFlushFn`); asserted adjacent below.
-    pub wr_flush: Option<crate::verbs::qp_ex::WrFlushFn>,
+    /// end (see `abi::WrFlushFn`); asserted adjacent below.
+    pub wr_flush: Option<crate::abi::WrFlushFn>,
     pub qpn: Qpn,
     pub qp_type: QpType,
     /// Created through `create_qp_ex` with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: only then does

@@ -25,6 +25,8 @@ pub struct Counters {
     pub duplicate_requests: u64,
     /// Packets dropped because the ICRC did not match.
     pub icrc_errors: u64,
+    /// Packet faults a fault plan injected (`URXE_FAULTS`; see engine::faults).
+    pub faults_injected: u64,
     /// IPv4 packets whose ICRC could not be verified (IP ID unknown) and were accepted.
     pub icrc_unverified: u64,
     /// Packets dropped because a length was wrong (truncated, bad pad, payload size).

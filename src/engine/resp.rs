@@ -124,7 +124,7 @@ fn rc_receive<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed<'_
 }
 
 /// The one place responder errors become wire NAKs, completion statuses and QP state.
-fn report<M>(q: &mut Qp, sh: &mut EngineShared<M>, e: RespError, psn: Psn) {
+pub(crate) fn report<M>(q: &mut Qp, sh: &mut EngineShared<M>, e: RespError, psn: Psn) {
     let (nak, wc_status, event) = match e {
         RespError::Drop => return,
         RespError::RnrNoWqe => {
@@ -160,7 +160,7 @@ fn report<M>(q: &mut Qp, sh: &mut EngineShared<M>, e: RespError, psn: Psn) {
 
 /// Queues an ACK/NAK, coalescing with a plain ACK still waiting at the tail (a later ACK or
 /// a NAK says everything it said).
-fn queue_ack(q: &mut Qp, syndrome: Syndrome, psn: Psn) {
+pub(crate) fn queue_ack(q: &mut Qp, syndrome: Syndrome, psn: Psn) {
     let item = RespOut::Ack { psn, syndrome, msn: q.resp.msn };
     if let Some(RespOut::Ack { syndrome: s, .. }) = q.resp.out.back() {
         if s.is_ack() {

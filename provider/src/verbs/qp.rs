@@ -15,10 +15,6 @@ use std::ptr;
 use std::sync::atomic::Ordering;
 use urxe::engine::{QpAttrMask, QpCap, QpInitAttr, QpState, QpType, Qpn};
 
-/// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` (`enum ibv_qp_create_flags`): the UD QP does not
-/// receive the multicast it sends itself.
-pub const IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: u32 = 1 << 1;
-
 /// # Safety
 /// `context` live context of ours; object pointers in `attr` NULL or ours.
 unsafe fn create_qp_common(context: *mut ibv_context, attr: &mut ibv_qp_init_attr_ex) -> Result<*mut UrxeQp, i32> {

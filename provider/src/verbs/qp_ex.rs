@@ -15,19 +15,6 @@ use crate::objects::*;
 use libc::c_void;
 use urxe::engine::{AccessFlags, MwBind, QpType, SendFlags, SendWr, Sge, UdDest, WrKind};
 
-/// `IBV_QP_EX_WITH_FLUSH` (rdma-core 45's `enum ibv_qp_create_send_ops_flags`, after
-/// `IBV_QP_EX_WITH_ATOMIC_WRITE`; not in rdma-core 44's header, so named here).
-pub const IBV_QP_EX_WITH_FLUSH: u64 = 1 << 13;
-/// `IBV_DEVICE_FLUSH_GLOBAL` and `IBV_DEVICE_ATOMIC_WRITE` of `device_cap_flags_ex`
-/// (= the kernel's `IB_UVERBS_DEVICE_FLUSH_GLOBAL`, `_ATOMIC_WRITE`; rdma-core 45). urxe does
-/// not offer `IBV_DEVICE_FLUSH_PERSISTENT` (1 << 39): it has no persistence domain.
-pub const DEVICE_CAPS_FLUSH_ATOMIC_WRITE: u64 = (1 << 38) | (1 << 40);
-
-/// `ibv_wr_flush`'s entry: rdma-core 45 appends `wr_flush` to `struct ibv_qp_ex`, right after
-/// `wr_atomic_write`; rdma-core 44's struct (mirrored by `ibv_qp_ex`) ends before it, so the
-/// slot is the field that follows `ibv` in `UrxeQp`.
-pub type WrFlushFn = unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, usize, u8, u8);
-
 /// Point the builder entries of a new QP's `ibv_qp_ex` at the functions below.
 pub(super) fn fill_wr_table(q: &mut ibv_qp_ex) {
     q.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);

@@ -1,0 +1,169 @@
+//! Fault plans carried out by the engine (src/engine/faults): each packet fault gives what a
+//! real lossy, refusing or silent peer gives — the same completion statuses, the same
+//! retransmissions, data intact where the transport recovers — and a seed replays the same
+//! packet trace.
+
+mod sim;
+
+use sim::*;
+use urxe::engine::faults::{parse, Action, Site};
+use urxe::engine::*;
+
+const MS: u64 = 1_000_000;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    v
+}
+
+/// Node 0 SENDs `len` bytes to node 1 (receive posted) with `plan` set on `node`; returns
+/// the sender's completion, the receiver's, and whether the bytes arrived intact.
+fn send_with(
+    plan: &str,
+    node: usize,
+    o: &QpOpts,
+    len: usize,
+    post_recv: bool,
+) -> (Net, WcStatus, Option<WcStatus>, bool) {
+    let mut net = Net::new(2, 7, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, o);
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    let data = pattern(len, 3);
+    net.nodes[0].mem().set(src, &data);
+    net.nodes[node].eng.set_fault_plan(Some(parse(plan).unwrap()));
+    if post_recv {
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 2, sg_list: &[sge(dst, len as u32, dmr)] }).unwrap();
+    }
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, WrKind::Send, &[sge(src, len as u32, smr)])).unwrap();
+    let wc = net.first_completion(0, a.cq, 20_000 * MS).expect("the sender completes");
+    let rwc = net.poll_all(1, b.cq).first().map(|w| w.status);
+    let intact = net.nodes[1].mem().get(dst, len) == data;
+    (net, wc.status, rwc, intact)
+}
+
+#[test]
+fn a_silent_peer_ends_in_retry_exceeded_after_retry_cnt_timeouts() {
+    let o = QpOpts { timeout: 10, retry_cnt: 3, ..QpOpts::default() };
+    // Node 1 hears nothing from node 0.
+    let (net, st, rst, _) = send_with("silent", 1, &o, 1000, true);
+    assert_eq!(st, WcStatus::RetryExcErr);
+    assert_eq!(rst, None);
+    let c = net.nodes[1].eng.counters();
+    assert!(c.faults_injected >= 4, "first send and 3 retries dropped: {}", c.faults_injected);
+    assert_eq!(net.nodes[0].eng.counters().retry_exceeded, 1);
+    assert_eq!(net.nodes[0].eng.counters().ack_timeouts, 4, "the first try and retry_cnt 3 retries timed out");
+}
+
+#[test]
+fn rnr_naks_are_retried_then_exceed_rnr_retry() {
+    // Three RNR NAKs against rnr_retry 7: the SEND still lands.
+    let o = QpOpts { rnr_retry: 7, min_rnr_timer: 1, ..QpOpts::default() };
+    let (net, st, rst, intact) = send_with("rnr-nak:count=3", 1, &o, 4000, true);
+    assert_eq!((st, rst, intact), (WcStatus::Success, Some(WcStatus::Success), true));
+    assert_eq!(net.nodes[1].eng.counters().rnr_naks_sent, 3);
+    // Ten against rnr_retry 2: the sender gives up with RNR_RETRY_EXC_ERR.
+    let o = QpOpts { rnr_retry: 2, min_rnr_timer: 1, ..QpOpts::default() };
+    let (net, st, _, _) = send_with("rnr-nak:count=10", 1, &o, 4000, true);
+    assert_eq!(st, WcStatus::RnrRetryExcErr);
+    assert_eq!(net.nodes[1].eng.counters().rnr_naks_sent, 3, "first try and two retries");
+}
+
+#[test]
+fn fatal_naks_complete_with_the_status_a_real_responder_causes() {
+    let o = QpOpts::default();
+    for (nak, want) in
+        [("access", WcStatus::RemAccessErr), ("invalid", WcStatus::RemInvReqErr), ("operational", WcStatus::RemOpErr)]
+    {
+        let (net, st, rst, _) = send_with(&format!("nak={nak}:count=1"), 1, &o, 100, true);
+        assert_eq!(st, want, "nak={nak}");
+        // The responder's QP went to ERROR as after a real violation: its receive WQE
+        // completed in error (the WQE was not taken yet for a SEND refused at its first
+        // packet, so it is flushed).
+        assert!(rst.is_some_and(|s| s != WcStatus::Success), "nak={nak}: {rst:?}");
+        assert_eq!(net.nodes[1].eng.counters().naks_sent, 1, "nak={nak}");
+    }
+}
+
+#[test]
+fn a_sequence_nak_makes_the_requester_go_back_and_the_data_arrives() {
+    let o = QpOpts { mtu: Mtu::Mtu1024, ..QpOpts::default() };
+    let (net, st, rst, intact) = send_with("nak=seq:count=2", 1, &o, 16 * 1024, true);
+    assert_eq!((st, rst, intact), (WcStatus::Success, Some(WcStatus::Success), true));
+    assert!(net.nodes[0].eng.counters().retransmitted_pkts > 0);
+    // The two injected, and the real ones the packets after each skipped PSN then cause.
+    assert!(net.nodes[0].eng.counters().seq_naks_rcvd >= 2);
+}
+
+#[test]
+fn drops_delays_duplicates_reorders_and_corruption_on_either_side_leave_the_data_intact() {
+    let o = QpOpts { mtu: Mtu::Mtu1024, timeout: 8, retry_cnt: 7, ..QpOpts::default() };
+    for (plan, node) in [
+        ("drop:every=5", 0),
+        ("drop:site=rx,every=7", 1),
+        ("delay=2ms:every=3", 0),
+        ("dup:every=4", 0),
+        ("dup:site=rx,every=3", 1),
+        ("reorder:every=6", 0),
+        ("reorder:site=rx,every=5", 1),
+        ("corrupt-icrc:every=9", 0),
+        ("corrupt-psn=5:every=11", 0),
+        ("drop:class=resp,site=rx,every=2", 0),
+    ] {
+        let (net, st, rst, intact) = send_with(plan, node, &o, 64 * 1024, true);
+        assert_eq!((st, rst, intact), (WcStatus::Success, Some(WcStatus::Success), true), "{plan}");
+        let injected = net.nodes[node].eng.counters().faults_injected;
+        assert!(injected > 0, "{plan}: nothing injected");
+        assert_eq!(
+            net.nodes[node].eng.fault_plan().unwrap().faults[0].fired(),
+            injected,
+            "{plan}: the plan's count and the engine's agree"
+        );
+    }
+}
+
+#[test]
+fn the_injected_log_names_each_fault_with_its_qp_and_psn() {
+    let o = QpOpts { mtu: Mtu::Mtu1024, ..QpOpts::default() };
+    let (mut net, st, _, _) = send_with("drop:count=2", 0, &o, 4096, true);
+    assert_eq!(st, WcStatus::Success);
+    let mut log = Vec::new();
+    while let Some(i) = net.nodes[0].eng.poll_injected() {
+        log.push(i);
+    }
+    assert_eq!(log.len(), 2);
+    assert!(log.iter().all(|i| i.action == Action::Drop && i.site == Site::Tx && i.qpn.is_some()));
+    assert_eq!(log[1].psn.unwrap(), (log[0].psn.unwrap() + 1) & 0xFF_FFFF);
+}
+
+#[test]
+fn one_seed_replays_the_same_packet_trace_and_another_does_not() {
+    let trace = |seed: u64| {
+        let o = QpOpts { mtu: Mtu::Mtu1024, timeout: 8, retry_cnt: 7, ..QpOpts::default() };
+        let mut net = Net::new(2, 7, LinkCfg::default());
+        net.trace = Some(Vec::new());
+        let (a, b) = connect(&mut net, 0, 1, &o);
+        let (src, smr) = buffer(&mut net, a, 32 * 1024);
+        let (dst, dmr) = buffer(&mut net, b, 32 * 1024);
+        net.nodes[0].mem().set(src, &pattern(32 * 1024, 5));
+        net.nodes[0].eng.set_fault_plan(Some(parse(&format!("seed={seed}; drop:prob=0.1; dup:prob=0.05")).unwrap()));
+        let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, 32 * 1024, smr)])).unwrap();
+        assert_eq!(net.first_completion(0, a.cq, 10_000 * MS).unwrap().status, WcStatus::Success);
+        assert_eq!(net.nodes[1].mem().get(dst, 32 * 1024), pattern(32 * 1024, 5));
+        net.trace.take().unwrap().into_iter().map(|(t, p)| (t, p.from, p.psn(), p.opcode())).collect::<Vec<_>>()
+    };
+    let first = trace(11);
+    assert_eq!(first, trace(11));
+    assert_ne!(first, trace(12));
+}
+
+#[test]
+fn no_plan_and_an_empty_plan_change_nothing() {
+    let o = QpOpts::default();
+    let (net, st, rst, intact) = send_with("", 0, &o, 10_000, true);
+    assert_eq!((st, rst, intact), (WcStatus::Success, Some(WcStatus::Success), true));
+    assert_eq!(net.nodes[0].eng.counters().faults_injected, 0);
+}
