@@ -60,6 +60,10 @@ impl Core {
         while let Some(ev) = self.engine.poll_event() {
             (self.sink)(ev);
         }
+        while let Some(i) = self.engine.poll_injected() {
+            let name = self.engine.fault_plan().and_then(|p| p.faults.get(i.fault)).map_or("", |f| f.name.as_str());
+            super::faultplan::log(&i, name);
+        }
     }
 
     /// Takes in what arrived and what is due: queued datagrams, then expired timers.

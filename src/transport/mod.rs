@@ -17,6 +17,7 @@
 //! - [`memory`]: the host memory the engine reads and writes, through [`fault`]'s routines
 //!   that report a fault instead of taking the process down; [`registration`]: the range check
 //!   of `ibv_reg_mr`;
+//! - `faultplan`: `URXE_FAULTS`, the fault plan the engine carries out, and its trace;
 //! - [`group`]: one address shared by every process of a user (slot sockets, registry,
 //!   steering program).
 
@@ -24,6 +25,7 @@ mod away;
 mod clock;
 pub mod device;
 pub mod fault;
+mod faultplan;
 pub mod group;
 mod hub;
 mod io;
