@@ -1,0 +1,97 @@
+//! Unmodified programs under a fault plan (`URXE_FAULTS`, docs/faults.md): what they see is
+//! what a lossy, refusing or silent peer gives them — recovery where RC recovers, the IBTA
+//! completion status where it cannot, and a clear refusal of a plan that does not parse.
+//!
+//! ```sh
+//! cargo test --release --test faults_apps -- --nocapture
+//! ```
+
+#[allow(dead_code)]
+#[path = "apps/mod.rs"]
+mod harness;
+
+use harness::*;
+use std::time::Instant;
+
+fn perftest_cmd(
+    tool_name: &str,
+    port: u16,
+    extra: &[&str],
+    faults: Option<&str>,
+    server: bool,
+) -> std::process::Command {
+    let mut c = urxe_cmd(tool(tool_name));
+    c.args(["-d", DEV, "-x", "1", "-p", &port.to_string()]).args(extra);
+    if !server {
+        c.arg(HOST);
+    }
+    if let Some(f) = faults {
+        c.env("URXE_FAULTS", f);
+    }
+    c
+}
+
+#[test]
+fn ib_write_bw_recovers_from_loss_duplicates_and_reordering_on_both_sides() {
+    let _g = heavy_lock();
+    let plan = "seed=3; drop:prob=0.01; dup:every=97; reorder:every=89; drop:site=rx,every=113";
+    let extra = ["-n", "300", "-s", "65536", "--report_gbits"];
+    let (s, c) = run_pair(
+        18931,
+        perftest_cmd("ib_write_bw", 18931, &extra, Some(plan), true),
+        perftest_cmd("ib_write_bw", 18931, &extra, Some(plan), false),
+    );
+    // Both ran to the end; the faults were really injected (URXE_TRACE is on in urxe_cmd).
+    assert_contains(&c, "65536      300");
+    let injected =
+        s.stderr.matches("urxe: fault injected:").count() + c.stderr.matches("urxe: fault injected:").count();
+    assert!(injected >= 10, "only {injected} faults injected\n{s}\n{c}");
+}
+
+#[test]
+fn a_silent_peer_ends_ib_send_bw_in_retry_exceeded_within_the_ibta_bounds() {
+    let _g = heavy_lock();
+    // Local ACK timeout 14 (4.096 us * 2^14 = 67 ms) and 7 retries: IBTA lets each timeout last
+    // between that and four times it, so the WR fails after 8 timeouts: 0.54 s to 2.1 s.
+    let extra = ["-n", "100", "-u", "14", "-r", "7"];
+    let start = Instant::now();
+    let (_s, mut c) = run_server_clients_any(
+        18932,
+        perftest_cmd("ib_send_bw", 18932, &extra, None, true),
+        vec![perftest_cmd("ib_send_bw", 18932, &extra, Some("silent:after=3"), false)],
+    );
+    let c = c.remove(0);
+    let took = start.elapsed().as_secs_f64();
+    assert!(!c.success(), "the client must fail\n{c}");
+    assert_contains(&c, "Failed status 12");
+    assert!(c.stderr.matches("-> Drop at Rx").count() >= 8, "a first try and 7 retries were all unanswered\n{c}");
+    assert!((0.5..30.0).contains(&took), "took {took:.2} s");
+}
+
+#[test]
+fn rnr_naks_from_the_plan_are_retried_by_an_unmodified_pingpong() {
+    let _g = heavy_lock();
+    let pp = |faults: Option<&str>, server: bool| {
+        let mut c = urxe_cmd(tool("ibv_rc_pingpong"));
+        c.args(["-d", DEV, "-g", "1", "-p", "18933", "-n", "200"]);
+        if !server {
+            c.arg(HOST);
+        }
+        if let Some(f) = faults {
+            c.env("URXE_FAULTS", f);
+        }
+        c
+    };
+    let (s, c) = run_pair(18933, pp(Some("rnr-nak:count=5"), true), pp(None, false));
+    assert_contains(&c, "200 iters");
+    assert_eq!(s.stderr.matches("-> RnrNak at Rx").count(), 5, "{s}");
+}
+
+#[test]
+fn a_plan_that_does_not_parse_stops_the_program_naming_urxe_faults() {
+    let mut c = urxe_cmd(tool("ibv_rc_pingpong"));
+    c.args(["-d", DEV, "-g", "1", "-p", "18934", HOST]).env("URXE_FAULTS", "drop:qpn=zz");
+    let out = run_bounded(&mut c, RUN_TIMEOUT).expect("run ibv_rc_pingpong");
+    assert!(!out.success(), "{out}");
+    assert_contains(&out, "URXE_FAULTS: item 1 \"drop:qpn=zz\": qpn: 'zz' is not a whole number");
+}
