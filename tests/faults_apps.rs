@@ -95,3 +95,18 @@ fn a_plan_that_does_not_parse_stops_the_program_naming_urxe_faults() {
     assert!(!out.success(), "{out}");
     assert_contains(&out, "URXE_FAULTS: item 1 \"drop:qpn=zz\": qpn: 'zz' is not a whole number");
 }
+
+#[test]
+fn device_faults_reach_the_program_as_a_real_devices_events_and_states() {
+    // tests/verbs_c/faults_device.c checks each event, its element, the port state in between,
+    // the QP's state and its flushed receive, in order.
+    let plan = "port-down=300ms:at=200ms; qp-fatal:at=900ms; cq-overrun:at=1000ms; device-fatal:at=1100ms";
+    let mut c = urxe_cmd(c_program("faults_device"));
+    c.env("URXE_FAULTS", plan);
+    let out = run_bounded(&mut c, RUN_TIMEOUT).expect("run faults_device");
+    assert!(out.success(), "{out}");
+    assert_contains(&out, "faults_device: 17 checks, 0 failed");
+    for f in ["PortDown(300000000)", "QpFatal", "CqOverrun", "DeviceFatal"] {
+        assert_contains(&out, &format!("-> {f} at Device"));
+    }
+}

@@ -167,3 +167,85 @@ fn no_plan_and_an_empty_plan_change_nothing() {
     assert_eq!((st, rst, intact), (WcStatus::Success, Some(WcStatus::Success), true));
     assert_eq!(net.nodes[0].eng.counters().faults_injected, 0);
 }
+
+fn events(net: &mut Net, node: usize) -> Vec<AsyncEvent> {
+    let mut out = Vec::new();
+    while let Some(e) = net.nodes[node].eng.poll_event() {
+        if let Event::Async(a) = e {
+            out.push(a);
+        }
+    }
+    out
+}
+
+#[test]
+fn qp_fatal_raises_the_event_moves_the_qp_to_error_and_flushes_its_wrs() {
+    let o = QpOpts::default();
+    let mut net = Net::new(2, 9, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    for i in 0..3 {
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: i, sg_list: &[sge(dst, 64, dmr)] }).unwrap();
+    }
+    net.nodes[1].eng.set_fault_plan(Some(parse(&format!("qp-fatal:qpn={},at=1ms", b.qpn)).unwrap()));
+    net.run_idle(5 * MS);
+    let ev = events(&mut net, 1);
+    assert!(ev.contains(&AsyncEvent { kind: AsyncEventType::QpFatal, element: AsyncElement::Qp(b.qpn) }), "{ev:?}");
+    assert_eq!(net.nodes[1].eng.query_qp(b.qpn).unwrap().0.qp_state, QpState::Err);
+    let wcs = net.poll_all(1, b.cq);
+    assert_eq!(wcs.len(), 3);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::WrFlushErr));
+    // The other side's QP is untouched.
+    assert_eq!(net.nodes[0].eng.query_qp(a.qpn).unwrap().0.qp_state, QpState::Rts);
+    assert!(events(&mut net, 0).is_empty());
+}
+
+#[test]
+fn cq_overrun_srq_limit_and_device_fatal_raise_their_events() {
+    let o = QpOpts::default();
+    let mut net = Net::new(2, 9, LinkCfg::default());
+    let (_a, b) = connect(&mut net, 0, 1, &o);
+    let e = &mut net.nodes[1].eng;
+    let (srq, _) = e.create_srq(b.pd, &SrqAttr { max_wr: 8, max_sge: 1, srq_limit: 0 }).unwrap();
+    let (unarmed, _) = e.create_srq(b.pd, &SrqAttr { max_wr: 8, max_sge: 1, srq_limit: 0 }).unwrap();
+    e.modify_srq(srq, &SrqAttr { srq_limit: 2, ..Default::default() }, SrqAttrMask::LIMIT).unwrap();
+    e.set_fault_plan(Some(parse("cq-overrun:at=1ms; srq-limit:at=2ms; device-fatal:at=3ms").unwrap()));
+    net.run_idle(10 * MS);
+    let ev = events(&mut net, 1);
+    let kinds: Vec<_> = ev.iter().map(|e| (e.kind, e.element)).collect();
+    assert!(kinds.contains(&(AsyncEventType::CqErr, AsyncElement::Cq(b.cq))), "{kinds:?}");
+    assert!(kinds.contains(&(AsyncEventType::SrqLimitReached, AsyncElement::Srq(srq))), "{kinds:?}");
+    assert!(!kinds.contains(&(AsyncEventType::SrqLimitReached, AsyncElement::Srq(unarmed))), "only an armed SRQ");
+    assert_eq!(net.nodes[1].eng.query_srq(srq).unwrap().srq_limit, 0, "the limit disarms");
+    assert!(kinds.contains(&(AsyncEventType::DeviceFatal, AsyncElement::Device)), "{kinds:?}");
+    assert_eq!(net.nodes[1].eng.query_qp(b.qpn).unwrap().0.qp_state, QpState::Err, "a fatal device takes its QPs down");
+    // Events in the order of their times.
+    let order: Vec<_> = ev.iter().map(|e| e.kind).filter(|k| *k != AsyncEventType::QpLastWqeReached).collect();
+    assert_eq!(order, vec![AsyncEventType::CqErr, AsyncEventType::SrqLimitReached, AsyncEventType::DeviceFatal]);
+}
+
+#[test]
+fn a_port_down_loses_packets_until_it_comes_back_and_rc_recovers() {
+    let o = QpOpts { mtu: Mtu::Mtu1024, timeout: 10, retry_cnt: 7, ..QpOpts::default() };
+    let mut net = Net::new(2, 9, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let len = 256 * 1024;
+    let (src, smr) = buffer(&mut net, a, len as u64);
+    let (dst, dmr) = buffer(&mut net, b, len as u64);
+    net.nodes[0].mem().set(src, &pattern(len, 8));
+    net.nodes[0].eng.set_fault_plan(Some(parse("port-down=20ms:at=0ms").unwrap()));
+    net.step();
+    assert!(!net.nodes[0].eng.port_active(net.now));
+    let ev = events(&mut net, 0);
+    assert_eq!(ev, vec![AsyncEvent { kind: AsyncEventType::PortErr, element: AsyncElement::Port(1) }]);
+    let w = WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey };
+    net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(1, w, &[sge(src, len as u32, smr)])).unwrap();
+    let wc = net.first_completion(0, a.cq, 5_000 * MS).expect("completes");
+    assert_eq!(wc.status, WcStatus::Success);
+    assert!(net.now >= 20 * MS, "nothing got through while the port was down");
+    assert!(net.nodes[0].eng.port_active(net.now));
+    assert!(
+        events(&mut net, 0).contains(&AsyncEvent { kind: AsyncEventType::PortActive, element: AsyncElement::Port(1) })
+    );
+    assert_eq!(net.nodes[1].mem().get(dst, len), pattern(len, 8));
+}

@@ -1027,6 +1027,7 @@ constants! {
     IBV_NODE_CA = 1;
     IBV_TRANSPORT_IB = 0;
 
+    IBV_PORT_DOWN = 1;
     IBV_PORT_ACTIVE = 4;
     IBV_MTU_256 = 1;
     IBV_MTU_1024 = 3;

@@ -49,6 +49,7 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     // SAFETY: fcntl on our own fd.
     unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
     let mut b = UrxeContext::new(dev, fds[1]);
+    crate::events::register_context_pipe(fds[1]);
     let v = &mut b.vctx;
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(query_port_op);
@@ -208,6 +209,7 @@ export! {
                 fds.swap_remove(i);
             }
         }
+        crate::events::unregister_context_pipe(b.async_write);
         // SAFETY: these fds belong to the context being destroyed.
         unsafe {
             libc::close(c.cmd_fd);
@@ -275,8 +277,11 @@ pub fn device_attr_ex(dev: &UrxeDevice) -> ibv_device_attr_ex {
 
 /// `ibv_port_attr` of port 1.
 pub fn port_attr_of(dev: &UrxeDevice) -> ibv_port_attr {
+    // Down only while a fault plan's `port-down` holds it (URXE_FAULTS); a device not started
+    // yet is up.
+    let up = !matches!(dev.transport.get(), Some(Ok(t)) if !t.port_active());
     ibv_port_attr {
-        state: IBV_PORT_ACTIVE as u32,
+        state: if up { IBV_PORT_ACTIVE as u32 } else { IBV_PORT_DOWN as u32 },
         max_mtu: IBV_MTU_4096 as u32,
         active_mtu: dev.info.active_mtu as u32,
         gid_tbl_len: GID_TABLE_LEN as c_int,
@@ -293,7 +298,7 @@ pub fn port_attr_of(dev: &UrxeDevice) -> ibv_port_attr {
         // buffer, no copy in UCX) above ~30 KB: 2.2 GB/s (README, UCX).
         active_width: IB_WIDTH_4X,
         active_speed: IB_SPEED_EDR,
-        phys_state: 5, // LinkUp
+        phys_state: if up { 5 } else { 3 }, // LinkUp; Disabled
         link_layer: IBV_LINK_LAYER_ETHERNET as u8,
         ..Default::default()
     }

@@ -152,8 +152,10 @@ pub fn post_engine_async(ev: urxe::engine::AsyncEvent) {
         El::Qp(q) => (AsyncKind::Qp, q),
         El::Cq(c) => (AsyncKind::Cq, c),
         El::Srq(s) => (AsyncKind::Srq, s),
-        // urxe0 has one port that is always active: the engine reports no port or device events.
-        El::Port(_) | El::Device => return,
+        // Port and device events go to every open context, as the kernel's do; their
+        // element is the port number (0 for the device).
+        El::Port(p) => return post_to_every_context(u64::from(p), ev.kind as u32),
+        El::Device => return post_to_every_context(0, ev.kind as u32),
     };
     let g = ASYNC_OBJS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(&shell) = g.as_ref().and_then(|o| o.by_id.get(&(kind, id))) else { return };
@@ -164,23 +166,49 @@ pub fn post_engine_async(ev: urxe::engine::AsyncEvent) {
     let _ = unsafe { post_async_event(ctx, shell as u64, ev.kind as u32) };
 }
 
+/// The async-event pipes (write ends) of the open contexts, for port and device events.
+static CONTEXT_PIPES: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
+
+/// A context was opened: port and device events reach it through this pipe.
+pub fn register_context_pipe(fd: c_int) {
+    CONTEXT_PIPES.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+}
+
+/// A context is closing: its pipe is about to be closed.
+pub fn unregister_context_pipe(fd: c_int) {
+    CONTEXT_PIPES.lock().unwrap_or_else(|e| e.into_inner()).retain(|&f| f != fd);
+}
+
+fn post_to_every_context(element: u64, event_type: u32) {
+    // Held while writing, so no pipe is closed under the write (close unregisters first).
+    let pipes = CONTEXT_PIPES.lock().unwrap_or_else(|e| e.into_inner());
+    for &fd in pipes.iter() {
+        let _ = write_record(fd, element, event_type);
+    }
+}
+
+/// Writes one 16-byte async record to a context's pipe.
+fn write_record(fd: c_int, element: u64, event_type: u32) -> Result<(), i32> {
+    let mut rec = [0u8; 16];
+    rec[..8].copy_from_slice(&element.to_ne_bytes());
+    rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
+    // SAFETY: writing 16 bytes from a local buffer to a pipe fd of ours (atomic: < PIPE_BUF).
+    // A raw write, no cancellation point (it may run inside a verb).
+    let n = unsafe { urxe::transport::sys::write(fd, rec.as_ptr() as *const c_void, rec.len()) };
+    if n == rec.len() as isize {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
 /// # Safety
 /// `ctx` is a live context of ours; `element` stays valid until the event is acked (destroy
 /// waits for that).
 pub unsafe fn post_async_event(ctx: *mut ibv_context, element: u64, event_type: u32) -> Result<(), i32> {
     // SAFETY: caller contract.
     let u = unsafe { ctx_from(ctx) }?;
-    let mut rec = [0u8; 16];
-    rec[..8].copy_from_slice(&element.to_ne_bytes());
-    rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
-    // SAFETY: writing 16 bytes from a local buffer to our own pipe fd (atomic: < PIPE_BUF).
-    // A raw write, no cancellation point (it may run inside a verb).
-    let n = unsafe { urxe::transport::sys::write(u.async_write, rec.as_ptr() as *const c_void, rec.len()) };
-    if n == rec.len() as isize {
-        Ok(())
-    } else {
-        Err(errno())
-    }
+    write_record(u.async_write, element, event_type)
 }
 
 /// Reads exactly one record; -1/errno semantics of read(2) (EAGAIN when O_NONBLOCK and empty).

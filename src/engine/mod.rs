@@ -618,6 +618,7 @@ impl<M: HostMemory> Engine<M> {
     pub fn handle_timeout(&mut self, now: Nanos) {
         if self.faults.is_some() {
             self.release_held_rx(now);
+            self.device_faults(now);
         }
         self.sh.tick(now);
         while let Some((at, qpn)) = self.timers.peek() {

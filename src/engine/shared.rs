@@ -56,6 +56,10 @@ impl<T> Slab<T> {
     pub(crate) fn len(&self) -> usize {
         self.items.len() - 1 - self.free.len()
     }
+    /// The handles in use, in order.
+    pub(crate) fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.items.iter().enumerate().filter(|(_, t)| t.is_some()).map(|(i, _)| i as u32)
+    }
 }
 
 pub(crate) struct Pd {

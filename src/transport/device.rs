@@ -399,6 +399,12 @@ impl Device {
     /// earlier than the progress thread's, ring the thread so it plans for it. (An application
     /// that posts and then waits on a channel without ever polling would otherwise depend on
     /// a thread that sleeps until the next packet, which a lost request never brings.)
+    /// Whether port 1 is up (false while a fault plan's `port-down` holds it down).
+    pub fn port_active(&self) -> bool {
+        let c = self.lock();
+        c.engine.port_active(self.epoch.now())
+    }
+
     pub fn app_waits(&self) {
         let due = self.lock().engine.poll_timeout();
         if due.is_some_and(|d| d < self.hub.signals.thread_deadline.load(Ordering::Acquire)) {

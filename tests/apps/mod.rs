@@ -69,8 +69,15 @@ pub fn c_program(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-pub const C_PROGRAMS: [&str; 6] =
-    ["rc_client_server", "ud_client_server", "events", "mr_faults", "invalidate", "atomic_write_flush"];
+pub const C_PROGRAMS: [&str; 7] = [
+    "rc_client_server",
+    "ud_client_server",
+    "events",
+    "mr_faults",
+    "invalidate",
+    "atomic_write_flush",
+    "faults_device",
+];
 
 fn compile_c_programs() -> Result<PathBuf, String> {
     let src = repo_root().join("tests/verbs_c");

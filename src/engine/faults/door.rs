@@ -4,11 +4,12 @@
 
 use super::inject::Injected;
 use super::inject::{HeldRx, Injector, RxVerdict};
-use super::plan::FaultPlan;
+use super::plan::{Action, FaultPlan, Site};
+use crate::engine::comp::enter_error;
 use crate::engine::qp::Qp;
 use crate::engine::resp::{queue_ack, report, RespError};
 use crate::engine::shared::EngineShared;
-use crate::engine::types::{Datagram, HostMemory, QpState, QpType, Transmit};
+use crate::engine::types::{AsyncElement, AsyncEventType, Datagram, HostMemory, QpState, QpType, Transmit};
 use crate::engine::{recv, Engine, Nanos};
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::icrc::{store_icrc, ROCEV2_PORT};
@@ -38,6 +39,10 @@ impl<M: HostMemory> Engine<M> {
 
     pub(in crate::engine) fn handle_datagram_faulted(&mut self, now: Nanos, d: &Datagram<'_>) {
         self.release_held_rx(now);
+        if self.faults.as_ref().is_some_and(|f| f.port_down(now)) {
+            self.sh.counters.faults_injected += 1;
+            return;
+        }
         let answerable = self.answerable(d.payload);
         let Some(f) = self.faults.as_mut() else { return };
         let verdict = f.on_rx(now, d, answerable);
@@ -64,6 +69,66 @@ impl<M: HostMemory> Engine<M> {
         if let Some(f) = self.faults.as_mut() {
             f.after_rx();
         }
+    }
+
+    /// Carries out the device faults that are due, and brings a downed port back up.
+    pub(in crate::engine) fn device_faults(&mut self, now: Nanos) {
+        let Some(f) = self.faults.as_mut() else { return };
+        if f.port_down_until.is_some_and(|t| now >= t) {
+            f.port_down_until = None;
+            self.sh.async_event(AsyncEventType::PortActive, AsyncElement::Port(1));
+        }
+        let due = f.plan.due_device(now);
+        for (fault, action, qpn) in due {
+            f.push_log(Injected { at: now, fault, action, site: Site::Device, qpn, psn: None });
+            self.sh.counters.faults_injected += 1;
+            match action {
+                Action::QpFatal | Action::DeviceFatal => {
+                    if action == Action::DeviceFatal {
+                        self.sh.async_event(AsyncEventType::DeviceFatal, AsyncElement::Device);
+                    }
+                    for q in self.qps.iter_mut().flatten() {
+                        if qpn.is_some_and(|n| n != q.qpn) || matches!(q.state, QpState::Reset | QpState::Err) {
+                            continue;
+                        }
+                        // A fatal QP error: the event, then the QP in ERROR with its WRs
+                        // flushed (a device fatal error takes every QP down, with the one
+                        // device event).
+                        if action == Action::QpFatal {
+                            self.sh.async_event(AsyncEventType::QpFatal, AsyncElement::Qp(q.qpn));
+                        }
+                        enter_error(q, &mut self.sh);
+                    }
+                }
+                Action::CqOverrun => {
+                    let cqs: Vec<u32> = self.sh.cqs.ids().collect();
+                    for c in cqs {
+                        self.sh.async_event(AsyncEventType::CqErr, AsyncElement::Cq(c));
+                    }
+                }
+                Action::SrqLimit => {
+                    let srqs: Vec<u32> = self.sh.srqs.ids().collect();
+                    for id in srqs {
+                        // Only an armed SRQ reports its limit, and it disarms, as a real one.
+                        let Some(srq) = self.sh.srqs.get_mut(id) else { continue };
+                        if srq.limit > 0 {
+                            srq.limit = 0;
+                            self.sh.async_event(AsyncEventType::SrqLimitReached, AsyncElement::Srq(id));
+                        }
+                    }
+                }
+                Action::PortDown(d) => {
+                    f.port_down_until = Some(now.saturating_add(d));
+                    self.sh.async_event(AsyncEventType::PortErr, AsyncElement::Port(1));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether the port is up: false while a `port-down` fault holds it down.
+    pub fn port_active(&self, now: Nanos) -> bool {
+        !self.faults.as_ref().is_some_and(|f| f.port_down(now))
     }
 
     /// Receives the held datagrams that are due.
@@ -124,6 +189,10 @@ impl<M: HostMemory> Engine<M> {
             };
             let ip = self.sh.tx_ip(t.dst);
             let f = self.faults.as_mut()?;
+            if f.port_down(now) {
+                self.sh.counters.faults_injected += 1;
+                continue;
+            }
             let before = f.log.len();
             let rehash = |b: &mut [u8]| {
                 if let (Some(ip), Some(n)) = (ip, b.len().checked_sub(4)) {

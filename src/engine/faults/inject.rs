@@ -58,6 +58,8 @@ pub(crate) struct Injector {
     rx_reorder: Option<HeldRx>,
     tx_held: VecDeque<HeldTx>,
     tx_reorder: Option<HeldTx>,
+    /// The port is down (`port-down`) until then: nothing is sent or received.
+    pub port_down_until: Option<Nanos>,
 }
 
 /// At most this many injected faults wait in the log for the driver; older ones are dropped
@@ -96,14 +98,24 @@ impl Injector {
             rx_reorder: None,
             tx_held: VecDeque::new(),
             tx_reorder: None,
+            port_down_until: None,
         }
     }
 
     fn record(&mut self, at: Nanos, d: Decision, site: Site, p: &Point, psn: Option<u32>) {
+        self.push_log(Injected { at, fault: d.fault, action: d.action, site, qpn: p.qpn, psn });
+    }
+
+    pub fn push_log(&mut self, i: Injected) {
         if self.log.len() == LOG_MAX {
             self.log.pop_front();
         }
-        self.log.push_back(Injected { at, fault: d.fault, action: d.action, site, qpn: p.qpn, psn });
+        self.log.push_back(i);
+    }
+
+    /// Whether the port is down now (a packet sent or received now is lost, as on a dead link).
+    pub fn port_down(&self, now: Nanos) -> bool {
+        self.port_down_until.is_some_and(|t| now < t)
     }
 
     /// Asks the plan about a received datagram.
@@ -245,11 +257,14 @@ impl Injector {
 
     /// The earliest time a held packet falls due.
     pub fn next_due(&self) -> Option<Nanos> {
-        let tx = self.tx_held.iter().map(|h| h.due).min();
-        let rx = self.rx_held.iter().map(|h| h.due).min();
-        match (tx, rx) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.tx_held.iter().map(|h| h.due).min(),
+            self.rx_held.iter().map(|h| h.due).min(),
+            self.plan.next_device_at(),
+            self.port_down_until,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }

@@ -246,4 +246,27 @@ impl FaultPlan {
         }
         out
     }
+
+    /// The device faults (site `device`) due at `now`, each once: its index, action and QP
+    /// scope. Their only schedule is `at` (at once without one).
+    pub fn due_device(&mut self, now: Nanos) -> Vec<(usize, Action, Option<u32>)> {
+        let mut out = Vec::new();
+        for (i, f) in self.faults.iter_mut().enumerate() {
+            if f.scope.site == Some(Site::Device) && f.fired == 0 && now >= f.schedule.at.unwrap_or(0) {
+                f.fired = 1;
+                f.first = Some(now);
+                out.push((i, f.action, f.scope.qpn));
+            }
+        }
+        out
+    }
+
+    /// When the next device fault falls due.
+    pub fn next_device_at(&self) -> Option<Nanos> {
+        self.faults
+            .iter()
+            .filter(|f| f.scope.site == Some(Site::Device) && f.fired == 0)
+            .map(|f| f.schedule.at.unwrap_or(0))
+            .min()
+    }
 }

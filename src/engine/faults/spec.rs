@@ -130,6 +130,17 @@ fn fault(item: &str) -> Result<Fault, String> {
     if (scope.opcode.is_some() || scope.response.is_some() || scope.peer.is_some()) && !packet {
         return Err("opcode, class and peer scope packets (site tx or rx)".into());
     }
+    if site == Site::Device
+        && (sched.after != 0
+            || sched.every.is_some()
+            || sched.prob.is_some()
+            || sched.duration.is_some()
+            || sched.count.is_some())
+    {
+        return Err(
+            "a device fault happens once, at at= (at once without it): no after, every, prob, for or count".into()
+        );
+    }
     if (scope.cm_id.is_some() || scope.cm_step.is_some()) && site != Site::Cm {
         return Err("cm-id and step scope rdma_cm faults (site cm)".into());
     }
