@@ -249,3 +249,54 @@ fn a_port_down_loses_packets_until_it_comes_back_and_rc_recovers() {
     );
     assert_eq!(net.nodes[1].mem().get(dst, len), pattern(len, 8));
 }
+
+#[test]
+fn verb_faults_return_the_planned_errno_for_the_chosen_calls_only() {
+    let o = QpOpts::default();
+    let mut net = Net::new(2, 9, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 64);
+    net.nodes[0].eng.set_fault_plan(Some(
+        parse(&format!("errno=ENOMEM:site=post-send,qpn={},after=2,count=1; errno=EFAULT:site=reg-mr", a.qpn)).unwrap(),
+    ));
+    net.nodes[1].eng.set_fault_plan(Some(parse("errno=EAGAIN:site=post-recv,count=1").unwrap()));
+    let post =
+        |net: &mut Net, id| net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(id, WrKind::Send, &[sge(src, 8, smr)]));
+    let recv =
+        |net: &mut Net, id| net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: id, sg_list: &[sge(dst, 64, dmr)] });
+    assert_eq!(recv(&mut net, 1), Err(Error::Injected(libc::EAGAIN)));
+    assert_eq!(Error::Injected(libc::EAGAIN).errno(), libc::EAGAIN);
+    for i in 2..6 {
+        recv(&mut net, i).unwrap();
+    }
+    assert_eq!(post(&mut net, 1), Ok(()));
+    assert_eq!(post(&mut net, 2), Ok(()));
+    assert_eq!(post(&mut net, 3), Err(Error::Injected(libc::ENOMEM)));
+    assert_eq!(post(&mut net, 4), Ok(()), "count=1: only the third post fails");
+    net.run_idle(10 * MS);
+    let done: Vec<u64> = net.poll_all(0, a.cq).iter().map(|w| w.wr_id).collect();
+    assert_eq!(done, vec![1, 2, 4], "the refused WR was never posted");
+    let e = &mut net.nodes[0].eng;
+    assert_eq!(e.reg_mr(a.pd, 0x1000, 64, 0x1000, AccessFlags::LOCAL_WRITE).err(), Some(Error::Injected(libc::EFAULT)));
+}
+
+#[test]
+fn a_completion_fault_takes_the_error_path_of_a_real_error_completion() {
+    let o = QpOpts::default();
+    let mut net = Net::new(2, 9, LinkCfg::default());
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 64);
+    let (dst, dmr) = buffer(&mut net, b, 256);
+    for i in 0..4 {
+        net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: i, sg_list: &[sge(dst + 64 * i, 64, dmr)] }).unwrap();
+    }
+    net.nodes[0].eng.set_fault_plan(Some(parse("wc=REM_ACCESS_ERR:after=1,count=1").unwrap()));
+    for id in 1..=3 {
+        net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(id, WrKind::Send, &[sge(src, 8, smr)])).unwrap();
+        net.run_idle(MS);
+    }
+    let wcs: Vec<(u64, WcStatus)> = net.poll_all(0, a.cq).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wcs, vec![(1, WcStatus::Success), (2, WcStatus::RemAccessErr), (3, WcStatus::WrFlushErr)]);
+    assert_eq!(net.nodes[0].eng.query_qp(a.qpn).unwrap().0.qp_state, QpState::Err);
+}

@@ -30,9 +30,14 @@ fn wc_opcode(k: &WrKind) -> WcOpcode {
 /// Pops finished WQEs off the head of the send queue, in order, reporting signaled ones and
 /// every error. An error moves the QP to ERR (which flushes the rest).
 pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut EngineShared<M>) {
-    while let Some(w) = q.sq.wqes.front().copied() {
+    while let Some(mut w) = q.sq.wqes.front().copied() {
         if w.state != WqeState::Done {
             break;
+        }
+        if w.status == WcStatus::Success && sh.faults.is_some() {
+            if let Some(st) = super::faults::completion_fault(sh, q.qpn) {
+                w.status = st;
+            }
         }
         q.sq.wqes.pop_front();
         q.sq.release_slot(w.slot);

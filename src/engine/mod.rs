@@ -89,9 +89,6 @@ pub struct Engine<M: HostMemory> {
     gsi: gsi::Gsi,
     /// Multicast groups and their attached UD QPs.
     mcast: mcast::McastTable,
-    /// The fault plan's packet faults (`set_fault_plan`); `None`, the rule, costs one test per
-    /// datagram and per packet.
-    faults: Option<Box<faults::Injector>>,
 }
 
 /// Which QPNs this engine hands out. A process alone on its address uses the whole 24-bit
@@ -140,6 +137,7 @@ impl<M: HostMemory> Engine<M> {
                 clock: 0,
                 completions_made: 0,
                 icrc_tx: wire::icrc::IcrcFlows::default(),
+                faults: None,
             },
             qps: Vec::new(),
             qspace: QpnSpace::WHOLE,
@@ -150,7 +148,6 @@ impl<M: HostMemory> Engine<M> {
             mcast: mcast::McastTable::default(),
             burst: 0,
             timers: TimerHeap::default(),
-            faults: None,
         }
     }
 
@@ -447,6 +444,9 @@ impl<M: HostMemory> Engine<M> {
         wr: &SendWr<'_>,
     ) -> Result<(), Error> {
         self.sh.tick(now);
+        if self.sh.faults.is_some() {
+            self.verb_fault(faults::Site::PostSend, Some(qpn))?;
+        }
         let limits = self.sh.cfg.limits;
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         req::post(q, &mut self.sh, wr, remote_srqn, &limits)?;
@@ -466,6 +466,9 @@ impl<M: HostMemory> Engine<M> {
     /// A driver whose clock read costs something (a busy poller reposts a receive per message)
     /// reads it only then.
     pub fn post_recv_at(&mut self, qpn: Qpn, wr: &RecvWr<'_>, now: impl FnOnce() -> Nanos) -> Result<(), Error> {
+        if self.sh.faults.is_some() {
+            self.verb_fault(faults::Site::PostRecv, Some(qpn))?;
+        }
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
         if q.state == QpState::Reset {
             return Err(Error::BadState);
@@ -548,7 +551,7 @@ impl<M: HostMemory> Engine<M> {
     /// the responder (requests) or completer (responses) of its QP; dropped and counted
     /// otherwise.
     pub fn handle_datagram(&mut self, now: Nanos, d: &Datagram<'_>) {
-        if self.faults.is_some() {
+        if self.sh.faults.is_some() {
             self.handle_datagram_faulted(now, d);
             return;
         }
@@ -616,7 +619,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Runs every timer due at `now` (local ACK timeouts, RNR waits).
     pub fn handle_timeout(&mut self, now: Nanos) {
-        if self.faults.is_some() {
+        if self.sh.faults.is_some() {
             self.release_held_rx(now);
             self.device_faults(now);
         }
@@ -643,7 +646,7 @@ impl<M: HostMemory> Engine<M> {
     /// a flow's packets come in trains; call until `None`.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if self.faults.is_some() {
+        if self.sh.faults.is_some() {
             return self.poll_transmit_faulted(now, buf);
         }
         self.transmit(now, buf)
@@ -692,7 +695,7 @@ impl<M: HostMemory> Engine<M> {
 
     /// Whether any QP may have a packet to send (cheap; `poll_transmit` decides exactly).
     pub fn may_transmit(&self) -> bool {
-        !self.txq.is_empty() || self.gsi.has_pending() || self.faults.as_ref().is_some_and(|f| f.holds_tx())
+        !self.txq.is_empty() || self.gsi.has_pending() || self.sh.faults.as_ref().is_some_and(|f| f.holds_tx())
     }
 
     /// Whether packets wait to be sent and all of them are plain positive ACKs. Such ACKs only
@@ -700,7 +703,7 @@ impl<M: HostMemory> Engine<M> {
     /// same send call as the application's next request (see the transport's progress thread).
     pub fn only_acks_pending(&self) -> bool {
         !self.txq.is_empty()
-            && self.faults.as_ref().is_none_or(|f| !f.holds_tx())
+            && self.sh.faults.as_ref().is_none_or(|f| !f.holds_tx())
             && self.txq.iter().all(|&qpn| match self.qps.get(self.qspace.idx(qpn)) {
                 Some(Some(q)) => req::only_acks_pending(q),
                 _ => true,
@@ -711,7 +714,7 @@ impl<M: HostMemory> Engine<M> {
     #[must_use]
     pub fn poll_timeout(&mut self) -> Option<Nanos> {
         let qp_timer = self.poll_qp_timeout();
-        match &self.faults {
+        match &self.sh.faults {
             None => qp_timer,
             Some(f) => match (qp_timer, f.next_due()) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -29,6 +29,9 @@ impl<M: HostMemory> Engine<M> {
     /// Registers `len` bytes at host address `addr`, addressed by SGEs and peers at `iova`
     /// (0 with ZERO_BASED).
     pub fn reg_mr(&mut self, pd: PdId, addr: u64, len: u64, iova: u64, access: AccessFlags) -> Result<MrHandle, Error> {
+        if self.sh.faults.is_some() {
+            self.verb_fault(super::faults::Site::RegMr, None)?;
+        }
         self.sh.pds.get(pd).ok_or(Error::NotFound)?;
         if access.unknown_bits() != 0 || len > self.sh.cfg.limits.max_mr_size || addr.checked_add(len).is_none() {
             return Err(Error::Invalid);
@@ -404,6 +407,9 @@ impl<M: HostMemory> Engine<M> {
     }
 
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr<'_>) -> Result<(), Error> {
+        if self.sh.faults.is_some() {
+            self.verb_fault(super::faults::Site::PostRecv, None)?;
+        }
         let s = self.sh.srqs.get_mut(srq).ok_or(Error::NotFound)?;
         if wr.sg_list.len() > s.ring.max_sge as usize {
             return Err(Error::Invalid);

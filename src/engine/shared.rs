@@ -99,6 +99,9 @@ pub(crate) struct EngineShared<M> {
     /// ICRC prefixes of the flows packets were last sent on (local address to a peer, from a
     /// QP's source port).
     pub icrc_tx: IcrcFlows,
+    /// The fault plan (`Engine::set_fault_plan`); `None`, the rule, costs one test per
+    /// datagram, packet, post and completion.
+    pub faults: Option<Box<super::faults::Injector>>,
 }
 
 impl<M> EngineShared<M> {

@@ -4,12 +4,14 @@
 
 use super::inject::Injected;
 use super::inject::{HeldRx, Injector, RxVerdict};
-use super::plan::{Action, FaultPlan, Site};
+use super::plan::{Action, FaultPlan, Point, Site};
 use crate::engine::comp::enter_error;
 use crate::engine::qp::Qp;
 use crate::engine::resp::{queue_ack, report, RespError};
 use crate::engine::shared::EngineShared;
-use crate::engine::types::{AsyncElement, AsyncEventType, Datagram, HostMemory, QpState, QpType, Transmit};
+use crate::engine::types::{
+    AsyncElement, AsyncEventType, Datagram, Error, HostMemory, QpState, QpType, Transmit, WcStatus,
+};
 use crate::engine::{recv, Engine, Nanos};
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::icrc::{store_icrc, ROCEV2_PORT};
@@ -24,27 +26,27 @@ impl<M: HostMemory> Engine<M> {
     /// Sets (or, with `None`, clears) the fault plan whose packet faults the engine carries
     /// out. Packets it holds are dropped with it.
     pub fn set_fault_plan(&mut self, plan: Option<FaultPlan>) {
-        self.faults = plan.map(|p| Box::new(Injector::new(p)));
+        self.sh.faults = plan.map(|p| Box::new(Injector::new(p)));
     }
 
     /// The plan in force, with each fault's firing count.
     pub fn fault_plan(&self) -> Option<&FaultPlan> {
-        self.faults.as_ref().map(|f| &f.plan)
+        self.sh.faults.as_ref().map(|f| &f.plan)
     }
 
     /// The next injected fault not yet taken, for the driver's log.
     pub fn poll_injected(&mut self) -> Option<Injected> {
-        self.faults.as_mut()?.log.pop_front()
+        self.sh.faults.as_mut()?.log.pop_front()
     }
 
     pub(in crate::engine) fn handle_datagram_faulted(&mut self, now: Nanos, d: &Datagram<'_>) {
         self.release_held_rx(now);
-        if self.faults.as_ref().is_some_and(|f| f.port_down(now)) {
+        if self.sh.faults.as_ref().is_some_and(|f| f.port_down(now)) {
             self.sh.counters.faults_injected += 1;
             return;
         }
         let answerable = self.answerable(d.payload);
-        let Some(f) = self.faults.as_mut() else { return };
+        let Some(f) = self.sh.faults.as_mut() else { return };
         let verdict = f.on_rx(now, d, answerable);
         if !matches!(verdict, RxVerdict::Pass) {
             self.sh.counters.faults_injected += 1;
@@ -66,14 +68,15 @@ impl<M: HostMemory> Engine<M> {
                 }
             }
         }
-        if let Some(f) = self.faults.as_mut() {
+        if let Some(f) = self.sh.faults.as_mut() {
             f.after_rx();
         }
     }
 
     /// Carries out the device faults that are due, and brings a downed port back up.
     pub(in crate::engine) fn device_faults(&mut self, now: Nanos) {
-        let Some(f) = self.faults.as_mut() else { return };
+        // Taken out while the engine's state changes, put back at the end.
+        let Some(mut f) = self.sh.faults.take() else { return };
         if f.port_down_until.is_some_and(|t| now >= t) {
             f.port_down_until = None;
             self.sh.async_event(AsyncEventType::PortActive, AsyncElement::Port(1));
@@ -124,16 +127,26 @@ impl<M: HostMemory> Engine<M> {
                 _ => {}
             }
         }
+        self.sh.faults = Some(f);
+    }
+
+    /// A verb's fault (site `post-send`, `post-recv`, `reg-mr`): the errno the plan gives this
+    /// call, if any. The call then does nothing else, as a provider that refuses it.
+    pub(in crate::engine) fn verb_fault(&mut self, site: Site, qpn: Option<u32>) -> Result<(), Error> {
+        match decide_here(&mut self.sh, site, qpn) {
+            Some(Action::Errno(e)) => Err(Error::Injected(e)),
+            _ => Ok(()),
+        }
     }
 
     /// Whether the port is up: false while a `port-down` fault holds it down.
     pub fn port_active(&self, now: Nanos) -> bool {
-        !self.faults.as_ref().is_some_and(|f| f.port_down(now))
+        !self.sh.faults.as_ref().is_some_and(|f| f.port_down(now))
     }
 
     /// Receives the held datagrams that are due.
     pub(in crate::engine) fn release_held_rx(&mut self, now: Nanos) {
-        let Some(f) = self.faults.as_mut() else { return };
+        let Some(f) = self.sh.faults.as_mut() else { return };
         for h in f.due_rx(now) {
             let HeldRx { src, src_port, dst, payload, .. } = h;
             let icrc = Injector::trusted_icrc(&payload);
@@ -177,18 +190,18 @@ impl<M: HostMemory> Engine<M> {
     }
 
     pub(in crate::engine) fn poll_transmit_faulted(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(t) = self.faults.as_mut().and_then(|f| f.release_tx(now, buf)) {
+        if let Some(t) = self.sh.faults.as_mut().and_then(|f| f.release_tx(now, buf)) {
             return Some(t);
         }
         for _ in 0..TX_TRIES {
             let Some(t) = self.transmit(now, buf) else {
                 // Nothing new: a packet held for reordering leaves now.
-                let f = self.faults.as_mut()?;
+                let f = self.sh.faults.as_mut()?;
                 f.flush_reorder(now);
                 return f.release_tx(now, buf);
             };
             let ip = self.sh.tx_ip(t.dst);
-            let f = self.faults.as_mut()?;
+            let f = self.sh.faults.as_mut()?;
             if f.port_down(now) {
                 self.sh.counters.faults_injected += 1;
                 continue;
@@ -243,4 +256,27 @@ fn inject_answer<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed
         Some(_) => report(q, sh, RespError::RemoteOp, psn),
     }
     true
+}
+
+/// Asks the plan at a verb or completion point (no packet), logging and counting a firing.
+fn decide_here<M>(sh: &mut EngineShared<M>, site: Site, qpn: Option<u32>) -> Option<Action> {
+    let now = sh.clock;
+    let f = sh.faults.as_mut()?;
+    if !f.plan.watches(site) {
+        return None;
+    }
+    let d = f.plan.decide(now, &Point { site: Some(site), qpn, ..Point::default() })?;
+    f.push_log(Injected { at: now, fault: d.fault, action: d.action, site, qpn, psn: None });
+    sh.counters.faults_injected += 1;
+    Some(d.action)
+}
+
+/// The status a fault plan gives a send completion about to be reported as a success
+/// (site `completion`); the completer then takes the error path a real one takes (the QP to
+/// ERROR, the rest flushed).
+pub(crate) fn completion_fault<M>(sh: &mut EngineShared<M>, qpn: u32) -> Option<WcStatus> {
+    match decide_here(sh, Site::Completion, Some(qpn))? {
+        Action::WcStatus(code) => WcStatus::from_u32(code).filter(|s| *s != WcStatus::Success),
+        _ => None,
+    }
 }

@@ -120,6 +120,8 @@ pub enum Error {
     NotSupported,
     /// Work request posted in a state that does not allow it (EINVAL per verbs).
     BadState,
+    /// The errno a fault plan (`URXE_FAULTS`) gives this call.
+    Injected(i32),
 }
 
 impl Error {
@@ -130,6 +132,7 @@ impl Error {
             Error::Busy => libc::EBUSY,
             Error::NotFound => libc::ENOENT,
             Error::NotSupported => libc::EOPNOTSUPP,
+            Error::Injected(e) => e,
         }
     }
 }
@@ -143,6 +146,7 @@ impl fmt::Display for Error {
             Error::NotFound => "no such object",
             Error::NotSupported => "not supported",
             Error::BadState => "not allowed in the current state",
+            Error::Injected(_) => "injected by the fault plan",
         };
         f.write_str(s)
     }

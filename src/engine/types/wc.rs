@@ -34,6 +34,40 @@ pub enum WcStatus {
     TmRndvIncomplete = 23,
 }
 
+impl WcStatus {
+    /// The status with this `enum ibv_wc_status` value.
+    pub fn from_u32(v: u32) -> Option<WcStatus> {
+        use WcStatus::*;
+        const ALL: [WcStatus; 24] = [
+            Success,
+            LocLenErr,
+            LocQpOpErr,
+            LocEecOpErr,
+            LocProtErr,
+            WrFlushErr,
+            MwBindErr,
+            BadRespErr,
+            LocAccessErr,
+            RemInvReqErr,
+            RemAccessErr,
+            RemOpErr,
+            RetryExcErr,
+            RnrRetryExcErr,
+            LocRddViolErr,
+            RemInvRdReqErr,
+            RemAbortErr,
+            InvEecnErr,
+            InvEecStateErr,
+            FatalErr,
+            RespTimeoutErr,
+            GeneralErr,
+            TmErr,
+            TmRndvIncomplete,
+        ];
+        ALL.iter().copied().find(|s| *s as u32 == v)
+    }
+}
+
 /// `enum ibv_wc_opcode`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 #[repr(u32)]
