@@ -559,6 +559,7 @@ impl<M: HostMemory> Engine<M> {
     }
 
     /// [`Engine::handle_datagram`] without the fault plan.
+    #[inline(always)]
     fn receive(&mut self, now: Nanos, d: &Datagram<'_>) {
         self.sh.tick(now);
         let c = &mut self.sh.counters;
@@ -653,6 +654,7 @@ impl<M: HostMemory> Engine<M> {
     }
 
     /// [`Engine::poll_transmit`] without the fault plan.
+    #[inline(always)]
     fn transmit(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         self.sh.tick(now);
         if buf.len() < MAX_PACKET {
@@ -723,6 +725,7 @@ impl<M: HostMemory> Engine<M> {
         }
     }
 
+    #[inline(always)]
     fn poll_qp_timeout(&mut self) -> Option<Nanos> {
         while let Some((at, qpn)) = self.timers.peek() {
             match self.qps.get(self.qspace.idx(qpn)).and_then(|q| q.as_deref()) {

@@ -39,6 +39,8 @@ impl<M: HostMemory> Engine<M> {
         self.sh.faults.as_mut()?.log.pop_front()
     }
 
+    #[cold]
+    #[inline(never)]
     pub(in crate::engine) fn handle_datagram_faulted(&mut self, now: Nanos, d: &Datagram<'_>) {
         self.release_held_rx(now);
         if self.sh.faults.as_ref().is_some_and(|f| f.port_down(now)) {
@@ -74,6 +76,8 @@ impl<M: HostMemory> Engine<M> {
     }
 
     /// Carries out the device faults that are due, and brings a downed port back up.
+    #[cold]
+    #[inline(never)]
     pub(in crate::engine) fn device_faults(&mut self, now: Nanos) {
         // Taken out while the engine's state changes, put back at the end.
         let Some(mut f) = self.sh.faults.take() else { return };
@@ -132,6 +136,8 @@ impl<M: HostMemory> Engine<M> {
 
     /// A verb's fault (site `post-send`, `post-recv`, `reg-mr`): the errno the plan gives this
     /// call, if any. The call then does nothing else, as a provider that refuses it.
+    #[cold]
+    #[inline(never)]
     pub(in crate::engine) fn verb_fault(&mut self, site: Site, qpn: Option<u32>) -> Result<(), Error> {
         match decide_here(&mut self.sh, site, qpn) {
             Some(Action::Errno(e)) => Err(Error::Injected(e)),
@@ -145,6 +151,8 @@ impl<M: HostMemory> Engine<M> {
     }
 
     /// Receives the held datagrams that are due.
+    #[cold]
+    #[inline(never)]
     pub(in crate::engine) fn release_held_rx(&mut self, now: Nanos) {
         let Some(f) = self.sh.faults.as_mut() else { return };
         for h in f.due_rx(now) {
@@ -189,6 +197,8 @@ impl<M: HostMemory> Engine<M> {
         done
     }
 
+    #[cold]
+    #[inline(never)]
     pub(in crate::engine) fn poll_transmit_faulted(&mut self, now: Nanos, buf: &mut [u8]) -> Option<Transmit> {
         if let Some(t) = self.sh.faults.as_mut().and_then(|f| f.release_tx(now, buf)) {
             return Some(t);
@@ -274,6 +284,8 @@ fn decide_here<M>(sh: &mut EngineShared<M>, site: Site, qpn: Option<u32>) -> Opt
 /// The status a fault plan gives a send completion about to be reported as a success
 /// (site `completion`); the completer then takes the error path a real one takes (the QP to
 /// ERROR, the rest flushed).
+#[cold]
+#[inline(never)]
 pub(crate) fn completion_fault<M>(sh: &mut EngineShared<M>, qpn: u32) -> Option<WcStatus> {
     match decide_here(sh, Site::Completion, Some(qpn))? {
         Action::WcStatus(code) => WcStatus::from_u32(code).filter(|s| *s != WcStatus::Success),
