@@ -1,0 +1,246 @@
+//! The RP against the equations of Zhu et al. 2015 (§3.1) and mlx5's parameter meanings.
+
+use super::*;
+
+const LINE: u64 = 10_000_000_000;
+const US: Nanos = 1000;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Paper-like settings: F = 5, a byte counter that stays out of the way unless fed, and a
+/// first rate (1 Gb/s) well below the line rate so the target has room to grow.
+fn paper() -> DcqcnParams {
+    DcqcnParams { rpg_threshold: 5, rpg_byte_reset: 32767, rate_to_set_on_first_cnp: 1000, ..DcqcnParams::default() }
+}
+
+#[test]
+fn unlimited_until_the_first_cnp() {
+    let rp = Rp::new(DcqcnParams::default(), LINE);
+    assert_eq!(rp.rate_bps(), None);
+    assert_eq!(rp.stage(), Stage::Unlimited);
+    assert_eq!(rp.poll_timeout(), None);
+    assert_eq!(rp.earliest_send(123, 1 << 20), 123);
+}
+
+#[test]
+fn cnp_cuts_rate_by_alpha_half_and_raises_alpha() {
+    let p = DcqcnParams::default();
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let a0 = 1023.0 / 1024.0;
+    let g = 5.0 / 1024.0;
+    // First CNP: Rt = Rc = line rate, then Rc = Rc(1 − α/2), α = (1 − g)α + g.
+    assert_eq!(rp.target_bps(), Some(LINE));
+    assert!(close(rp.rc, LINE as f64 * (1.0 - a0 / 2.0)), "{}", rp.rc);
+    assert!(close(rp.alpha(0), (1.0 - g) * a0 + g));
+    assert_eq!(c.rp_cnp_handled, 1);
+    assert_eq!(rp.stage(), Stage::FastRecovery);
+    assert_eq!(rp.poll_timeout(), Some(300 * US));
+
+    // A second CNP 10 µs later (K = 1 µs): α decayed 10 periods first, then the cut with it.
+    let (rc1, a1) = (rp.rc, rp.alpha(0));
+    let a_at = a1 * (1.0 - g).powi(10);
+    assert!(close(rp.alpha(10 * US), a_at));
+    rp.on_cnp(10 * US, &mut c);
+    assert!(close(rp.rc, rc1 * (1.0 - a_at / 2.0)));
+    assert!(close(rp.alpha(10 * US), (1.0 - g) * a_at + g));
+    // mlx5 default (clamp_tgt_rate 0, clamp after a timer increase only): Rt kept.
+    assert_eq!(rp.target_bps(), Some(LINE));
+}
+
+#[test]
+fn clamp_tgt_rate_sets_target_to_current_on_every_cut() {
+    let p = DcqcnParams { clamp_tgt_rate: true, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let rc1 = rp.rc;
+    rp.on_cnp(10 * US, &mut c);
+    assert!(close(rp.rt, rc1), "Rt = Rc before the cut");
+}
+
+#[test]
+fn target_clamped_after_a_timer_increase() {
+    let (mut rp, mut c) = (Rp::new(DcqcnParams::default(), LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    rp.handle_timeout(300 * US); // one timer stage: fast recovery
+    let rc = rp.rc;
+    rp.on_cnp(301 * US, &mut c);
+    assert!(close(rp.rt, rc));
+}
+
+#[test]
+fn alpha_decays_by_one_minus_g_per_period_without_cnp() {
+    let p = DcqcnParams { dce_tcp_rtt: 55, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let a = rp.alpha(0);
+    let g = p.g();
+    assert!(close(rp.alpha(54 * US), a), "no full period yet");
+    assert!(close(rp.alpha(55 * US), a * (1.0 - g)));
+    assert!(close(rp.alpha(3 * 55 * US + 7), a * (1.0 - g).powi(3)));
+}
+
+#[test]
+fn recovery_fast_then_additive_then_hyper() {
+    let p = paper();
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let rt0 = rp.rt;
+    let mut rc = rp.rc;
+    let t = p.increase_period();
+    // Timer stages 1..=F: fast recovery, Rc = (Rt + Rc)/2, Rt unchanged.
+    for k in 1..=5u64 {
+        rp.handle_timeout(k * t);
+        rc = (rt0 + rc) / 2.0;
+        assert!(close(rp.rc, rc), "stage {k}");
+        assert!(close(rp.rt, rt0));
+        assert_eq!(rp.stage(), Stage::FastRecovery);
+    }
+    // Stage 6 (T > F, BC = 0): additive increase, Rt += R_AI.
+    rp.handle_timeout(6 * t);
+    let mut rt = rt0 + 5e6;
+    rc = (rt + rc) / 2.0;
+    assert!(close(rp.rt, rt) && close(rp.rc, rc));
+    assert_eq!(rp.stage(), Stage::AdditiveIncrease);
+    rp.handle_timeout(7 * t); // T = 7
+    rt += 5e6;
+    rc = (rt + rc) / 2.0;
+    assert!(close(rp.rt, rt) && close(rp.rc, rc));
+    // The byte counter: five stages keep additive increase (T > F, BC ≤ F) ...
+    for _ in 0..5 {
+        rp.on_sent(7 * t + 1, 32767);
+        rt += 5e6;
+        rc = (rt + rc) / 2.0;
+    }
+    assert!(close(rp.rt, rt) && close(rp.rc, rc));
+    // ... BC = 6: both past F, hyper increase with i = min(T, BC) − F = 1, then BC = 7: i = 2.
+    rp.on_sent(7 * t + 2, 32767);
+    rt += 50e6;
+    rc = (rt + rc) / 2.0;
+    assert_eq!(rp.stage(), Stage::HyperIncrease);
+    assert!(close(rp.rt, rt) && close(rp.rc, rc));
+    rp.on_sent(7 * t + 3, 32767);
+    rt += 2.0 * 50e6;
+    rc = (rt + rc) / 2.0;
+    assert!(close(rp.rt, rt) && close(rp.rc, rc), "{} {}", rp.rt, rt);
+}
+
+#[test]
+fn a_cnp_restarts_the_stages() {
+    let p = paper();
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    for k in 1..=7 {
+        rp.handle_timeout(k * p.increase_period());
+    }
+    assert_eq!(rp.stage(), Stage::AdditiveIncrease);
+    let now = 7 * p.increase_period() + 1;
+    rp.on_cnp(now, &mut c);
+    assert_eq!(rp.stage(), Stage::FastRecovery);
+    assert_eq!(rp.poll_timeout(), Some(now + p.increase_period()));
+}
+
+#[test]
+fn rate_never_below_rpg_min_rate() {
+    let p = DcqcnParams { rpg_min_rate: 100, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    for i in 0..200u64 {
+        rp.on_cnp(i * 5 * US, &mut c);
+    }
+    assert_eq!(rp.rate_bps(), Some(100_000_000));
+}
+
+#[test]
+fn one_cut_leaves_at_least_rpg_min_dec_fac() {
+    // rpg_gd 10: the cut is α·Rc (≈ all of it); min_dec_fac 30 keeps 30 %.
+    let p = DcqcnParams { rpg_gd: 10, rpg_min_dec_fac: 30, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    assert!(close(rp.rc, LINE as f64 * 0.3), "{}", rp.rc);
+}
+
+#[test]
+fn cnps_within_the_monitor_period_are_coalesced() {
+    let (mut rp, mut c) = (Rp::new(DcqcnParams::default(), LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let rc = rp.rc;
+    for us in 1..4 {
+        rp.on_cnp(us * US, &mut c);
+    }
+    assert!(close(rp.rc, rc), "no second cut inside rate_reduce_monitor_period");
+    rp.on_cnp(4 * US, &mut c);
+    assert!(rp.rc < rc);
+    assert_eq!(c.rp_cnp_handled, 5);
+}
+
+#[test]
+fn dcqcn_off_ignores_cnps() {
+    let p = DcqcnParams { enabled: false, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    assert_eq!((c.rp_cnp_handled, c.rp_cnp_ignored), (0, 1));
+    assert_eq!(rp.rate_bps(), None);
+    assert_eq!(rp.earliest_send(5, 65536), 5);
+}
+
+#[test]
+fn rate_to_set_on_first_cnp_replaces_the_line_rate() {
+    let p = DcqcnParams { rate_to_set_on_first_cnp: 1000, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    assert_eq!(rp.target_bps(), Some(1_000_000_000));
+    assert!(close(rp.rc, 1e9 * (1.0 - 1023.0 / 2048.0)));
+}
+
+#[test]
+fn pacing_holds_the_current_rate() {
+    let p = DcqcnParams { rpg_time_reset: 131_071, rpg_byte_reset: 0, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let rate = rp.rate_bps().unwrap() as f64;
+    // Send 4 KiB packets as early as allowed for 10 ms (bounded: at most 200k packets).
+    let (mut now, mut sent) = (0u64, 0u64);
+    for _ in 0..200_000 {
+        now = rp.earliest_send(now, 4096);
+        if now >= 10_000_000 {
+            break;
+        }
+        rp.on_sent(now, 4096);
+        sent += 4096;
+    }
+    let expect = rate * 0.010 / 8.0;
+    assert!((sent as f64 - expect).abs() <= 16384.0 + 4096.0, "sent {sent}, rate says {expect}");
+    // A train larger than the bucket waits for a full bucket, then goes.
+    let t = rp.earliest_send(now, 1 << 20);
+    assert!(t > now && t - now <= (16384.0 * 8e9 / rate) as u64 + 1);
+}
+
+#[test]
+fn recovers_to_unlimited_with_no_more_cnps() {
+    let (mut rp, mut c) = (Rp::new(DcqcnParams::default(), 1_000_000_000), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    let mut steps = 0;
+    while let Some(t) = rp.poll_timeout() {
+        rp.on_sent(t, 4096);
+        rp.handle_timeout(t);
+        steps += 1;
+        assert!(steps < 10_000, "never recovered: {:?}", rp.rate_bps());
+    }
+    assert_eq!(rp.stage(), Stage::Unlimited);
+    // A later CNP is a first CNP again: Rt = line rate.
+    rp.on_cnp(1_000_000_000, &mut c);
+    assert_eq!(rp.target_bps(), Some(1_000_000_000));
+}
+
+#[test]
+fn a_long_idle_catches_up_in_bounded_work() {
+    let p = DcqcnParams { rpg_ai_rate: 1, rpg_hai_rate: 1, ..DcqcnParams::default() };
+    let (mut rp, mut c) = (Rp::new(p, 100_000_000_000), CcCounters::default());
+    rp.on_cnp(0, &mut c);
+    rp.handle_timeout(3_600 * 1_000_000_000);
+    if let Some(t) = rp.poll_timeout() {
+        assert!(t > 3_600 * 1_000_000_000);
+    }
+}
