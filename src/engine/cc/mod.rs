@@ -11,7 +11,8 @@
 //!   ([`Rp::earliest_send`]) so the driver waits on a timer, never in a spinning thread.
 //!
 //! [`DcqcnParams`] carries the parameters under the names mlx5 gives them per port
-//! (`ecn/roce_rp/*`, `ecn/roce_np/*`), with ConnectX's defaults; [`DcqcnParams::from_env`]
+//! (`ecn/roce_rp/*`, `ecn/roce_np/*`), with ConnectX's defaults ([`DcqcnParams::connectx`]) and urxe's
+//! ([`DcqcnParams::soft_roce`], the default); [`DcqcnParams::from_env`]
 //! takes overrides (`URXE_DCQCN=0`, `URXE_DCQCN_<NAME>=value`) as a pure function.
 //! [`CcCounters`] are named as mlx5's. See docs/congestion.md.
 #![forbid(unsafe_code)]

@@ -3,7 +3,7 @@
 //!
 //! Sources. Names: the mlx5 per-port sysfs files `ecn/roce_rp/<name>` and `ecn/roce_np/<name>`
 //! (MLNX_OFED) and the `mlxconfig` NVConfig keys of the same names (`RPG_TIME_RESET_P1`, …).
-//! Defaults: an `mlxconfig query` of a ConnectX adapter (RPG_TIME_RESET 300, RPG_BYTE_RESET
+//! ConnectX's defaults ([`DcqcnParams::connectx`]): an `mlxconfig query` of a ConnectX adapter (RPG_TIME_RESET 300, RPG_BYTE_RESET
 //! 32767, RPG_THRESHOLD 1, RPG_MAX_RATE 0, RPG_AI_RATE 5, RPG_HAI_RATE 50, RPG_GD 11,
 //! RPG_MIN_DEC_FAC 50, RPG_MIN_RATE 1, RATE_TO_SET_ON_FIRST_CNP 0, DCE_TCP_G 1019,
 //! DCE_TCP_RTT 1, RATE_REDUCE_MONITOR_PERIOD 4, INITIAL_ALPHA_VALUE 1023,
@@ -16,6 +16,8 @@
 //! mlxconfig descriptions (rpg_byte_reset in bytes, 0 disables the byte counter;
 //! rpg_threshold the stages a counter makes before the state machine advances). Older PRM
 //! text gives rpg_threshold 5 (the paper's F = 5); the current firmware default is 1.
+//! urxe's defaults ([`DcqcnParams::soft_roce`]) keep the names and the cut rule and change
+//! eight time constants and steps for software rates; see there.
 
 use std::fmt;
 
@@ -79,7 +81,21 @@ pub struct DcqcnParams {
 }
 
 impl Default for DcqcnParams {
+    /// urxe's profile ([`DcqcnParams::soft_roce`]): ConnectX's values do not hold a 1 Gbit/s
+    /// bottleneck with 4 KiB packets (tests/sim_dcqcn.rs, docs/congestion.md).
     fn default() -> Self {
+        DcqcnParams::soft_roce()
+    }
+}
+
+impl DcqcnParams {
+    /// ConnectX's firmware defaults (the `mlxconfig` values cited at the top of this file).
+    /// Tuned for 25–100 Gbit/s links, where a congested QP receives a packet every few
+    /// hundred nanoseconds: with dce_tcp_rtt 1 µs alpha decays to nothing between the CNPs a
+    /// QP gets at 1 Gbit/s (one per delivered 4 KiB packet, tens of µs apart), and the 32767-byte
+    /// byte counter restores half the rate gap every eight packets, so the rate never comes down
+    /// (tests/sim_dcqcn.rs: drops as with DCQCN off).
+    pub fn connectx() -> Self {
         DcqcnParams {
             enabled: true,
             rpg_time_reset: 300,
@@ -102,6 +118,31 @@ impl Default for DcqcnParams {
             cnp_dscp: 48,
             cnp_802p_prio: 6,
             burst_bytes: 16384,
+        }
+    }
+
+    /// urxe's defaults: ConnectX's names and cut rule, time constants and steps for a software
+    /// RoCE device on 1–10 Gbit/s Ethernet with 4 KiB packets, where a round trip through a
+    /// queue is hundreds of µs to ms. Closer to the DCQCN paper's settings (F = 5, g = 1/256,
+    /// N = 50 µs, no byte counter) with its timers (T, K) stretched to 1 ms and the hyper
+    /// increase step at 1 Mb/s (i·R_HAI grows each stage; with the byte counter off BC follows
+    /// T, so recovery goes from fast recovery straight to hyper increase and rpg_ai_rate is not
+    /// used). Each differs from [`DcqcnParams::connectx`] as follows (ConnectX in brackets):
+    /// rpg_time_reset 1000 [300], rpg_byte_reset 0 [32767], rpg_threshold 5 [1], rpg_hai_rate
+    /// 1 [50], rate_reduce_monitor_period 500 [4], dce_tcp_g 1020 [1019], dce_tcp_rtt 1000 [1],
+    /// min_time_between_cnps 50 [4]. Chosen with tests/sim_dcqcn.rs (2, 4, 8 flows, 4 seeds,
+    /// both markers): rpg_hai_rate 5 dropped 2.2 % in one run of eight flows; 1 dropped none.
+    pub fn soft_roce() -> Self {
+        DcqcnParams {
+            rpg_time_reset: 1000,
+            rpg_byte_reset: 0,
+            rpg_threshold: 5,
+            rpg_hai_rate: 1,
+            rate_reduce_monitor_period: 500,
+            dce_tcp_g: 1020,
+            dce_tcp_rtt: 1000,
+            min_time_between_cnps: 50,
+            ..DcqcnParams::connectx()
         }
     }
 }
@@ -166,7 +207,17 @@ impl DcqcnParams {
         K: AsRef<str>,
         V: AsRef<str>,
     {
-        let mut p = DcqcnParams::default();
+        Self::default().with_env(vars)
+    }
+
+    /// `self` with the overrides of [`DcqcnParams::from_env`].
+    pub fn with_env<I, K, V>(self, vars: I) -> Result<DcqcnParams, ParamError>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        let mut p = self;
         for (k, v) in vars {
             let (var, value) = (k.as_ref(), v.as_ref().trim());
             let Some(rest) = var.strip_prefix(ENV_PREFIX) else { continue };
@@ -295,8 +346,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_are_connectx_firmware_defaults() {
-        let p = DcqcnParams::default();
+    fn connectx_profile_is_the_firmware_defaults() {
+        let p = DcqcnParams::connectx();
         let e = p.entries();
         let get = |n: &str| e.iter().find(|x| x.0 == n).unwrap().1;
         assert_eq!(get("rpg_time_reset"), 300);
@@ -310,6 +361,10 @@ mod tests {
         assert_eq!(get("cnp_802p_prio"), 6);
         assert_eq!(e.len(), TABLE.len() + 1);
         assert!((p.g() - 5.0 / 1024.0).abs() < 1e-12);
+        let u = DcqcnParams::default();
+        assert_eq!(u, DcqcnParams::soft_roce());
+        assert_eq!((u.rpg_gd, u.rpg_min_dec_fac, u.initial_alpha_value, u.cnp_dscp), (11, 50, 1023, 48));
+        assert!((u.g() - 1.0 / 256.0).abs() < 1e-12);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The RP against the equations of Zhu et al. 2015 (§3.1) and mlx5's parameter meanings.
+//! The RP against the equations of Zhu et al. 2015 (§3.1) and mlx5's parameter meanings, with
+//! ConnectX's values unless a test says otherwise.
 
 use super::*;
 
@@ -12,12 +13,12 @@ fn close(a: f64, b: f64) -> bool {
 /// Paper-like settings: F = 5, a byte counter that stays out of the way unless fed, and a
 /// first rate (1 Gb/s) well below the line rate so the target has room to grow.
 fn paper() -> DcqcnParams {
-    DcqcnParams { rpg_threshold: 5, rpg_byte_reset: 32767, rate_to_set_on_first_cnp: 1000, ..DcqcnParams::default() }
+    DcqcnParams { rpg_threshold: 5, rpg_byte_reset: 32767, rate_to_set_on_first_cnp: 1000, ..DcqcnParams::connectx() }
 }
 
 #[test]
 fn unlimited_until_the_first_cnp() {
-    let rp = Rp::new(DcqcnParams::default(), LINE);
+    let rp = Rp::new(DcqcnParams::connectx(), LINE);
     assert_eq!(rp.rate_bps(), None);
     assert_eq!(rp.stage(), Stage::Unlimited);
     assert_eq!(rp.poll_timeout(), None);
@@ -26,7 +27,7 @@ fn unlimited_until_the_first_cnp() {
 
 #[test]
 fn cnp_cuts_rate_by_alpha_half_and_raises_alpha() {
-    let p = DcqcnParams::default();
+    let p = DcqcnParams::connectx();
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     let a0 = 1023.0 / 1024.0;
@@ -52,7 +53,7 @@ fn cnp_cuts_rate_by_alpha_half_and_raises_alpha() {
 
 #[test]
 fn clamp_tgt_rate_sets_target_to_current_on_every_cut() {
-    let p = DcqcnParams { clamp_tgt_rate: true, ..DcqcnParams::default() };
+    let p = DcqcnParams { clamp_tgt_rate: true, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     let rc1 = rp.rc;
@@ -62,7 +63,7 @@ fn clamp_tgt_rate_sets_target_to_current_on_every_cut() {
 
 #[test]
 fn target_clamped_after_a_timer_increase() {
-    let (mut rp, mut c) = (Rp::new(DcqcnParams::default(), LINE), CcCounters::default());
+    let (mut rp, mut c) = (Rp::new(DcqcnParams::connectx(), LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     rp.handle_timeout(300 * US); // one timer stage: fast recovery
     let rc = rp.rc;
@@ -72,7 +73,7 @@ fn target_clamped_after_a_timer_increase() {
 
 #[test]
 fn alpha_decays_by_one_minus_g_per_period_without_cnp() {
-    let p = DcqcnParams { dce_tcp_rtt: 55, ..DcqcnParams::default() };
+    let p = DcqcnParams { dce_tcp_rtt: 55, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     let a = rp.alpha(0);
@@ -144,7 +145,7 @@ fn a_cnp_restarts_the_stages() {
 
 #[test]
 fn rate_never_below_rpg_min_rate() {
-    let p = DcqcnParams { rpg_min_rate: 100, ..DcqcnParams::default() };
+    let p = DcqcnParams { rpg_min_rate: 100, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     for i in 0..200u64 {
         rp.on_cnp(i * 5 * US, &mut c);
@@ -155,7 +156,7 @@ fn rate_never_below_rpg_min_rate() {
 #[test]
 fn one_cut_leaves_at_least_rpg_min_dec_fac() {
     // rpg_gd 10: the cut is α·Rc (≈ all of it); min_dec_fac 30 keeps 30 %.
-    let p = DcqcnParams { rpg_gd: 10, rpg_min_dec_fac: 30, ..DcqcnParams::default() };
+    let p = DcqcnParams { rpg_gd: 10, rpg_min_dec_fac: 30, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     assert!(close(rp.rc, LINE as f64 * 0.3), "{}", rp.rc);
@@ -163,7 +164,7 @@ fn one_cut_leaves_at_least_rpg_min_dec_fac() {
 
 #[test]
 fn cnps_within_the_monitor_period_are_coalesced() {
-    let (mut rp, mut c) = (Rp::new(DcqcnParams::default(), LINE), CcCounters::default());
+    let (mut rp, mut c) = (Rp::new(DcqcnParams::connectx(), LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     let rc = rp.rc;
     for us in 1..4 {
@@ -177,7 +178,7 @@ fn cnps_within_the_monitor_period_are_coalesced() {
 
 #[test]
 fn dcqcn_off_ignores_cnps() {
-    let p = DcqcnParams { enabled: false, ..DcqcnParams::default() };
+    let p = DcqcnParams { enabled: false, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     assert_eq!((c.rp_cnp_handled, c.rp_cnp_ignored), (0, 1));
@@ -187,7 +188,7 @@ fn dcqcn_off_ignores_cnps() {
 
 #[test]
 fn rate_to_set_on_first_cnp_replaces_the_line_rate() {
-    let p = DcqcnParams { rate_to_set_on_first_cnp: 1000, ..DcqcnParams::default() };
+    let p = DcqcnParams { rate_to_set_on_first_cnp: 1000, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     assert_eq!(rp.target_bps(), Some(1_000_000_000));
@@ -196,7 +197,7 @@ fn rate_to_set_on_first_cnp_replaces_the_line_rate() {
 
 #[test]
 fn pacing_holds_the_current_rate() {
-    let p = DcqcnParams { rpg_time_reset: 131_071, rpg_byte_reset: 0, ..DcqcnParams::default() };
+    let p = DcqcnParams { rpg_time_reset: 131_071, rpg_byte_reset: 0, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, LINE), CcCounters::default());
     rp.on_cnp(0, &mut c);
     let rate = rp.rate_bps().unwrap() as f64;
@@ -219,7 +220,7 @@ fn pacing_holds_the_current_rate() {
 
 #[test]
 fn recovers_to_unlimited_with_no_more_cnps() {
-    let (mut rp, mut c) = (Rp::new(DcqcnParams::default(), 1_000_000_000), CcCounters::default());
+    let (mut rp, mut c) = (Rp::new(DcqcnParams::connectx(), 1_000_000_000), CcCounters::default());
     rp.on_cnp(0, &mut c);
     let mut steps = 0;
     while let Some(t) = rp.poll_timeout() {
@@ -236,7 +237,7 @@ fn recovers_to_unlimited_with_no_more_cnps() {
 
 #[test]
 fn a_long_idle_catches_up_in_bounded_work() {
-    let p = DcqcnParams { rpg_ai_rate: 1, rpg_hai_rate: 1, ..DcqcnParams::default() };
+    let p = DcqcnParams { rpg_ai_rate: 1, rpg_hai_rate: 1, ..DcqcnParams::connectx() };
     let (mut rp, mut c) = (Rp::new(p, 100_000_000_000), CcCounters::default());
     rp.on_cnp(0, &mut c);
     rp.handle_timeout(3_600 * 1_000_000_000);
