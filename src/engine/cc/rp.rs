@@ -133,7 +133,7 @@ impl Rp {
         if have >= need {
             now
         } else {
-            now + ((need - have) * 8e9 / self.rc).ceil() as Nanos
+            now.saturating_add(((need - have) * 8e9 / self.rc).ceil() as Nanos)
         }
     }
 
@@ -153,7 +153,7 @@ impl Rp {
         let first = !self.limited;
         if first {
             let r = if self.p.rate_to_set_on_first_cnp > 0 {
-                mbps(self.p.rate_to_set_on_first_cnp).min(self.max)
+                mbps(self.p.rate_to_set_on_first_cnp).clamp(self.lowest(), self.max)
             } else {
                 self.max
             };
@@ -170,14 +170,14 @@ impl Rp {
                 self.rt = self.rc;
             }
             let cut = self.alpha * (2f64).powi(10 - self.p.rpg_gd as i32);
-            let floor = (self.rc * self.p.rpg_min_dec_fac as f64 / 100.0).max(mbps(self.p.rpg_min_rate));
+            let floor = (self.rc * self.p.rpg_min_dec_fac as f64 / 100.0).max(self.lowest());
             self.rc = (self.rc * (1.0 - cut)).max(floor).min(self.max);
             self.last_cut = Some(now);
             self.t = 0;
             self.bc = 0;
             self.bytes = 0;
             self.timer_raised = false;
-            self.next_increase = now + self.p.increase_period();
+            self.next_increase = now.saturating_add(self.p.increase_period());
         }
         let g = self.p.g();
         self.alpha = (1.0 - g) * self.alpha + g;
@@ -217,11 +217,11 @@ impl Rp {
         let mut n = 0;
         while self.limited && self.next_increase <= now && n < MAX_CATCHUP {
             self.increase(true);
-            self.next_increase += period;
+            self.next_increase = self.next_increase.saturating_add(period);
             n += 1;
         }
         if self.next_increase <= now {
-            self.next_increase = now + period;
+            self.next_increase = now.saturating_add(period);
         }
     }
 
@@ -252,6 +252,12 @@ impl Rp {
             self.limited = false;
             self.rc = self.max;
         }
+    }
+
+    /// The lowest rate: `rpg_min_rate`, or the highest rate if that is lower. Rc and Rt stay
+    /// between the two.
+    fn lowest(&self) -> f64 {
+        mbps(self.p.rpg_min_rate).min(self.max)
     }
 
     /// Alpha decayed to `now`, and the start of the alpha period `now` is in.

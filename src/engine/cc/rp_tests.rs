@@ -245,3 +245,87 @@ fn a_long_idle_catches_up_in_bounded_work() {
         assert!(t > 3_600 * 1_000_000_000);
     }
 }
+
+/// One input to an RP.
+#[derive(Clone, Debug)]
+enum Op {
+    Cnp,
+    Sent(u32),
+    Timeout,
+}
+
+fn any_op() -> impl proptest::strategy::Strategy<Value = (u64, Op)> {
+    use proptest::prelude::*;
+    let op = prop_oneof![Just(Op::Cnp), (1u32..=1 << 24).prop_map(Op::Sent), Just(Op::Timeout)];
+    // Time advances by 0 .. 10 ms, or by a jump of up to a day.
+    (prop_oneof![0u64..10_000_000, 0u64..86_400_000_000_000], op)
+}
+
+fn any_params() -> impl proptest::strategy::Strategy<Value = DcqcnParams> {
+    use proptest::prelude::*;
+    let rp = (1u32..=131_071, 0u32..=32_767, 1u32..=31, 0u32..=100_000, 1u32..=100_000, 1u32..=100_000, 10u32..=20);
+    let rp2 = (0u32..=100, 1u32..=100_000, 0u32..=100_000, 1u32..=1_000_000, 1u32..=1023, 0u32..=1023, 1u32..=131_071);
+    (rp, rp2, any::<bool>(), any::<bool>(), any::<bool>(), 1u32..=1 << 24).prop_map(
+        |((tr, br, th, max, ai, hai, gd), (fac, min, first, mon, a0, g, k), clamp, clamp_t, on, burst)| DcqcnParams {
+            enabled: on,
+            rpg_time_reset: tr,
+            rpg_byte_reset: br,
+            rpg_threshold: th,
+            rpg_max_rate: max,
+            rpg_ai_rate: ai,
+            rpg_hai_rate: hai,
+            rpg_gd: gd,
+            rpg_min_dec_fac: fac,
+            rpg_min_rate: min,
+            rate_to_set_on_first_cnp: first,
+            rate_reduce_monitor_period: mon,
+            initial_alpha_value: a0,
+            dce_tcp_g: g,
+            dce_tcp_rtt: k,
+            clamp_tgt_rate: clamp,
+            clamp_tgt_rate_after_time_inc: clamp_t,
+            burst_bytes: burst,
+            ..DcqcnParams::connectx()
+        },
+    )
+}
+
+proptest::proptest! {
+    /// Any parameters in range, any line rate, any inputs in time order: no panic, the rate
+    /// stays within [min(rpg_min_rate, highest), highest] and finite, alpha in [0, 1], the
+    /// next send is never in the past, and the timer is never in the past after it ran.
+    #[test]
+    fn rp_stays_within_its_bounds(
+        p in any_params(),
+        line in 0u64..=400_000_000_000,
+        ops in proptest::collection::vec(any_op(), 1..200),
+    ) {
+        let mut rp = Rp::new(p, line);
+        let mut c = CcCounters::default();
+        let max = if p.rpg_max_rate > 0 { p.rpg_max_rate as f64 * 1e6 } else { line.max(1) as f64 };
+        let lo = (p.rpg_min_rate as f64 * 1e6).min(max);
+        let mut now = 0u64;
+        for (dt, op) in ops {
+            now = now.saturating_add(dt);
+            match op {
+                Op::Cnp => rp.on_cnp(now, &mut c),
+                Op::Sent(b) => rp.on_sent(now, b),
+                Op::Timeout => rp.handle_timeout(now),
+            }
+            let a = rp.alpha(now);
+            proptest::prop_assert!((0.0..=1.0).contains(&a), "alpha {}", a);
+            if let Some(r) = rp.rate_bps() {
+                proptest::prop_assert!(rp.rc.is_finite() && rp.rc >= lo * (1.0 - 1e-12) && rp.rc <= max, "rc {} not in [{}, {}]", rp.rc, lo, max);
+                proptest::prop_assert!(r as f64 <= max);
+            }
+            proptest::prop_assert!(rp.earliest_send(now, 4096) >= now);
+            if matches!(op, Op::Timeout) {
+                if let Some(t) = rp.poll_timeout() {
+                    proptest::prop_assert!(t > now || t == u64::MAX);
+                }
+            }
+        }
+        // DCQCN is on or off for the whole run: only one of the two counts moves.
+        proptest::prop_assert_eq!(c.rp_cnp_handled + c.rp_cnp_ignored, c.rp_cnp_handled.max(c.rp_cnp_ignored));
+    }
+}
