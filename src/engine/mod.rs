@@ -13,6 +13,7 @@
 pub mod types;
 pub use types::*;
 
+pub mod cc;
 mod comp;
 pub mod counters;
 mod cq;
