@@ -168,9 +168,8 @@ impl Capture {
                             }))
                         }
                     };
-                    if let Err(e) = check_link(link) {
-                        return Some(Err(e));
-                    }
+                    // A pcapng file may mix interfaces of several link types: frames of a type
+                    // `check` does not read count as other frames instead of failing the file.
                     self.count += 1;
                     return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data, ip_id_unknown }));
                 }
