@@ -535,3 +535,35 @@ fn public_captures_pass_with_their_published_icrc() {
             .count()
     );
 }
+
+/// No capture Wireshark opens is rejected whole: a pcapng whose second interface has a link
+/// type `check` does not read (as a capture of several interfaces may) is checked, that
+/// interface's frames counted as other frames. Before: "unsupported link type", exit 1.
+#[test]
+fn a_pcapng_interface_of_another_link_type_does_not_reject_the_file() {
+    use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
+    use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
+    use pcap_file::pcapng::PcapNgWriter;
+    let d = tmpdir("mixedlink");
+    let fr = frames(&golden("rc_send_only.pcap"));
+    let ng = d.join("two-interfaces.pcapng");
+    let mut w = PcapNgWriter::new(File::create(&ng).unwrap()).unwrap();
+    w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::ETHERNET, 0xFFFF)).unwrap();
+    w.write_pcapng_block(InterfaceDescriptionBlock::new(DataLink::USER0, 0xFFFF)).unwrap();
+    for (i, f) in fr.iter().enumerate() {
+        for iface in [0, 1] {
+            let b = EnhancedPacketBlock {
+                interface_id: iface,
+                timestamp: std::time::Duration::from_micros(i as u64),
+                original_len: f.len() as u32,
+                data: Cow::Borrowed(f),
+                options: vec![],
+            };
+            w.write_pcapng_block(b).unwrap();
+        }
+    }
+    drop(w);
+    let (code, out, err) = run_check(&["--quiet"], &ng);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("40 RoCEv2 packets: 40 ok, 0 bad") && out.contains("40 other frames skipped"), "{out}");
+}
