@@ -89,7 +89,8 @@ fn read_response_only(psn: u32, msn: u32) -> Headers {
 
 fn run(path: &Path, format: Format) -> (urxe::check::Totals, String) {
     let mut out = Vec::new();
-    let t = check_file(path, Options { format, flows: format == Format::Summary }, &mut out).unwrap();
+    let t =
+        check_file(path, Options { format, flows: format == Format::Summary, ..Default::default() }, &mut out).unwrap();
     (t, String::from_utf8(out).unwrap())
 }
 

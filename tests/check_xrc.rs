@@ -13,7 +13,7 @@ fn capture() -> PathBuf {
 
 fn run(path: &Path, format: Format, flows: bool) -> (urxe::check::Totals, String) {
     let mut out = Vec::new();
-    let t = check_file(path, Options { format, flows }, &mut out).unwrap();
+    let t = check_file(path, Options { format, flows, ..Default::default() }, &mut out).unwrap();
     (t, String::from_utf8(out).unwrap())
 }
 

@@ -11,9 +11,12 @@ const USAGE: &str = "\
 usage: urxe <command> [options]
 
 commands:
-  check [--verbose | --json | --quiet] [--flows] FILE...
-        Verify every RoCEv2 (UDP 4791) packet of pcap/pcapng captures: ICRC, header rules,
-        UDP checksum. One line per packet, then a summary; exit 0 only if every packet passes.
+  check [--verbose | --json | --quiet] [--flows] [--strict] FILE...
+        Verify every RoCEv2 (UDP 4791, also inside VXLAN, GRE, ERSPAN) and RoCEv1 (ethertype
+        0x8915) packet of pcap/pcapng captures: ICRC, header rules, UDP checksum. One line per
+        packet, then a summary; exit 0 only if every packet passes. Deviations (reserved bits
+        set, manufacturer-specific opcodes, packets cut short by the capture) are shown and
+        counted but do not fail; --strict makes them fail. See docs/check.md.
         --verbose  every header field      --json   one JSON object per packet
         --quiet    only failures + totals
         --flows    per-flow PSN report: request and response PSN ranges apart, gaps,
@@ -88,6 +91,7 @@ fn cmd_check(args: &[String]) -> ExitCode {
             "--json" => opts.format = Format::Json,
             "--quiet" | "-q" => opts.format = Format::Quiet,
             "--flows" => opts.flows = true,
+            "--strict" => opts.strict = true,
             s if s.starts_with('-') => {
                 eprintln!("urxe check: unknown option '{s}'");
                 return ExitCode::from(2);
@@ -116,9 +120,9 @@ fn cmd_check(args: &[String]) -> ExitCode {
                 } else {
                     let _ = writeln!(out, "{line}");
                 }
-                if t.rocev2 == 0 && t.frames > 0 {
+                if t.roce() == 0 && t.frames > 0 {
                     let _ = out.flush();
-                    eprintln!("urxe check: {}: no RoCEv2 packets (UDP port 4791)", f.display());
+                    eprintln!("urxe check: {}: no RoCE packets (UDP port 4791 or ethertype 0x8915)", f.display());
                 }
                 all_ok &= t.passed();
                 add(&mut grand, &t);
@@ -233,21 +237,7 @@ fn cmd_conform(args: &[String]) -> ExitCode {
 }
 
 fn add(g: &mut Totals, t: &Totals) {
-    g.frames += t.frames;
-    g.rocev2 += t.rocev2;
-    g.ok += t.ok;
-    g.bad += t.bad;
-    g.icrc_bad += t.icrc_bad;
-    g.header_errors += t.header_errors;
-    g.udp_checksum_bad += t.udp_checksum_bad;
-    g.ip_checksum_bad += t.ip_checksum_bad;
-    g.malformed_frames += t.malformed_frames;
-    g.gso_trains += t.gso_trains;
-    g.other += t.other;
-    g.retransmissions += t.retransmissions;
-    g.naks += t.naks;
-    g.rnr_naks += t.rnr_naks;
-    g.gaps += t.gaps;
+    g.add(t);
 }
 
 /// Where urxe's libibverbs.so.1 is: $URXE_LIB_DIR, else beside this binary (cargo's

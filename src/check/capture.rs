@@ -7,7 +7,6 @@ use std::io::{BufReader, Read};
 use std::path::Path;
 use std::time::Duration;
 
-use etherparse::{EtherType, NetSlice, SlicedPacket, TransportSlice};
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
@@ -23,7 +22,8 @@ pub enum CaptureError {
     Io(std::io::Error),
     Empty,
     NotACapture,
-    /// The container is broken part-way (e.g. truncated).
+    /// The container is broken part-way (e.g. truncated): `frame` (1-based, as Wireshark
+    /// counts) is the record that could not be read.
     Corrupt {
         frame: u64,
         why: String,
@@ -37,7 +37,9 @@ impl fmt::Display for CaptureError {
             CaptureError::Io(e) => write!(f, "cannot read: {e}"),
             CaptureError::Empty => f.write_str("empty file"),
             CaptureError::NotACapture => f.write_str("not a pcap or pcapng capture"),
-            CaptureError::Corrupt { frame, why } => write!(f, "capture is corrupt after frame {frame}: {why}"),
+            CaptureError::Corrupt { frame, why } => {
+                write!(f, "capture is corrupt at frame {frame} ({} frames read before it): {why}", frame - 1)
+            }
             CaptureError::UnknownLinkType(l) => {
                 write!(f, "unsupported link type {l} (supported: Ethernet, Linux cooked SLL/SLL2, raw IP, loopback)")
             }
@@ -95,7 +97,7 @@ impl Capture {
         }
         let f = File::open(path).map_err(CaptureError::Io)?;
         let r = BufReader::with_capacity(1 << 16, f);
-        let corrupt = |e: pcap_file::PcapError| CaptureError::Corrupt { frame: 0, why: e.to_string() };
+        let corrupt = |e: pcap_file::PcapError| CaptureError::Corrupt { frame: 1, why: e.to_string() };
         if PCAP_MAGICS.contains(&magic) {
             let rd = PcapReader::new(r).map_err(corrupt)?;
             let link = rd.header().datalink;
@@ -111,21 +113,26 @@ impl Capture {
 
     /// The next frame, `None` at the end of the file.
     pub fn next_frame(&mut self) -> Option<Result<Frame, CaptureError>> {
-        let frame = self.count;
+        let frame = self.count + 1;
         let corrupt = |e: pcap_file::PcapError| CaptureError::Corrupt { frame, why: e.to_string() };
         loop {
             match &mut self.inner {
                 Inner::Pcap(rd) => {
-                    let p = match rd.next_packet()? {
+                    // Raw records: pcap-file's checked ones refuse `orig_len > snaplen`, which
+                    // every capture written with a snap length has (`tcpdump -s`, `editcap
+                    // -s`); Wireshark reads them, and so does this.
+                    let nano = rd.header().ts_resolution == pcap_file::TsResolution::NanoSecond;
+                    let p = match rd.next_raw_packet()? {
                         Ok(p) => p,
                         Err(e) => return Some(Err(corrupt(e))),
                     };
                     self.count += 1;
+                    let ns = if nano { p.ts_frac as u64 } else { p.ts_frac as u64 * 1000 };
                     return Some(Ok(Frame {
                         number: self.count,
-                        timestamp: p.timestamp,
+                        timestamp: Duration::from_secs(p.ts_sec as u64) + Duration::from_nanos(ns),
                         link: self.link,
-                        orig_len: p.orig_len,
+                        orig_len: p.orig_len.max(p.incl_len),
                         data: p.data.into_owned(),
                         ip_id_unknown: false,
                     }));
@@ -161,9 +168,8 @@ impl Capture {
                             }))
                         }
                     };
-                    if let Err(e) = check_link(link) {
-                        return Some(Err(e));
-                    }
+                    // A pcapng file may mix interfaces of several link types: frames of a type
+                    // `check` does not read count as other frames instead of failing the file.
                     self.count += 1;
                     return Some(Ok(Frame { number: self.count, timestamp: ts, link, orig_len, data, ip_id_unknown }));
                 }
@@ -200,7 +206,17 @@ pub struct UdpDatagram<'a> {
     /// IPv4 header checksum verdict (`None` for IPv6).
     pub ip_checksum_ok: Option<bool>,
     pub udp_checksum: UdpChecksum,
+    /// RoCEv1 (ethertype 0x8915): `ip_header` is the GRH, `udp_header` is empty and the ports
+    /// are 0.
+    pub rocev1: bool,
+    /// Bytes of the datagram the capture does not hold (its IP or UDP length says more than
+    /// was captured): the payload then ends early and carries no ICRC.
+    pub missing: usize,
+    /// The encapsulation the packet was found in (`VXLAN`, `GRE`, `ERSPAN II`, ...), if any.
+    pub encap: Option<&'static str>,
 }
+
+pub use super::decode::decode;
 
 /// What a frame holds, from the checker's point of view.
 pub enum Decoded<'a> {
@@ -209,88 +225,6 @@ pub enum Decoded<'a> {
     Other,
     /// The frame claims more than was captured, or a header is malformed.
     Malformed(String),
-}
-
-/// Peels link and IP/UDP headers from a frame.
-pub fn decode(frame: &Frame) -> Decoded<'_> {
-    if (frame.data.len() as u64) < frame.orig_len as u64 {
-        return Decoded::Malformed(format!(
-            "frame truncated by the capture: {} of {} bytes",
-            frame.data.len(),
-            frame.orig_len
-        ));
-    }
-    let d = &frame.data[..];
-    let sliced = match frame.link {
-        DataLink::ETHERNET => SlicedPacket::from_ethernet(d),
-        DataLink::LINUX_SLL => SlicedPacket::from_linux_sll(d),
-        DataLink::LINUX_SLL2 => {
-            // SLL2: 20-byte header, protocol type (an EtherType) in bytes 0-1.
-            if d.len() < 20 {
-                return Decoded::Malformed("short Linux SLL2 header".into());
-            }
-            SlicedPacket::from_ether_type(EtherType(u16::from_be_bytes([d[0], d[1]])), &d[20..])
-        }
-        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => SlicedPacket::from_ip(d),
-        DataLink::NULL | DataLink::LOOP => {
-            if d.len() < 4 {
-                return Decoded::Malformed("short loopback header".into());
-            }
-            SlicedPacket::from_ip(&d[4..])
-        }
-        _ => return Decoded::Other,
-    };
-    let p = match sliced {
-        Ok(p) => p,
-        Err(e) => return Decoded::Malformed(e.to_string()),
-    };
-    // Offsets into `d`, so the returned slices borrow the frame, not etherparse's views.
-    let offset = |sub: &[u8]| (sub.as_ptr() as usize).wrapping_sub(d.as_ptr() as usize);
-    let (ip_off, ip_len, src, dst, ip_checksum_ok, pseudo) = match &p.net {
-        Some(NetSlice::Ipv4(v4)) => {
-            let h = v4.header();
-            if v4.payload().fragmented {
-                return Decoded::Malformed("fragmented IPv4 packet".into());
-            }
-            let ok = ipv4_header_checksum_ok(h.slice());
-            let (s, t) = (h.source(), h.destination());
-            (offset(h.slice()), h.slice().len(), s.into(), t.into(), Some(ok), Pseudo::V4(s, t))
-        }
-        Some(NetSlice::Ipv6(v6)) => {
-            if v6.payload().fragmented {
-                return Decoded::Malformed("fragmented IPv6 packet".into());
-            }
-            let h = v6.header();
-            // The ICRC covers the IPv6 header and any extension headers before UDP.
-            let len = h.slice().len() + v6.extensions().slice().len();
-            let (s, t) = (h.source(), h.destination());
-            (offset(h.slice()), len, s.into(), t.into(), None, Pseudo::V6(s, t))
-        }
-        _ => return Decoded::Other,
-    };
-    let udp = match &p.transport {
-        Some(TransportSlice::Udp(u)) => u,
-        _ => return Decoded::Other,
-    };
-    let udp_off = offset(udp.slice());
-    let udp_len = udp.slice().len();
-    let payload_len = udp.payload().len();
-    let (sport, dport, csum) = (udp.source_port(), udp.destination_port(), udp.checksum());
-    let (Some(ip_header), Some(udp_all)) = (d.get(ip_off..ip_off + ip_len), d.get(udp_off..udp_off + udp_len)) else {
-        return Decoded::Malformed("inconsistent header offsets".into());
-    };
-    let udp_header = &udp_all[..8];
-    let payload = &udp_all[8..8 + payload_len.min(udp_len - 8)];
-    let udp_checksum = match csum {
-        0 => UdpChecksum::Zero,
-        _ => udp_checksum(&pseudo, udp_all, csum),
-    };
-    Decoded::Udp(UdpDatagram { ip_header, udp_header, payload, src, dst, sport, dport, ip_checksum_ok, udp_checksum })
-}
-
-enum Pseudo {
-    V4([u8; 4], [u8; 4]),
-    V6([u8; 16], [u8; 16]),
 }
 
 /// Adds `data` as big-endian 16-bit words (an odd last byte padded with 0) to a one's
@@ -314,10 +248,6 @@ pub fn fold(mut acc: u32) -> u16 {
     acc as u16
 }
 
-fn ipv4_header_checksum_ok(h: &[u8]) -> bool {
-    fold(ones_complement_sum(0, h)) == 0xFFFF
-}
-
 /// Verdict on a UDP checksum field.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum UdpChecksum {
@@ -329,34 +259,8 @@ pub enum UdpChecksum {
     /// The checksum the wire carried cannot be known from the capture.
     OffloadPending,
     Bad,
-}
-
-/// Verifies a nonzero UDP checksum over the pseudo-header and the whole datagram (`udp` =
-/// header + payload with the checksum as sent).
-fn udp_checksum(p: &Pseudo, udp: &[u8], stored: u16) -> UdpChecksum {
-    let len = udp.len() as u32;
-    let mut acc = 0u32;
-    match p {
-        Pseudo::V4(s, d) => {
-            acc = ones_complement_sum(acc, s);
-            acc = ones_complement_sum(acc, d);
-            acc += 17 + len;
-        }
-        Pseudo::V6(s, d) => {
-            acc = ones_complement_sum(acc, s);
-            acc = ones_complement_sum(acc, d);
-            acc += (len >> 16) + (len & 0xFFFF) + 17;
-        }
-    }
-    let pseudo_only = fold(acc);
-    acc = ones_complement_sum(acc, udp);
-    if fold(acc) == 0xFFFF {
-        UdpChecksum::Ok
-    } else if stored == pseudo_only {
-        UdpChecksum::OffloadPending
-    } else {
-        UdpChecksum::Bad
-    }
+    /// The capture cut the datagram short: the checksum cannot be verified.
+    NotCaptured,
 }
 
 /// One packet cut out of a GSO train, with the IP and UDP headers it has on the wire after
@@ -406,9 +310,9 @@ fn icrc_confirms(d: &UdpDatagram<'_>, g: &GsoSegment) -> bool {
 /// sends e.g. a 36-byte SEND and a 20-byte ACK as one train). Nothing in the datagram states
 /// the segment size, so every size is tried and the split whose packets all carry a correct
 /// ICRC wins (the smallest such size; a smaller wrong split would need a forged ICRC in every
-/// piece). If no split is confirmed, the train is cut at the first path-MTU size whose
-/// packets all parse, so each packet is still reported with its own problems. `None` if the
-/// payload is not a train.
+/// piece). A split is made only when every piece's ICRC proves it: a single packet whose own
+/// ICRC is bad (a flipped bit) must not be cut into phantom packets that happen to parse.
+/// `None` if no split is proven.
 pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
     let p = d.payload;
     let parses = |start: usize, len: usize| crate::wire::parse(&p[start..(start + len).min(p.len())]).is_ok();
@@ -425,38 +329,5 @@ pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
             return Some(segs);
         }
     }
-    use crate::wire::opcode::Opcode;
-    let first = Opcode(*p.first()?).info();
-    if !first.is_known() {
-        return None;
-    }
-    let hl = first.header_len();
-    for mtu in [256usize, 512, 1024, 2048, 4096] {
-        let seg = hl + mtu + 4;
-        if seg >= p.len() {
-            break;
-        }
-        if p.chunks(seg).all(|c| crate::wire::parse(c).is_ok()) {
-            return Some(cut(d, seg));
-        }
-    }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ipv4_checksum_of_a_known_header() {
-        // RFC 1071 style example header with a correct checksum.
-        let h = [
-            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xB8, 0x61, 0xC0, 0xA8, 0x00, 0x01, 0xC0, 0xA8,
-            0x00, 0xC7,
-        ];
-        assert!(ipv4_header_checksum_ok(&h));
-        let mut bad = h;
-        bad[8] = 0x3F;
-        assert!(!ipv4_header_checksum_ok(&bad));
-    }
 }

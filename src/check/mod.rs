@@ -5,13 +5,16 @@
 
 pub mod capture;
 pub mod cm;
+pub mod decode;
 pub mod flows;
+pub mod roce;
 pub mod verify;
 
 use std::io::Write;
 use std::path::Path;
 
-use capture::{decode, Capture, CaptureError, Decoded};
+use capture::{Capture, CaptureError, Decoded};
+use decode::decode;
 use flows::FlowReport;
 use verify::{check_packet, is_rocev2, IcrcVerdict};
 
@@ -31,13 +34,27 @@ pub struct Options {
     pub format: Format,
     /// Print the per-flow PSN report after the packets.
     pub flows: bool,
+    /// `--strict`: deviations (reserved fields set, manufacturer-specific opcodes, packets
+    /// whose end the capture did not hold) fail like broken "shall" rules.
+    pub strict: bool,
 }
 
 /// Totals of one file.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Totals {
     pub frames: u64,
+    /// RoCEv2 packets (UDP 4791, also inside VXLAN/GRE/ERSPAN).
     pub rocev2: u64,
+    /// RoCEv1 packets (ethertype 0x8915).
+    pub rocev1: u64,
+    /// Packets that passed with deviations (reported, not failing without `--strict`).
+    pub deviations: u64,
+    /// Packets that passed but whose ICRC the capture did not hold (cut short).
+    pub unverified: u64,
+    /// Packets found inside an encapsulation (VXLAN, GRE, ERSPAN).
+    pub encapsulated: u64,
+    /// Failing packets whose ICRC verifies with another UDP source port.
+    pub port_rewritten: u64,
     pub ok: u64,
     pub bad: u64,
     pub icrc_bad: u64,
@@ -58,13 +75,79 @@ impl Totals {
     /// Every RoCEv2 packet passed, and the file held at least one or no frame at all (a capture
     /// of an idle link is valid; frames that are all something else mean a wrong capture).
     pub fn passed(&self) -> bool {
-        self.bad == 0 && self.malformed_frames == 0 && (self.rocev2 > 0 || self.frames == 0)
+        self.bad == 0 && self.malformed_frames == 0 && (self.roce() > 0 || self.frames == 0)
+    }
+
+    /// Adds another file's totals (the grand total of several files).
+    pub fn add(&mut self, t: &Totals) {
+        let Totals {
+            frames,
+            rocev2,
+            rocev1,
+            deviations,
+            unverified,
+            encapsulated,
+            port_rewritten,
+            ok,
+            bad,
+            icrc_bad,
+            header_errors,
+            udp_checksum_bad,
+            ip_checksum_bad,
+            malformed_frames,
+            gso_trains,
+            other,
+            retransmissions,
+            naks,
+            rnr_naks,
+            gaps,
+        } = *t;
+        self.frames += frames;
+        self.rocev2 += rocev2;
+        self.rocev1 += rocev1;
+        self.deviations += deviations;
+        self.unverified += unverified;
+        self.encapsulated += encapsulated;
+        self.port_rewritten += port_rewritten;
+        self.ok += ok;
+        self.bad += bad;
+        self.icrc_bad += icrc_bad;
+        self.header_errors += header_errors;
+        self.udp_checksum_bad += udp_checksum_bad;
+        self.ip_checksum_bad += ip_checksum_bad;
+        self.malformed_frames += malformed_frames;
+        self.gso_trains += gso_trains;
+        self.other += other;
+        self.retransmissions += retransmissions;
+        self.naks += naks;
+        self.rnr_naks += rnr_naks;
+        self.gaps += gaps;
+    }
+
+    /// RoCE packets of either version.
+    pub fn roce(&self) -> u64 {
+        self.rocev2 + self.rocev1
     }
 
     pub fn line(&self) -> String {
+        let mut extra = String::new();
+        if self.deviations > 0 {
+            extra.push_str(&format!("; {} with deviations (not failing without --strict)", self.deviations));
+        }
+        if self.unverified > 0 {
+            extra.push_str(&format!("; {} truncated by the capture, ICRC unverified", self.unverified));
+        }
+        if self.port_rewritten > 0 {
+            extra.push_str(&format!(
+                "; {} whose ICRC verifies with another UDP source port (rewritten by the capture point?)",
+                self.port_rewritten
+            ));
+        }
         format!(
-            "{} RoCEv2 packets{}: {} ok, {} bad (icrc {}, header {}, udp checksum {}, ip checksum {}); {} malformed frames; {} other frames skipped; retransmissions {}, naks {}, rnr naks {}, psn gaps {}",
+            "{} RoCEv2 packets{}{}{}: {} ok, {} bad (icrc {}, header {}, udp checksum {}, ip checksum {}){extra}; {} malformed frames; {} other frames skipped; retransmissions {}, naks {}, rnr naks {}, psn gaps {}",
             self.rocev2,
+            if self.rocev1 > 0 { format!(" and {} RoCEv1 packets", self.rocev1) } else { String::new() },
+            if self.encapsulated > 0 { format!(" ({} in VXLAN/GRE/ERSPAN)", self.encapsulated) } else { String::new() },
             if self.gso_trains > 0 { format!(" (from {} GSO trains and single frames)", self.gso_trains) } else { String::new() },
             self.ok,
             self.bad,
@@ -109,11 +192,14 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
         // A GSO train captured on the sender: check each packet as it left the host. A train
         // may happen to parse as one packet (a SEND followed by an ACK reads as a longer
         // SEND), so anything whose ICRC does not confirm it as one packet is tried as a train.
-        let mut whole = check_packet(frame.number, &d);
+        let mut whole = check_packet(frame.number, &d, opts.strict);
         if frame.ip_id_unknown && whole.icrc == IcrcVerdict::Bad {
             verify::recover_ip_id(&d, &mut whole);
         }
-        let gso = if whole.icrc != IcrcVerdict::Ok { capture::split_gso(&d) } else { None };
+        let gso = if whole.icrc == IcrcVerdict::Bad && !d.rocev1 { capture::split_gso(&d) } else { None };
+        if gso.is_none() && whole.icrc == IcrcVerdict::Bad {
+            verify::hint_source_port(&d, &mut whole);
+        }
         let reports: Vec<verify::PacketReport<'_>> = match &gso {
             Some(segs) => {
                 t.gso_trains += 1;
@@ -134,7 +220,7 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
                             },
                             ..d
                         };
-                        let mut r = check_packet(frame.number, &seg);
+                        let mut r = check_packet(frame.number, &seg, opts.strict);
                         r.segment = Some((i + 1, n));
                         r
                     })
@@ -143,11 +229,22 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
             None => vec![whole],
         };
         for r in reports {
-            t.rocev2 += 1;
-            if r.ok() {
+            if r.rocev1 {
+                t.rocev1 += 1;
+            } else {
+                t.rocev2 += 1;
+            }
+            t.encapsulated += r.encap.is_some() as u64;
+            t.port_rewritten += r.hint.is_some() as u64;
+            if r.unverified() {
+                t.unverified += 1;
+            } else if r.ok() {
                 t.ok += 1;
             } else {
                 t.bad += 1;
+            }
+            if r.ok() && !r.deviations.is_empty() {
+                t.deviations += 1;
             }
             for p in &r.problems {
                 match p {

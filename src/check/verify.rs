@@ -4,9 +4,10 @@ use std::net::IpAddr;
 
 use super::capture::{UdpChecksum, UdpDatagram};
 use super::cm::{CmInfo, GsiProblem};
+use super::roce::{icrc_of, is_manufacturer_specific, lenient, op_name, solve_field, Field};
 use crate::wire::aeth::{NakCode, Syndrome};
-use crate::wire::icrc::{icrc_from_headers, ROCEV2_PORT};
-use crate::wire::opcode::{OpKind, Opcode, Transport};
+use crate::wire::icrc::ROCEV2_PORT;
+use crate::wire::opcode::{OpKind, Transport};
 use crate::wire::{parse, Parsed, WireError};
 
 /// A rule a packet broke.
@@ -23,8 +24,15 @@ pub enum Problem {
     UdpChecksum,
     /// IPv4 header checksum wrong.
     IpChecksum,
-    /// Reserved bits or bytes not zero.
+    /// Reserved bits or bytes not zero. Receivers ignore reserved fields (IBTA §9.2 and the
+    /// general rule for reserved fields), so this is a deviation unless `--strict`.
     ReservedBits,
+    /// A manufacturer-specific opcode (0xC0-0xFF): its headers are the vendor's, only the BTH
+    /// and the ICRC are checked. A deviation unless `--strict`.
+    ManufacturerOpcode(u8),
+    /// The capture holds the packet's headers but not its end: the ICRC cannot be checked.
+    /// A deviation unless `--strict` (the packet counts as unverified, not as failed).
+    Truncated { missing: usize },
     /// QP1 (GSI) only carries UD SENDs.
     NotUdOnQp1,
     /// The IP header does not fit the ICRC computation.
@@ -36,17 +44,35 @@ pub enum Problem {
     FlushAtomicWrite(&'static str),
 }
 
+impl Problem {
+    /// A "should" rule or a reserved field, not a "shall": reported and counted, fails only
+    /// with `--strict`.
+    pub fn is_deviation(&self) -> bool {
+        matches!(self, Problem::ReservedBits | Problem::ManufacturerOpcode(_) | Problem::Truncated { .. })
+    }
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Problem::IcrcMismatch { stored, computed } => {
-                write!(f, "ICRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
-            }
+            // In wire byte order, as Wireshark and scapy show the ICRC field.
+            Problem::IcrcMismatch { stored, computed } => write!(
+                f,
+                "ICRC mismatch: stored {:#010x}, computed {:#010x}",
+                stored.swap_bytes(),
+                computed.swap_bytes()
+            ),
             Problem::Multicast(s) => f.write_str(s),
             Problem::Wire(e) => write!(f, "{e}"),
             Problem::UdpChecksum => f.write_str("UDP checksum wrong (RoCEv2 senders use 0 or a correct one)"),
             Problem::IpChecksum => f.write_str("IPv4 header checksum wrong"),
             Problem::ReservedBits => f.write_str("reserved bits set"),
+            Problem::ManufacturerOpcode(o) => {
+                write!(f, "manufacturer-specific opcode {o:#04x}: headers after the BTH not checked")
+            }
+            Problem::Truncated { missing } => {
+                write!(f, "truncated: {missing} bytes missing (ICRC not captured?)")
+            }
             Problem::NotUdOnQp1 => f.write_str("QP1 packet is not a UD SEND"),
             Problem::IpHeader(s) => write!(f, "{s}"),
             Problem::Gsi(g) => write!(f, "{g}"),
@@ -96,11 +122,26 @@ pub struct PacketReport<'a> {
     pub recovered_ip_id: Option<u16>,
     /// The CM message a GSI packet carries.
     pub cm: Option<CmInfo>,
+    /// Deviations (see [`Problem::is_deviation`]) that do not fail the packet.
+    pub deviations: Vec<Problem>,
+    /// RoCEv1 (GRH, no IP/UDP): `src`/`dst` are the GIDs, the ports 0.
+    pub rocev1: bool,
+    /// The encapsulation the capture point wrapped the packet in, if any.
+    pub encap: Option<&'static str>,
+    /// RDETH's EE context (RD opcodes).
+    pub rdeth: Option<u32>,
+    /// What may explain a failure (e.g. a rewritten UDP source port).
+    pub hint: Option<String>,
 }
 
 impl PacketReport<'_> {
     pub fn ok(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Passed, but the ICRC could not be checked (the capture cut the packet short).
+    pub fn unverified(&self) -> bool {
+        self.ok() && self.icrc != IcrcVerdict::Ok
     }
 }
 
@@ -121,46 +162,95 @@ fn multicast_problem(dst: IpAddr, p: &Parsed<'_>) -> Option<&'static str> {
     }
 }
 
-/// True for a datagram `check` treats as RoCEv2.
+/// True for a datagram `check` treats as RoCE: UDP to port 4791 (RoCEv2), or RoCEv1.
 pub fn is_rocev2(d: &UdpDatagram<'_>) -> bool {
-    d.dport == ROCEV2_PORT
+    d.rocev1 || d.dport == ROCEV2_PORT
 }
 
-/// Runs every per-packet check.
-pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
+/// Runs every per-packet check. `strict`: the "should" rules and reserved fields (see
+/// [`Problem::is_deviation`]) fail the packet instead of being reported as deviations.
+pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>, strict: bool) -> PacketReport<'a> {
     let mut problems = Vec::new();
     let payload = d.payload;
     let mut icrc = IcrcVerdict::NotChecked;
     let mut cm = None;
-    let parsed = match parse(payload) {
-        Ok(p) => {
-            match icrc_from_headers(d.ip_header, d.udp_header, p.icrc_covered(payload)) {
-                Ok(c) if c == p.icrc => icrc = IcrcVerdict::Ok,
-                Ok(c) => {
-                    icrc = IcrcVerdict::Bad;
-                    problems.push(Problem::IcrcMismatch { stored: p.icrc, computed: c });
-                }
-                Err(e) => problems.push(Problem::IpHeader(e.to_string())),
+    let mut rdeth = None;
+    let verify_icrc = |stored: u32, problems: &mut Vec<Problem>| {
+        let covered = &payload[..payload.len().saturating_sub(crate::wire::icrc::ICRC_LEN)];
+        match icrc_of(d, covered) {
+            Ok(c) if c == stored => IcrcVerdict::Ok,
+            Ok(c) => {
+                problems.push(Problem::IcrcMismatch { stored, computed: c });
+                IcrcVerdict::Bad
             }
-            if p.reserved_nonzero {
-                problems.push(Problem::ReservedBits);
+            Err(e) => {
+                problems.push(Problem::IpHeader(e.to_string()));
+                IcrcVerdict::NotChecked
             }
-            if let Some(m) = multicast_problem(d.dst, &p) {
-                problems.push(Problem::Multicast(m));
-            }
-            if p.headers.bth.dest_qp == 1 && p.info.transport != Transport::Ud {
-                problems.push(Problem::NotUdOnQp1);
-            } else if p.headers.bth.dest_qp == 1 && p.info.kind == OpKind::Send {
-                let (info, gsi) = super::cm::decode(p.headers.deth.map(|d| d.qkey), p.payload);
-                cm = info;
-                problems.extend(gsi.into_iter().map(Problem::Gsi));
-            }
-            problems.extend(flush_atomic_write_rules(&p).map(Problem::FlushAtomicWrite));
-            Some(p)
         }
-        Err(e) => {
-            problems.push(Problem::Wire(e));
-            None
+    };
+    let parsed = if d.missing > 0 {
+        // Cut short by the capture: no ICRC to check, but the headers still say which flow
+        // and PSN the packet is.
+        problems.push(Problem::Truncated { missing: d.missing });
+        match lenient(payload, false) {
+            Some(l) => {
+                rdeth = l.rdeth;
+                Some(l.parsed)
+            }
+            None => None,
+        }
+    } else {
+        match parse(payload) {
+            Ok(p) => {
+                icrc = verify_icrc(p.icrc, &mut problems);
+                if p.reserved_nonzero {
+                    problems.push(Problem::ReservedBits);
+                }
+                if let Some(m) = multicast_problem(d.dst, &p) {
+                    problems.push(Problem::Multicast(m));
+                }
+                if p.headers.bth.dest_qp == 1 && p.info.transport != Transport::Ud {
+                    problems.push(Problem::NotUdOnQp1);
+                } else if p.headers.bth.dest_qp == 1 && p.info.kind == OpKind::Send {
+                    let (info, gsi) = super::cm::decode(p.headers.deth.map(|d| d.qkey), p.payload);
+                    cm = info;
+                    problems.extend(gsi.into_iter().map(Problem::Gsi));
+                }
+                problems.extend(flush_atomic_write_rules(&p).map(Problem::FlushAtomicWrite));
+                Some(p)
+            }
+            Err(e) => {
+                // The ICRC does not depend on the opcode or on the headers after the BTH: it is
+                // checked whenever the packet holds a BTH and an ICRC.
+                if payload.len() >= crate::wire::packet::MIN_LEN {
+                    let stored = crate::wire::icrc::stored_icrc(payload).unwrap_or(0);
+                    icrc = verify_icrc(stored, &mut problems);
+                }
+                match e {
+                    // RD opcodes (ConnectX DC traffic): defined by IBTA, only not implemented
+                    // by urxe; decoded as far as the table knows them.
+                    WireError::Unsupported(_) => {}
+                    WireError::UnknownOpcode(o) if is_manufacturer_specific(o) => {
+                        problems.push(Problem::ManufacturerOpcode(o))
+                    }
+                    e => problems.push(Problem::Wire(e)),
+                }
+                let known = matches!(e, WireError::Unsupported(_) | WireError::UnknownOpcode(_));
+                match lenient(payload, true).filter(|_| known) {
+                    Some(l) => {
+                        rdeth = l.rdeth;
+                        if !l.headers_complete {
+                            problems.push(Problem::Wire(WireError::Truncated {
+                                need: l.parsed.info.header_len() + crate::wire::icrc::ICRC_LEN,
+                                have: payload.len(),
+                            }));
+                        }
+                        Some(l.parsed)
+                    }
+                    None => None,
+                }
+            }
         }
     };
     if d.udp_checksum == UdpChecksum::Bad {
@@ -168,6 +258,10 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
     }
     if d.ip_checksum_ok == Some(false) {
         problems.push(Problem::IpChecksum);
+    }
+    let mut deviations = Vec::new();
+    if !strict {
+        (deviations, problems) = problems.into_iter().partition(Problem::is_deviation);
     }
     PacketReport {
         frame,
@@ -182,8 +276,13 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>) -> PacketReport<'a> {
         icrc,
         udp_checksum: d.udp_checksum,
         problems,
+        deviations,
         recovered_ip_id: None,
         cm,
+        rocev1: d.rocev1,
+        encap: d.encap,
+        rdeth,
+        hint: None,
     }
 }
 
@@ -237,9 +336,7 @@ fn feth_str(f: crate::wire::feth::FethRepr) -> String {
 
 /// For a packet recorded without its IPv4 ID (see [`super::capture::TAP_IP_ID_UNKNOWN`]) whose
 /// ICRC does not verify with the recorded ID: finds the ID that makes it verify, if one does,
-/// and turns the verdict to ok. The ICRC is an affine function of the 16 ID bits (CRC-32 is
-/// linear over GF(2) for a fixed length), so 17 CRCs and a 32x16 elimination find it; a
-/// damaged packet has such an ID only by a 1 in 65536 chance.
+/// and turns the verdict to ok.
 pub fn recover_ip_id(d: &UdpDatagram<'_>, r: &mut PacketReport<'_>) {
     let Some(p) = &r.parsed else { return };
     let Some(Problem::IcrcMismatch { stored, .. }) =
@@ -247,42 +344,28 @@ pub fn recover_ip_id(d: &UdpDatagram<'_>, r: &mut PacketReport<'_>) {
     else {
         return;
     };
-    if d.ip_header.len() < 20 || d.ip_header[0] >> 4 != 4 {
-        return;
-    }
-    let covered = p.icrc_covered(d.payload);
-    let with_id = |id: u16| {
-        let mut ip = d.ip_header.to_vec();
-        ip[4..6].copy_from_slice(&id.to_be_bytes());
-        icrc_from_headers(&ip, d.udp_header, covered).ok()
-    };
-    let Some(base) = with_id(0) else { return };
-    // Echelon basis of the columns: (vector, which ID bits make it).
-    let mut basis: Vec<(u32, u16)> = Vec::with_capacity(16);
-    for bit in 0..16 {
-        let Some(c) = with_id(1 << bit) else { return };
-        let (mut v, mut m) = (c ^ base, 1u16 << bit);
-        for &(bv, bm) in &basis {
-            if v & (1 << (31 - bv.leading_zeros())) != 0 {
-                v ^= bv;
-                m ^= bm;
-            }
-        }
-        if v != 0 {
-            basis.push((v, m));
-        }
-    }
-    let (mut t, mut id) = (stored ^ base, 0u16);
-    for &(bv, bm) in &basis {
-        if t & (1 << (31 - bv.leading_zeros())) != 0 {
-            t ^= bv;
-            id ^= bm;
-        }
-    }
-    if t == 0 && with_id(id) == Some(stored) {
+    if let Some(id) = solve_field(d, p.icrc_covered(d.payload), stored, Field::Ipv4Id) {
         r.problems.retain(|p| !matches!(p, Problem::IcrcMismatch { .. }));
         r.icrc = IcrcVerdict::Ok;
         r.recovered_ip_id = Some(id);
+    }
+}
+
+/// For a packet whose ICRC fails: if one other UDP source port makes it verify, says so (a
+/// capture point that rewrites the source port, e.g. to 4791, breaks every ICRC; the port
+/// the sender used is then recoverable). The verdict stays: the packet as captured fails.
+pub fn hint_source_port(d: &UdpDatagram<'_>, r: &mut PacketReport<'_>) {
+    let Some(Problem::IcrcMismatch { stored, .. }) =
+        r.problems.iter().find(|p| matches!(p, Problem::IcrcMismatch { .. })).cloned()
+    else {
+        return;
+    };
+    let covered = &d.payload[..d.payload.len().saturating_sub(crate::wire::icrc::ICRC_LEN)];
+    if let Some(port) = solve_field(d, covered, stored, Field::UdpSourcePort).filter(|&p| p != d.sport) {
+        r.hint = Some(format!(
+            "ICRC verifies with UDP source port {port} instead of {}: the capture point rewrote the source port?",
+            d.sport
+        ));
     }
 }
 
@@ -319,15 +402,24 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
         Some((i, n)) => format!("{}.{i}/{n}", r.frame),
         None => r.frame.to_string(),
     };
-    let mut s = format!("{frame} {} > {} ", addr(r.src, r.sport), addr(r.dst, r.dport));
+    let (src, dst) = if r.rocev1 {
+        (format!("[{}]", r.src), format!("[{}]", r.dst))
+    } else {
+        (addr(r.src, r.sport), addr(r.dst, r.dport))
+    };
+    let mut s = format!("{frame} {src} > {dst} ");
+    if r.rocev1 {
+        s.push_str("RoCEv1 ");
+    }
+    if let Some(e) = r.encap {
+        s.push_str(&format!("via {e} "));
+    }
     match &r.parsed {
         Some(p) => {
             let b = &p.headers.bth;
-            let info = p.info;
             s.push_str(&format!(
-                "{} {} qp={:#08x} psn={:#08x} len={}",
-                info.transport.name(),
-                info.name,
+                "{} qp={:#08x} psn={:#08x} len={}",
+                op_name(b.opcode),
                 b.dest_qp,
                 b.psn.value(),
                 p.payload.len()
@@ -340,6 +432,9 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
             }
             if let Some(x) = p.headers.xrceth {
                 s.push_str(&format!(" xrcsrq={:#x}", x.srqn));
+            }
+            if let Some(x) = r.rdeth {
+                s.push_str(&format!(" eecnxt={x:#x}"));
             }
             if let Some(f) = p.headers.feth {
                 s.push_str(&format!(" {}", feth_str(f)));
@@ -361,7 +456,7 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
             }
         }
         None => match r.opcode {
-            Some(o) => s.push_str(&format!("{} len={}", Opcode(o), r.udp_len)),
+            Some(o) => s.push_str(&format!("{} len={}", op_name(o), r.udp_len)),
             None => s.push_str("empty UDP payload"),
         },
     }
@@ -371,6 +466,7 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
     }
     match r.udp_checksum {
         UdpChecksum::Zero | UdpChecksum::Bad => {}
+        UdpChecksum::NotCaptured => s.push_str(" udpcsum=n/a"),
         UdpChecksum::Ok => s.push_str(" udpcsum=ok"),
         UdpChecksum::OffloadPending => s.push_str(" udpcsum=offload"),
     }
@@ -378,6 +474,12 @@ pub fn summary_line(r: &PacketReport<'_>) -> String {
         if !matches!(p, Problem::IcrcMismatch { .. }) {
             s.push_str(&format!(" [{p}]"));
         }
+    }
+    for p in &r.deviations {
+        s.push_str(&format!(" [deviation: {p}]"));
+    }
+    if let Some(h) = &r.hint {
+        s.push_str(&format!(" [hint: {h}]"));
     }
     s
 }
@@ -390,7 +492,7 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
         v.push(format!(
             "    BTH: opcode={:#04x} ({}) se={} m={} pad={} tver={} pkey={:#06x} fecn={} becn={} destqp={:#08x} ackreq={} psn={:#08x}",
             b.opcode,
-            Opcode(b.opcode),
+            op_name(b.opcode),
             b.solicited as u8,
             b.mig_req as u8,
             b.pad_cnt,
@@ -405,6 +507,9 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
         let h = &p.headers;
         if let Some(x) = h.xrceth {
             v.push(format!("    XRCETH: xrcsrq={:#08x}", x.srqn));
+        }
+        if let Some(x) = r.rdeth {
+            v.push(format!("    RDETH: eecnxt={x:#08x}"));
         }
         if let Some(x) = h.feth {
             v.push(format!("    FETH: {} ({:#x}/{})", feth_str(x), x.placement, x.level));
@@ -445,12 +550,18 @@ pub fn verbose_lines(r: &PacketReport<'_>) -> Vec<String> {
             "    payload={} pad={} icrc={:#010x} ({})",
             p.payload.len(),
             b.pad_cnt,
-            p.icrc,
+            p.icrc.swap_bytes(),
             r.icrc.as_str()
         ));
     }
     for p in &r.problems {
         v.push(format!("    PROBLEM: {p}"));
+    }
+    for p in &r.deviations {
+        v.push(format!("    DEVIATION: {p}"));
+    }
+    if let Some(h) = &r.hint {
+        v.push(format!("    HINT: {h}"));
     }
     v
 }
@@ -501,7 +612,8 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
         f.push(("ack_req".into(), b.ack_req.to_string()));
         f.push(("psn".into(), b.psn.value().to_string()));
         f.push(("payload_len".into(), p.payload.len().to_string()));
-        f.push(("icrc_value".into(), p.icrc.to_string()));
+        // The ICRC field's four bytes read in wire order (as Wireshark and scapy show it).
+        f.push(("icrc_value".into(), p.icrc.swap_bytes().to_string()));
         let h = &p.headers;
         if let Some(x) = h.feth {
             f.push(("feth".into(), format!("{{\"placement\":{},\"level\":{}}}", x.placement, x.level)));
@@ -522,6 +634,9 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
         }
         if let Some(x) = h.xrceth {
             f.push(("xrc_srqn".into(), x.srqn.to_string()));
+        }
+        if let Some(x) = r.rdeth {
+            f.push(("rdeth_eecnxt".into(), x.to_string()));
         }
         if let Some(x) = h.deth {
             f.push(("deth".into(), format!("{{\"qkey\":{},\"src_qp\":{}}}", x.qkey, x.src_qp)));
@@ -552,6 +667,17 @@ pub fn json_line(r: &PacketReport<'_>) -> String {
     }
     let probs: Vec<String> = r.problems.iter().map(|p| json_str(&p.to_string())).collect();
     f.push(("problems".into(), format!("[{}]", probs.join(","))));
+    let devs: Vec<String> = r.deviations.iter().map(|p| json_str(&p.to_string())).collect();
+    f.push(("deviations".into(), format!("[{}]", devs.join(","))));
+    if r.rocev1 {
+        f.push(("rocev1".into(), "true".into()));
+    }
+    if let Some(e) = r.encap {
+        f.push(("encap".into(), json_str(e)));
+    }
+    if let Some(h) = &r.hint {
+        f.push(("hint".into(), json_str(h)));
+    }
     let body: Vec<String> = f.into_iter().map(|(k, v)| format!("{}:{}", json_str(&k), v)).collect();
     format!("{{{}}}", body.join(","))
 }

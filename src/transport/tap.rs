@@ -15,12 +15,18 @@
 //!   not fit are dropped whole and counted.
 //! - Whole blocks only ever reach the file: records collect in a buffer written when it holds
 //!   64 KiB or its oldest record is 100 ms old, when the device closes, and at process exit.
+//! - One writer per file: a process locks the file it writes (an open-file-description lock,
+//!   gone when the file closes or the process dies). A second process given the same
+//!   `URXE_PCAP` (an MPI job's ranks, a server and its client) finds it locked, leaves it
+//!   alone and writes `<stem>.<pid>.<ext>` beside it, saying so on stderr; two writers never
+//!   interleave blocks in one file.
 //! - Off (no `URXE_PCAP`): the device holds `None` and pays one branch per batch.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -133,8 +139,7 @@ impl Tap {
         let file = match existing {
             Some(f) => f,
             None => {
-                let file = File::create(&path)
-                    .map_err(|e| io::Error::new(e.kind(), format!("URXE_PCAP={}: {e}", path.display())))?;
+                let (file, path) = open_own(path)?;
                 let mut w = Writer {
                     path,
                     file,
@@ -215,6 +220,64 @@ fn spawn_flusher(file: Weak<Mutex<Writer>>) -> io::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Opens `path` as this process's own capture file: locked, then emptied. If another process
+/// holds the lock, `path` is left untouched and `<stem>.<pid>.<ext>` is used instead (said on
+/// stderr, naming `URXE_PCAP`). Returns the file and the path it has.
+fn open_own(path: PathBuf) -> io::Result<(File, PathBuf)> {
+    let named = |p: &Path, e: io::Error| io::Error::new(e.kind(), format!("URXE_PCAP={}: {e}", p.display()));
+    let open = |p: &Path| OpenOptions::new().write(true).create(true).truncate(false).open(p);
+    let file = open(&path).map_err(|e| named(&path, e))?;
+    if lock_whole(&file).map_err(|e| named(&path, e))? {
+        file.set_len(0).map_err(|e| named(&path, e))?;
+        return Ok((file, path));
+    }
+    let alt = per_process_path(&path, std::process::id());
+    let _ = writeln!(
+        io::stderr(),
+        "urxe: URXE_PCAP={}: another process is writing that file; this process writes {} instead (put %p in URXE_PCAP to name one file per process)",
+        path.display(),
+        alt.display()
+    );
+    let file = open(&alt).map_err(|e| named(&alt, e))?;
+    if !lock_whole(&file).map_err(|e| named(&alt, e))? {
+        return Err(named(&alt, io::Error::new(io::ErrorKind::WouldBlock, "locked by another process")));
+    }
+    file.set_len(0).map_err(|e| named(&alt, e))?;
+    Ok((file, alt))
+}
+
+/// `dir/cap.pcapng` -> `dir/cap.<pid>.pcapng` (`dir/cap` -> `dir/cap.<pid>`).
+fn per_process_path(path: &Path, pid: u32) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = match path.extension() {
+        Some(e) => format!("{stem}.{pid}.{}", e.to_string_lossy()),
+        None => format!("{stem}.{pid}"),
+    };
+    path.with_file_name(name)
+}
+
+/// Takes a write lock on the whole file without waiting: `Ok(false)` when another open file
+/// description (another process) holds one.
+fn lock_whole(file: &File) -> io::Result<bool> {
+    // SAFETY: `libc::flock` is plain integers; all-zero is a valid value (and l_pid must be 0
+    // for OFD locks).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    // l_start 0, l_len 0: the whole file, however long it grows.
+    // SAFETY: `fl` is a valid flock living across the call; F_OFD_SETLK only reads it; the fd
+    // is open for as long as `file` is borrowed.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &mut fl as *mut libc::flock) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(false),
+        _ => Err(e),
+    }
 }
 
 extern "C" fn flush_at_exit() {
@@ -401,7 +464,7 @@ impl Writer {
         }
         // A raw write: this runs inside verbs, which must not be cancellation points (see
         // `sys`).
-        if let Err(e) = super::sys::write_all(std::os::fd::AsRawFd::as_raw_fd(&self.file), &self.buf) {
+        if let Err(e) = super::sys::write_all(self.file.as_raw_fd(), &self.buf) {
             self.failed = true;
             let _ = writeln!(io::stderr(), "urxe: URXE_PCAP={}: {e}; the capture stops here", self.path.display());
         }
@@ -495,7 +558,9 @@ mod tests {
         assert_eq!(d.udp_checksum, UdpChecksum::Ok);
         let Decoded::Udp(d) = decode(&frames[2]) else { unreachable!() };
         assert_eq!(d.udp_checksum, UdpChecksum::Zero);
-        let t = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        let t =
+            check_file(&path, Options { format: Format::Quiet, flows: false, ..Default::default() }, &mut Vec::new())
+                .unwrap();
         assert!(t.passed(), "{}", t.line());
         assert_eq!(t.rocev2, 4);
     }
@@ -511,7 +576,9 @@ mod tests {
         while std::fs::metadata(&path).unwrap().len() == headers && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let t0 = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        let t0 =
+            check_file(&path, Options { format: Format::Quiet, flows: false, ..Default::default() }, &mut Vec::new())
+                .unwrap();
         assert_eq!(t0.rocev2, 1, "{}", t0.line());
         drop(t);
     }
@@ -527,10 +594,39 @@ mod tests {
         drop(t);
         let len = std::fs::metadata(&path).unwrap().len();
         assert!(len <= MIN_MAX && len > MIN_MAX - 100, "{len}");
-        let tot = check_file(&path, Options { format: Format::Quiet, flows: false }, &mut Vec::new()).unwrap();
+        let tot =
+            check_file(&path, Options { format: Format::Quiet, flows: false, ..Default::default() }, &mut Vec::new())
+                .unwrap();
         assert!(tot.passed(), "{}", tot.line());
         assert!(dropped > 0);
         assert_eq!(tot.rocev2 + dropped, 200);
+    }
+
+    #[test]
+    fn a_file_another_writer_holds_is_left_alone_and_a_per_process_file_written() {
+        let (path, a, b, p) = one_flow("held.pcapng");
+        std::fs::write(&path, b"someone else's capture").unwrap();
+        // Another open file description holding the lock stands for another process.
+        let other = OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(lock_whole(&other).unwrap());
+        let pid = std::process::id();
+        let own = per_process_path(&path, pid);
+        assert_eq!(own.file_name().unwrap().to_string_lossy(), format!("held.{pid}.pcapng"));
+        {
+            let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
+            t.sent(a, b, std::iter::once(&p[..]));
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), b"someone else's capture");
+        let t = check_file(&own, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
+        assert!(t.passed() && t.rocev2 == 1, "{}", t.line());
+        drop(other);
+        // Once the other writer is gone, the named file is this process's again.
+        {
+            let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
+            t.sent(a, b, std::iter::once(&p[..]));
+        }
+        let t = check_file(&path, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
+        assert!(t.passed() && t.rocev2 == 1, "{}", t.line());
     }
 
     #[test]
