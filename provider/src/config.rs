@@ -6,7 +6,12 @@
 //!   from the uid (`c.d` = its low 16 bits, last octet never 0 or 255) and joins that address's
 //!   group (transport::group); if another user holds the candidate (EADDRINUSE) it probes the
 //!   next one, and so do all of that user's processes. Two processes on one host then reach
-//!   each other with no setting, and see one GID as on a NIC.
+//!   each other with no setting, and see one GID as on a NIC. Like the kernel's choice of an
+//!   ephemeral port (a hashed start, then the whole range, skipping what is in use), the walk
+//!   covers all of 127.0.0.0/8 but 127.0/16 after 127.77/16 (16.6 million addresses), and
+//!   addresses another user already holds are skipped without a bind (`taken`, from one read
+//!   of /proc/net/udp): another user denies this one an address only by holding all of them,
+//!   millions of sockets (issue #37: 512 were enough).
 //! - `URXE_ADDR=<IPv4|IPv6|ifname>`: that address, or the interface's first IPv4 address (else its
 //!   first global IPv6 address). A bad value, an address that is not local, or port 4791 already
 //!   bound there (kernel rxe, another process) is an error whose message names `URXE_ADDR`, the
@@ -23,8 +28,11 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 pub const ROCE_PORT: u16 = 4791;
 /// Second octet of the zero-configuration loopback addresses ('M').
 pub const LOOPBACK_NET: u8 = 77;
-/// How many loopback candidates to try before giving up.
+/// How many loopback candidates to try to bind (candidates known to be taken are skipped
+/// without counting) before giving up.
 pub const LOOPBACK_PROBES: u32 = 512;
+/// Loopback candidates in all: 255 second octets (not 0) × 65,024 (last octet not 0 or 255).
+pub const LOOPBACK_CANDIDATES: u64 = 255 * 65024;
 
 /// A parsed `URXE_ADDR`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,7 +119,7 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::LoopbackExhausted => write!(
                 f,
-                "no free loopback address 127.{LOOPBACK_NET}.x.y for UDP port {ROCE_PORT} after {LOOPBACK_PROBES} tries; set URXE_ADDR"
+                "no free loopback address 127.x.y.z for UDP port {ROCE_PORT} (all {LOOPBACK_CANDIDATES} held by others, or {LOOPBACK_PROBES} refused binds); set URXE_ADDR"
             ),
         }
     }
@@ -155,22 +163,25 @@ pub fn zero_config_seed(uid: u32) -> u32 {
     uid
 }
 
-/// The `attempt`-th zero-configuration loopback candidate for `seed` (see [`zero_config_seed`]).
-pub fn loopback_candidate(pid: u32, attempt: u32) -> Ipv4Addr {
-    // Walk the 16-bit space starting at the pid's low 16 bits, skipping last octets 0 and 255
-    // (network/broadcast look-alikes some tools reject).
-    let mut v = pid & 0xffff;
-    let mut left = attempt;
-    loop {
-        let d = (v & 0xff) as u8;
-        if d != 0 && d != 255 {
-            if left == 0 {
-                return Ipv4Addr::new(127, LOOPBACK_NET, (v >> 8) as u8, d);
-            }
-            left -= 1;
-        }
-        v = (v + 1) & 0xffff;
-    }
+/// The zero-configuration loopback candidates for `seed` (see [`zero_config_seed`]), in order:
+/// 127.77/16 from the seed's low 16 bits, then the same walk in 127.78/16 ... 127.255/16,
+/// 127.1/16 ... 127.76/16 ([`LOOPBACK_CANDIDATES`] addresses; last octets 0 and 255, which
+/// look like network/broadcast addresses to some tools, skipped).
+pub fn loopback_candidates(seed: u32) -> impl Iterator<Item = Ipv4Addr> {
+    let start = seed & 0xffff;
+    (0..255u32).flat_map(move |block| {
+        let b = 1 + (LOOPBACK_NET as u32 - 1 + block) % 255;
+        (0..0x10000u32).filter_map(move |j| {
+            let v = (start + j) & 0xffff;
+            let d = (v & 0xff) as u8;
+            (d != 0 && d != 255).then(|| Ipv4Addr::new(127, b as u8, (v >> 8) as u8, d))
+        })
+    })
+}
+
+/// The `attempt`-th of [`loopback_candidates`]`(seed)`.
+pub fn loopback_candidate(seed: u32, attempt: u32) -> Ipv4Addr {
+    loopback_candidates(seed).nth(attempt as usize).unwrap_or(Ipv4Addr::new(127, LOOPBACK_NET, 0, 1))
 }
 
 /// The RoCEv2 GID of an address: IPv4-mapped `::ffff:a.b.c.d` for IPv4, the address itself for
@@ -221,10 +232,24 @@ fn is_v6_link_local(a: &Ipv6Addr) -> bool {
 
 /// Decide the address and bind it. `bind(addr)` must bind UDP `addr:4791` and return what it
 /// bound (a socket, or a test token).
+/// [`choose_skipping`] with nothing known to be taken.
 pub fn choose<T>(
     urxe_addr: Option<&str>,
     pid: u32,
     ifaces: &[IfAddr],
+    bind: impl FnMut(IpAddr) -> io::Result<T>,
+) -> Result<Chosen<T>, ConfigError> {
+    choose_skipping(urxe_addr, pid, ifaces, |_| false, bind)
+}
+
+/// Decide the address and bind it. `bind(addr)` must bind UDP `addr:4791` and return what it
+/// bound (a socket, or a test token); `taken(addr)`: another user is known to hold
+/// `addr:4791` (zero configuration skips it without a bind).
+pub fn choose_skipping<T>(
+    urxe_addr: Option<&str>,
+    pid: u32,
+    ifaces: &[IfAddr],
+    taken: impl Fn(Ipv4Addr) -> bool,
     mut bind: impl FnMut(IpAddr) -> io::Result<T>,
 ) -> Result<Chosen<T>, ConfigError> {
     let finish = |addr: IpAddr, bound: T| {
@@ -238,12 +263,17 @@ pub fn choose<T>(
         }
     };
     let Some(value) = urxe_addr else {
-        for attempt in 0..LOOPBACK_PROBES {
-            let a = IpAddr::V4(loopback_candidate(pid, attempt));
+        let mut binds = 0;
+        for c in loopback_candidates(pid).filter(|&c| !taken(c)) {
+            let a = IpAddr::V4(c);
             match bind(a) {
                 Ok(b) => return Ok(finish(a, b)),
-                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {}
                 Err(err) => return Err(ConfigError::Bind { addr: a, err }),
+            }
+            binds += 1;
+            if binds == LOOPBACK_PROBES {
+                break;
             }
         }
         return Err(ConfigError::LoopbackExhausted);
@@ -346,6 +376,53 @@ mod tests {
         assert!(matches!(e, ConfigError::LoopbackExhausted));
         assert_eq!(e.errno(), libc::EADDRINUSE);
         assert!(e.to_string().contains("URXE_ADDR"));
+    }
+
+    #[test]
+    fn candidates_cover_127_slash_8_but_127_0_slash_16_after_127_77() {
+        let mut it = loopback_candidates(0x1234);
+        assert_eq!(it.next(), Some(Ipv4Addr::new(127, 77, 0x12, 0x34)));
+        // Every /16 but 127.0 once, each block the 65,024 addresses of the first walk.
+        let first: HashSet<(u8, u8)> =
+            loopback_candidates(0x1234).take(65024).map(|a| (a.octets()[2], a.octets()[3])).collect();
+        assert_eq!(first.len(), 65024);
+        let (mut n, mut blocks) = (0u64, Vec::new());
+        for (i, a) in loopback_candidates(0x1234).enumerate() {
+            let o = a.octets();
+            assert!(o[1] != 0 && o[3] != 0 && o[3] != 255, "{a}");
+            if i % 65024 == 0 {
+                assert_eq!((o[2], o[3]), (0x12, 0x34), "block {} starts at the seed", i / 65024);
+                blocks.push(o[1]);
+            }
+            n += 1;
+        }
+        assert_eq!(n, LOOPBACK_CANDIDATES);
+        assert_eq!(&blocks[..3], &[77, 78, 79]);
+        assert_eq!(blocks[255 - 77 + 1], 1, "after 127.255 comes 127.1");
+        blocks.sort_unstable();
+        assert_eq!(blocks, (1..=255).collect::<Vec<u8>>(), "each /16 once, 127.0 never");
+    }
+
+    /// Another user holding 4791 on the first 100,000 candidates (as many as a local user may
+    /// bind) costs no bind each: the walk skips them and binds the next.
+    #[test]
+    fn addresses_held_by_others_are_skipped_without_a_bind() {
+        let held: HashSet<Ipv4Addr> = loopback_candidates(7).take(100_000).collect();
+        let mut binds = 0;
+        let c = choose_skipping(
+            None,
+            7,
+            &[lo()],
+            |a| held.contains(&a),
+            |a| {
+                binds += 1;
+                Ok(a)
+            },
+        )
+        .unwrap();
+        assert_eq!(binds, 1);
+        assert_eq!(c.addr, IpAddr::V4(loopback_candidate(7, 100_000)));
+        assert!(!held.contains(&loopback_candidate(7, 100_000)));
     }
 
     #[test]

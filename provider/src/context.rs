@@ -212,13 +212,21 @@ fn build_device() -> Result<DevPtr, (String, i32)> {
     let mut why: Option<String> = None;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let chosen = config::choose(env.as_deref(), config::zero_config_seed(uid), &ifaces, |a| {
-        Member::join(&GroupConfig::from_env(a)).map_err(|e| {
-            let errno = e.errno();
-            why = Some(e.to_string());
-            std::io::Error::from_raw_os_error(errno)
-        })
-    })
+    // Addresses another user holds are skipped without a bind (zero configuration only).
+    let taken = if env.is_none() { urxe::transport::group::slots::held_by_others_v4() } else { Default::default() };
+    let chosen = config::choose_skipping(
+        env.as_deref(),
+        config::zero_config_seed(uid),
+        &ifaces,
+        |a| taken.contains(&a),
+        |a| {
+            Member::join(&GroupConfig::from_env(a)).map_err(|e| {
+                let errno = e.errno();
+                why = Some(e.to_string());
+                std::io::Error::from_raw_os_error(errno)
+            })
+        },
+    )
     .map_err(|e: ConfigError| {
         let msg = match (&e, &why) {
             (ConfigError::LoopbackExhausted, _) | (_, None) => format!("urxe: {e}"),

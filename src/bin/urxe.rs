@@ -461,17 +461,6 @@ fn stat_sockets() -> Vec<(u32, String)> {
     v
 }
 
-fn read_stats(name: &str) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::linux::net::SocketAddrExt;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
-    let mut s = std::os::unix::net::UnixStream::connect_addr(&addr)?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
 fn cmd_stat(args: &[String]) -> ExitCode {
     let mut pids = Vec::new();
     for a in args {
@@ -491,7 +480,9 @@ fn cmd_stat(args: &[String]) -> ExitCode {
     let mut answered: Vec<u32> = Vec::new();
     let mut ok = true;
     for (pid, name) in socks {
-        match read_stats(&name) {
+        // The library checks who answers (SO_PEERCRED): a socket another user bound under a
+        // urxe name is reported and ignored.
+        match urxe::transport::device::read_stats(&name) {
             Ok(t) => {
                 print!("{t}");
                 answered.push(pid);
@@ -499,6 +490,7 @@ fn cmd_stat(args: &[String]) -> ExitCode {
             // The device closed between listing and connecting: it is simply gone.
             Err(e)
                 if matches!(e.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => eprintln!("urxe stat: {e}"),
             Err(e) => {
                 eprintln!("urxe stat: process {pid}: {e}");
                 ok = false;

@@ -41,7 +41,7 @@ use crate::engine::{
 
 pub use super::hub::EventSink;
 pub use super::pacing::IDLE_POLLS_PER_YIELD;
-pub use super::stats::{stats_socket_name, STATS_SOCKET_PREFIX};
+pub use super::stats::{read_stats, stats_socket_name, stats_socket_pid, STATS_SOCKET_PREFIX};
 
 /// QPN counter values reserved in the slot record at a time (shared address). Each owner
 /// of a slot moves its counter at least this far, so the counter comes round to reuse a QPN

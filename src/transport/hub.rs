@@ -140,7 +140,7 @@ impl Hub {
 fn group_text(m: &Member, qps: u32) -> String {
     use std::fmt::Write;
     let mut s = format!(
-        "group slot {} of {} (QPNs {:#08x}..{:#08x}), {qps} QPs, takeover_drops {}, handouts {}, program_refreshes {}\n",
+        "group slot {} of {} (QPNs {:#08x}..{:#08x}), {qps} QPs, takeover_drops {}, handouts {}, program_refreshes {}, unowned_drops {}, probe_send_errors {}\n",
         m.slot(),
         m.slot_count(),
         m.qpn_base(),
@@ -148,6 +148,8 @@ fn group_text(m: &Member, qps: u32) -> String {
         m.takeover_drops(),
         m.counters().handouts.load(Ordering::Relaxed),
         m.counters().program_refreshes.load(Ordering::Relaxed),
+        m.counters().unowned_drops.load(Ordering::Relaxed),
+        m.counters().probe_send_errors.load(Ordering::Relaxed),
     );
     match m.members() {
         Ok(ms) => {

@@ -17,7 +17,7 @@ use super::memory::ProcessMemory;
 use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
 use super::stats::TransportCounters;
 use crate::engine::{Datagram, Engine, IcrcCheck, Nanos, MAX_PACKET};
-use crate::wire::icrc::{IcrcFlows, IpFields, ICRC_LEN};
+use crate::wire::icrc::{store_icrc, IcrcFlow, IcrcFlows, IpFields, ICRC_LEN};
 
 /// More tries of a multicast receive socket's bind and join after EADDRINUSE (see
 /// [`Io::join_mcast`]).
@@ -244,10 +244,11 @@ impl Io {
     }
 
     /// One socket per flow source port, as rxe varies the port per QP pair. If the port
-    /// cannot be bound, packets go from 4791 instead; their ICRC then does not match the port
-    /// (urxe peers accept and count `icrc_unverified`, kernel rxe drops them). On a shared
-    /// address the port is bound with SO_REUSEPORT: flows of several members may map to one
-    /// port.
+    /// cannot be bound (another user holds it), packets go from 4791 instead, their ICRC
+    /// recomputed for that port (see [`Io::send_batch`]): the ICRC covers the UDP source
+    /// port, and a peer (kernel rxe, a NIC) drops a packet whose ICRC does not match. On a
+    /// shared address the port is bound with SO_REUSEPORT: flows of several members may map
+    /// to one port.
     fn open_tx_socket(&mut self, sport: u16) {
         if !self.tx_socks.contains_key(&sport) {
             let local = SocketAddr::new(self.local, sport);
@@ -258,12 +259,36 @@ impl Io {
         }
     }
 
+    /// Recomputes the ICRC of every packet in the batch for source port 4791 (the batch goes
+    /// from the 4791 socket): the same fields as the engine's (IPv4 with DF and ID 0).
+    fn reseal(&mut self, dst: IpAddr) {
+        let ip = match (self.local, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => IpFields::v4_df(s, d),
+            (IpAddr::V6(s), IpAddr::V6(d)) => IpFields::v6(s, d),
+            _ => return,
+        };
+        let flow = IcrcFlow::new(&ip, ROCE_PORT, ROCE_PORT);
+        for i in 0..self.send.len() {
+            let p = self.send.packet_mut(i);
+            if p.len() > ICRC_LEN {
+                let covered = p.len() - ICRC_LEN;
+                let v = flow.icrc_in_place(&mut p[..covered]);
+                store_icrc(p, v);
+            }
+        }
+    }
+
     /// Sends what is batched. Returns false if the socket would block (packets stay queued).
     fn send_batch(&mut self, counters: &mut TransportCounters) -> bool {
         let Some(key) = self.send_key else { return true };
+        self.open_tx_socket(key.sport);
+        if key.sport != ROCE_PORT && !self.tx_socks.contains_key(&key.sport) && !self.send.is_empty() {
+            // Leaving from 4791, not from the flow port the engine hashed in.
+            self.reseal(key.dst);
+            counters.tx_port_fallbacks += self.send.len() as u64;
+        }
         while !self.send.is_empty() {
             let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
-            self.open_tx_socket(key.sport);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
             let res = if key.gso {
                 // Cut into trains at send time: equal segments, only the last may be shorter;

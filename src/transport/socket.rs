@@ -131,15 +131,14 @@ impl RoceSocket {
     }
 
     /// A receive socket for the IP multicast group `group` on the interface of `local`: bound
-    /// to `group`:4791 with SO_REUSEADDR and SO_REUSEPORT, so that every urxe process of the
-    /// host that joins the group binds its own and the kernel hands each of them a copy of
-    /// every datagram (multicast delivery goes to all sockets bound to the group and port,
-    /// reuseport or not; a socket bound to a unicast address sees none of it).
+    /// to `group`:4791 with SO_REUSEPORT alone: every urxe process of this user binds its own
+    /// and gets a copy of every datagram (multicast goes to all sockets on the group and port);
+    /// another user's bind fails, as the kernel shares a reuseport address within one uid only
+    /// and, without SO_REUSEADDR on our side, a SO_REUSEADDR one not at all (issue #37).
     pub fn bind_multicast(group: IpAddr, local: IpAddr) -> io::Result<RoceSocket> {
         let bound = SocketAddr::new(group, ROCE_PORT);
         let domain = if group.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
         let sock = Socket::new(domain, Type::DGRAM.nonblocking().cloexec(), Some(Protocol::UDP))?;
-        sock.set_reuse_address(true)?;
         sock.set_reuse_port(true)?;
         match (group, local) {
             (IpAddr::V4(g), IpAddr::V4(l)) => {
@@ -641,9 +640,10 @@ impl SendBatch {
         &self.data[..self.used]
     }
 
-    /// Length of the last queued packet.
-    pub fn last_len(&self) -> Option<usize> {
-        self.len.checked_sub(1).map(|i| self.spans[i].1)
+    /// Queued packet `i` (`i < len()`), to rewrite in place (its ICRC).
+    pub fn packet_mut(&mut self, i: usize) -> &mut [u8] {
+        let (start, len) = self.spans[i];
+        &mut self.data[start..start + len]
     }
 
     /// Queued packet `i` (`i < len()`).

@@ -3,7 +3,7 @@
 //! Two kinds of counters: [`TransportCounters`] live with the engine under the device lock
 //! (packets, batches, deferrals), [`WakeCounters`] outside it as relaxed atomics (who woke the
 //! progress thread and why). The stats socket is an abstract Unix socket named after the
-//! process and the device address.
+//! process, the device address and a random suffix.
 //!
 //! Abstract sockets have no permission bits: any local user can connect. So the socket is
 //! served by a thread of its own at normal priority (never the real-time progress thread),
@@ -11,6 +11,11 @@
 //! [`ANSWERS_PER_SEC`] of them per second; everything else is closed unanswered and counted. A
 //! connect flood by another user then costs this process one accept and one close per
 //! connection on a normal-priority thread, and the data path nothing.
+//!
+//! Nor can another user pass for this process (issue #37): the name ends in 64 random bits,
+//! so it cannot be bound in advance, and the client ([`read_stats`]) checks the server's
+//! credentials (SO_PEERCRED): its pid must be the one the name claims, its uid the client's
+//! or root (a root client reads every user's processes).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -34,6 +39,9 @@ pub struct TransportCounters {
     pub tx_mmsg_sends: u64,
     pub tx_errors: u64,
     pub tx_would_block: u64,
+    /// Packets sent from 4791 because their flow port could not be bound (another user holds
+    /// it), their ICRC recomputed for 4791.
+    pub tx_port_fallbacks: u64,
     pub rx_datagrams: u64,
     pub rx_batches: u64,
     pub rx_errors: u64,
@@ -114,21 +122,59 @@ pub(super) fn counters_text(engine: &Counters, transport: &TransportCounters) ->
     s
 }
 
-/// Prefix of the stats sockets (abstract namespace): `urxe-stat-<pid>-<address>`.
+/// Prefix of the stats sockets (abstract namespace): `urxe-stat-<pid>-<address>-<random>`.
 pub const STATS_SOCKET_PREFIX: &str = "urxe-stat-";
 
-/// Name of the stats socket of the device of process `pid` on `addr`.
-pub fn stats_socket_name(pid: u32, addr: IpAddr) -> String {
-    format!("{STATS_SOCKET_PREFIX}{pid}-{addr}")
+/// Name of a stats socket of the device of process `pid` on `addr`, with the random `tag`
+/// that keeps anyone from binding it before the process does.
+pub fn stats_socket_name(pid: u32, addr: IpAddr, tag: u64) -> String {
+    format!("{STATS_SOCKET_PREFIX}{pid}-{addr}-{tag:016x}")
+}
+
+/// The pid a stats socket's name claims.
+pub fn stats_socket_pid(name: &str) -> Option<u32> {
+    name.strip_prefix(STATS_SOCKET_PREFIX)?.split('-').next()?.parse().ok()
 }
 
 /// Binds this process's stats socket for the device on `local`.
 pub(super) fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(stats_socket_name(std::process::id(), local))?;
+    let name = stats_socket_name(std::process::id(), local, super::device::random_seed());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
     let l = UnixListener::bind_addr(&addr)?;
     l.set_nonblocking(true)?;
     Ok(l)
+}
+
+/// Whether a client running as `me` may believe a stats server running as (`pid`, `uid`)
+/// that answers on a name claiming `claimed` pid: the same process, of the client's user or
+/// root; a root client believes any user's process.
+pub fn may_believe(pid: u32, uid: u32, claimed: u32, me: u32) -> bool {
+    pid == claimed && (uid == me || uid == 0 || me == 0)
+}
+
+/// Reads the counters from the stats socket `name` (abstract), after checking that the
+/// process serving it is the one the name claims and may be believed ([`may_believe`]);
+/// otherwise `PermissionDenied`, naming who answered.
+pub fn read_stats(name: &str) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::linux::net::SocketAddrExt;
+    let claimed = stats_socket_pid(name).ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
+    let mut s = UnixStream::connect_addr(&addr)?;
+    let (pid, uid) = peer_cred(&s).ok_or_else(io::Error::last_os_error)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !may_believe(pid, uid, claimed, me) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("@{name} is served by pid {pid} (uid {uid}), not by process {claimed}: ignored (forged)"),
+        ));
+    }
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 /// What the stats thread counts: connections answered, refused (another user), and closed over
@@ -191,6 +237,12 @@ impl Drop for StatsServer {
 
 /// The user a connected Unix socket's peer runs as.
 fn peer_uid(s: &UnixStream) -> Option<u32> {
+    peer_cred(s).map(|(_, uid)| uid)
+}
+
+/// The (pid, uid) of a connected Unix socket's peer, as the kernel recorded them at connect
+/// (client) or listen (server) time.
+fn peer_cred(s: &UnixStream) -> Option<(u32, u32)> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `cred`, a live ucred of that size, and
@@ -204,7 +256,7 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
             &mut len,
         )
     };
-    (r == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some(cred.uid)
+    (r == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some((cred.pid as u32, cred.uid))
 }
 
 /// Whether a peer running as `peer` may read this process's counters: the same user, or root.
@@ -272,7 +324,51 @@ fn serve(listener: UnixListener, stop: i32, report: &dyn Fn() -> String) {
 
 #[cfg(test)]
 mod tests {
-    use super::may_read;
+    use super::*;
+
+    #[test]
+    fn a_client_believes_only_the_named_process_of_its_user_or_root() {
+        assert!(may_believe(42, 1000, 42, 1000));
+        assert!(may_believe(42, 0, 42, 1000), "a root process");
+        assert!(may_believe(42, 1000, 42, 0), "root reads every user's");
+        assert!(!may_believe(43, 1000, 42, 1000), "another process of the same user");
+        assert!(!may_believe(42, 1001, 42, 1000), "another user's process");
+        assert!(!may_believe(43, 0, 42, 0), "root does not believe another pid either");
+    }
+
+    #[test]
+    fn the_name_carries_the_pid_and_an_unpredictable_tag() {
+        let a: IpAddr = "127.77.0.9".parse().unwrap();
+        let n = stats_socket_name(4242, a, 0xabc);
+        assert_eq!(n, "urxe-stat-4242-127.77.0.9-0000000000000abc");
+        assert_eq!(stats_socket_pid(&n), Some(4242));
+        assert_eq!(stats_socket_pid("urxe-stat-x-1"), None);
+    }
+
+    #[test]
+    fn a_stats_server_of_another_pid_is_not_believed() {
+        use std::os::linux::net::SocketAddrExt;
+        // This process serves a name claiming pid 1: the client must refuse it unread.
+        let name = stats_socket_name(1, "127.0.0.1".parse().unwrap(), super::super::device::random_seed());
+        let l = UnixListener::bind_addr(&std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = s.write_all(b"pid 1\nforged\n");
+        });
+        let e = read_stats(&name).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("forged"), "{e}");
+        t.join().unwrap();
+        // Our own pid's name is believed.
+        let name = stats_socket_name(std::process::id(), "127.0.0.1".parse().unwrap(), 7);
+        let l = UnixListener::bind_addr(&std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let _ = s.write_all(b"counters\n");
+        });
+        assert_eq!(read_stats(&name).unwrap(), "counters\n");
+        t.join().unwrap();
+    }
 
     #[test]
     fn only_the_same_user_or_root_may_read_the_counters() {

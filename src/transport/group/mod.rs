@@ -185,6 +185,11 @@ pub struct GroupCounters {
     pub handouts_refused: AtomicU64,
     /// Times the handout thread rebuilt the program after a member it named died.
     pub program_refreshes: AtomicU64,
+    /// Datagrams found queued on slots without a member (sent before the program knew their
+    /// member had died) and dropped by this member's handout thread.
+    pub unowned_drops: AtomicU64,
+    /// Join probes whose send failed (a firewall drop, ENOBUFS...) and were sent again.
+    pub probe_send_errors: AtomicU64,
 }
 
 /// How a received datagram relates to this member.
@@ -236,6 +241,16 @@ struct Joined {
     sockets: Vec<Socket>,
     takeover_drops: u64,
     created: bool,
+    probe_send_errors: u64,
+}
+
+/// The pool, its slot confirmed by its probe.
+struct Confirmed {
+    sockets: Vec<Socket>,
+    /// Datagrams a dead owner left queued on the slot, dropped.
+    dropped: u64,
+    /// Probe sends that failed and were repeated.
+    send_errors: u64,
 }
 
 /// A failed join attempt: `Retry` may succeed a moment later (a dying group, a member
@@ -268,6 +283,7 @@ impl Member {
                     // From here the member owns the registry (and the slot lock on it); its
                     // Drop releases the slot if the last steps fail.
                     let counters = Arc::new(GroupCounters::default());
+                    counters.probe_send_errors.store(j.probe_send_errors, Ordering::Relaxed);
                     let mut m = Member {
                         addr: cfg.addr,
                         slot: j.slot,
@@ -349,7 +365,16 @@ impl Member {
             }
         }
         let Some(slot) = slot else { return Err(Attempt::Fail(JoinError::Full { addr, slots: n })) };
-        let r = Self::confirm(cfg, sockets, n, slot).and_then(|(sockets, takeover_drops)| {
+        // Datagrams for slots without a member go elsewhere (see `steer`): make ours live
+        // before its probe is sent.
+        if let Some(s) = &sockets {
+            if let Err(e) = rebuild_program(reg, s, slot) {
+                let _ = reg.release(slot);
+                return Err(Attempt::Fail(e));
+            }
+        }
+        let r = Self::confirm(cfg, sockets, n, slot).and_then(|c| {
+            let (sockets, takeover_drops, probe_send_errors) = (c.sockets, c.dropped, c.send_errors);
             if created {
                 reg.set_slots(n).map_err(JoinError::io("write the group registry"))?;
             }
@@ -360,7 +385,7 @@ impl Member {
             rec.comm_mark = rec.comm_mark.clamp(1, COMM_N_END - 1);
             rec.takeover_drops += takeover_drops;
             reg.write_record(slot, &rec).map_err(JoinError::io("write a slot record"))?;
-            Ok(Joined { slot, sockets, takeover_drops, created })
+            Ok(Joined { slot, sockets, takeover_drops, created, probe_send_errors })
         });
         if r.is_err() {
             let _ = reg.release(slot);
@@ -369,22 +394,15 @@ impl Member {
     }
 
     /// Creates the pool (if `sockets` is None) and confirms the slot indices with probes.
-    fn confirm(
-        cfg: &GroupConfig,
-        sockets: Option<Vec<Socket>>,
-        n: u8,
-        slot: u8,
-    ) -> Result<(Vec<Socket>, u64), Attempt> {
+    fn confirm(cfg: &GroupConfig, sockets: Option<Vec<Socket>>, n: u8, slot: u8) -> Result<Confirmed, Attempt> {
         let addr = cfg.addr;
         match sockets {
             Some(s) => {
                 // Joining: confirm our index; what the dead owner left queued is dropped.
-                let nonce = slots::nonce();
-                slots::send_probe(&s[slot as usize], addr, slot, nonce).map_err(JoinError::io("send a probe"))?;
-                match slots::await_probe(&s[slot as usize], nonce, slots::PROBE_TIMEOUT)
-                    .map_err(JoinError::io("read a probe"))?
-                {
-                    Some(dropped) => Ok((s, dropped)),
+                let c = slots::confirm_slot(&s[slot as usize], addr, slot, slots::PROBE_TIMEOUT)
+                    .map_err(JoinError::io("read a probe"))?;
+                match c.dropped {
+                    Some(dropped) => Ok(Confirmed { sockets: s, dropped, send_errors: c.send_errors }),
                     None => Err(Attempt::Retry(JoinError::Probe { addr, slot })),
                 }
             }
@@ -397,10 +415,15 @@ impl Member {
                         _ => JoinError::Io { what: "bind a slot socket", source: e },
                     })?;
                     if i == 0 {
-                        let prog =
-                            steer::program(&Steering { default_slot: slot, listeners: Vec::new() }).map_err(|e| {
-                                JoinError::Io { what: "build the steering program", source: io::Error::other(e) }
-                            })?;
+                        let prog = steer::program(&Steering {
+                            default_slot: slot,
+                            listeners: Vec::new(),
+                            live: (0..n).collect(),
+                        })
+                        .map_err(|e| JoinError::Io {
+                            what: "build the steering program",
+                            source: io::Error::other(e),
+                        })?;
                         steer::attach(s.as_raw_fd(), &prog).map_err(JoinError::io("attach the steering program"))?;
                     }
                     pool.push(s);
@@ -409,18 +432,18 @@ impl Member {
                 // group is still closing, our sockets joined it behind its survivors, so
                 // index N-1 is not our socket N-1 and its probe goes astray. Two probes
                 // instead of N keep creation fast and captures quiet.
-                let mut dropped = 0;
+                let (mut dropped, mut send_errors) = (0, 0);
                 for i in [slot, n - 1] {
-                    let nonce = slots::nonce();
-                    let s = &pool[i as usize];
-                    slots::send_probe(s, addr, i, nonce).map_err(JoinError::io("send a probe"))?;
-                    match slots::await_probe(s, nonce, slots::PROBE_TIMEOUT).map_err(JoinError::io("read a probe"))? {
+                    let c = slots::confirm_slot(&pool[i as usize], addr, i, slots::PROBE_TIMEOUT)
+                        .map_err(JoinError::io("read a probe"))?;
+                    send_errors += c.send_errors;
+                    match c.dropped {
                         Some(d) if i == slot => dropped = d,
                         Some(_) => {}
                         None => return Err(Attempt::Retry(JoinError::Probe { addr, slot: i })),
                     }
                 }
-                Ok((pool, dropped))
+                Ok(Confirmed { sockets: pool, dropped, send_errors })
             }
         }
     }
@@ -604,6 +627,8 @@ impl Drop for Member {
             drop(stop); // closing the write end wakes the handout thread
             let _ = thread.join();
         }
+        // The slot stays with the others, memberless until someone claims it.
+        slots::shrink(self.socket());
         if let Ok(mut rec) = self.registry.record(self.slot) {
             if rec.pid == self.pid {
                 rec.pid = 0;
@@ -633,10 +658,35 @@ fn rebuild_program(reg: &Registry, sockets: &[Socket], slot: u8) -> Result<(), J
     let steering = Steering {
         default_slot: live.first().copied().unwrap_or(slot),
         listeners: ls.iter().map(|l| (l.service_id, l.slot)).collect(),
+        live,
     };
     let prog = steer::program(&steering)
         .map_err(|e| JoinError::Io { what: "build the steering program", source: io::Error::other(e) })?;
     steer::attach(sockets[slot as usize].as_raw_fd(), &prog).map_err(JoinError::io("attach the steering program"))
+}
+
+/// Whether a slot other than `slot` that has no member has datagrams queued.
+fn unowned_queued(reg: &Registry, sockets: &[Socket], slot: u8) -> bool {
+    (0..sockets.len() as u8).any(|i| {
+        let mut pfd = libc::pollfd { fd: sockets[i as usize].as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd that lives across the call; a zero timeout never blocks.
+        let readable = unsafe { libc::poll(&mut pfd, 1, 0) } == 1;
+        i != slot && readable && !reg.held_by_other(i).unwrap_or(true)
+    })
+}
+
+/// Drops what is queued on the slots without a member (the caller holds the join lock, so no
+/// member is joining one of them and waiting for its probe) and shrinks their receive
+/// buffers back to the minimum; returns how many datagrams were dropped. Bounded per call.
+fn drain_unowned(reg: &Registry, sockets: &[Socket], slot: u8) -> u64 {
+    let mut n = 0;
+    for i in 0..sockets.len() as u8 {
+        if i != slot && !reg.held_by_other(i).unwrap_or(true) {
+            slots::shrink(&sockets[i as usize]);
+            n += slots::drain(&sockets[i as usize], 1 << 16);
+        }
+    }
+    n
 }
 
 /// See [`Member::program_may_be_stale`]; `reg` may be any handle on the registry.
@@ -712,10 +762,19 @@ fn start_handout(
                 return;
             }
             if r == 0 {
-                // A second without requests: is the default slot or a listener dead?
-                if program_may_be_stale(&watch, slot) && watch.lock_setup(Duration::from_millis(100)).unwrap_or(false) {
+                // A second without requests: is the default slot or a listener dead, or did a
+                // slot without a member receive datagrams (its member died since the program
+                // was built)?
+                let queued = unowned_queued(&watch, &sockets, slot);
+                if (queued || program_may_be_stale(&watch, slot))
+                    && watch.lock_setup(Duration::from_millis(100)).unwrap_or(false)
+                {
                     if rebuild_program(&watch, &sockets, slot).is_ok() {
                         counters.program_refreshes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if queued {
+                        let n = drain_unowned(&watch, &sockets, slot);
+                        counters.unowned_drops.fetch_add(n, Ordering::Relaxed);
                     }
                     let _ = watch.unlock_setup();
                 }

@@ -60,10 +60,19 @@ pub struct Listener {
     pub owner: u32,
 }
 
-/// Where registries live: `$URXE_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/urxe`, else
-/// `/tmp/urxe-<uid>`; if that exists but belongs to someone else as seen from here (uid 0 of
-/// `unshare --map-root-user` is not the real root, who may own `/tmp/urxe-0`),
-/// `/tmp/urxe-<uid>-u<user namespace inode>`.
+/// Where registries live: `$URXE_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/urxe`, else the first
+/// of these whose parent only this user can write to, so that no other local user can create
+/// it first (issue #37: a squatted `/tmp/urxe-<uid>` denied service):
+/// - `/run/user/<uid>/urxe` (the session's runtime directory, made by systemd-logind);
+/// - for root, `/run/urxe` (only root creates entries in `/run`);
+/// - `<home>/.cache/urxe`, the home directory from the password database;
+///
+/// and only when none exists (a uid with no home and no session), the first of `/tmp/urxe-<uid>`,
+/// `/tmp/urxe-<uid>-1` ... `/tmp/urxe-<uid>-`[`TMP_NAMES`]` - 1` that is this user's own
+/// directory or does not exist: every process of the user walks the same names, and another
+/// user (or the real root's directory, seen from `unshare --map-root-user`) must hold them all
+/// to deny it. [`prepare_dir`] then refuses a directory that is not this user's own: the error
+/// names `URXE_RUNTIME_DIR`.
 pub fn default_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("URXE_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
@@ -73,14 +82,54 @@ pub fn default_dir() -> PathBuf {
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
-    let plain = PathBuf::from(format!("/tmp/urxe-{uid}"));
-    match std::fs::symlink_metadata(&plain) {
-        Ok(m) if m.uid() != uid => {
-            let ns = std::fs::metadata("/proc/self/ns/user").map(|m| m.ino()).unwrap_or(0);
-            PathBuf::from(format!("/tmp/urxe-{uid}-u{ns}"))
-        }
-        _ => plain,
+    let session = PathBuf::from(format!("/run/user/{uid}"));
+    if private_to(&session, uid) {
+        return session.join("urxe");
     }
+    if uid == 0 && private_to(Path::new("/run"), 0) {
+        return PathBuf::from("/run/urxe");
+    }
+    if let Some(home) = home_of(uid).filter(|h| private_to(h, uid)) {
+        let cache = home.join(".cache");
+        if !cache.exists() || private_to(&cache, uid) {
+            return cache.join("urxe");
+        }
+    }
+    let name = |k: u32| PathBuf::from(if k == 0 { format!("/tmp/urxe-{uid}") } else { format!("/tmp/urxe-{uid}-{k}") });
+    (0..TMP_NAMES)
+        .map(name)
+        .find(|p| {
+            private_to(p, uid) || std::fs::symlink_metadata(p).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+        })
+        .unwrap_or_else(|| name(0))
+}
+
+/// Names the /tmp fallback of [`default_dir`] walks.
+pub const TMP_NAMES: u32 = 4096;
+
+/// Whether `dir` is a real directory (not a symbolic link) owned by `uid` that nobody else
+/// may write to: no other user can create or replace an entry in it.
+fn private_to(dir: &Path, uid: u32) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+}
+
+/// The home directory of `uid` from the password database.
+fn home_of(uid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: passwd is plain data; zeroed is a valid value for getpwuid_r to overwrite.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer refers to a live local; `buf.len()` is the size of `buf`, where
+    // getpwuid_r stores the strings `pw` points to.
+    let r = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if r != 0 || out.is_null() || pw.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_dir points to a NUL-terminated string inside `buf`, alive here.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
+    let p = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    (p.is_absolute() && p != Path::new("/")).then_some(p)
 }
 
 fn dir_error(path: &Path, why: String) -> JoinError {
@@ -90,7 +139,7 @@ fn dir_error(path: &Path, why: String) -> JoinError {
 /// Creates `dir` (mode 0700) if missing and checks that it is a real directory owned by this
 /// user and closed to others: anyone who can write there could take our slots' locks.
 pub fn prepare_dir(dir: &Path) -> Result<(), JoinError> {
-    match DirBuilder::new().mode(0o700).create(dir) {
+    match DirBuilder::new().mode(0o700).recursive(true).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(dir_error(dir, format!("cannot create it: {e}"))),

@@ -55,7 +55,33 @@ pub fn bind_slot(addr: IpAddr) -> io::Result<Socket> {
     // The RoCE options (DF and IP ID 0, no IPv6 UDP checksum, buffers, GRO) go on the socket
     // itself, shared by every member: set them through a duplicate the transport's way.
     drop(RoceSocket::adopt(s.try_clone()?.into())?);
+    // ...but the receive buffer stays at the kernel's minimum until a member owns the slot
+    // (its transport adopts the socket and raises it): a slot nobody reads must not be able
+    // to hold more than a datagram or two of host memory.
+    shrink(&s);
     Ok(s)
+}
+
+/// Sets `s`'s receive buffer to the kernel's minimum (a slot without a member).
+pub fn shrink(s: &Socket) {
+    let _ = s.set_recv_buffer_size(0);
+}
+
+/// Reads and drops what is queued on `s` (at most `max` datagrams): how many.
+pub fn drain(s: &Socket, max: u32) -> u64 {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    while n < max as u64 {
+        // SAFETY: `buf` is valid for writes of its length for the duration of the call; a
+        // longer datagram is truncated, which is what dropping it means.
+        let r =
+            unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if r < 0 {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 /// Checks that `s` is a slot socket of `addr`: a UDP socket bound to `addr:4791` with
@@ -123,12 +149,50 @@ pub fn send_probe(via: &Socket, addr: IpAddr, index: u8, nonce: u64) -> io::Resu
     Ok(())
 }
 
-/// Reads `s` until the probe carrying `nonce` arrives: `Some(dropped)` with the number of
-/// datagrams queued before it (a dead owner's traffic), `None` after `timeout`.
-pub fn await_probe(s: &Socket, nonce: u64, timeout: Duration) -> io::Result<Option<u64>> {
+/// How long a probe may take before it is sent again (same nonce).
+const PROBE_RESEND: Duration = Duration::from_millis(200);
+
+/// What [`confirm_slot`] found.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Confirmed {
+    /// The probe came back: datagrams queued before it (a dead owner's), dropped.
+    pub dropped: Option<u64>,
+    /// Sends that failed (EPERM from a firewall drop, ENOBUFS...): lost packets, sent again.
+    pub send_errors: u64,
+}
+
+/// Sends the probe for slot `index` from `s` and reads `s` until it comes back, within
+/// `timeout`. A send error or a probe lost on the way is a lost packet, as anywhere else:
+/// counted, and the probe is sent again (every [`PROBE_RESEND`]); only the timeout ends it.
+pub fn confirm_slot(s: &Socket, addr: IpAddr, index: u8, timeout: Duration) -> io::Result<Confirmed> {
+    let end = Instant::now() + timeout;
+    let nonce = nonce();
+    let mut c = Confirmed::default();
+    let mut dropped = 0;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(c);
+        }
+        let wait = if send_probe(s, addr, index, nonce).is_ok() {
+            left.min(PROBE_RESEND)
+        } else {
+            c.send_errors += 1;
+            left.min(Duration::from_millis(5))
+        };
+        if await_counting(s, nonce, wait, &mut dropped)? {
+            c.dropped = Some(dropped);
+            return Ok(c);
+        }
+    }
+}
+
+/// Reads `s` until the probe carrying `nonce` arrives (true) or `timeout` passes (false),
+/// adding the datagrams read before it (a dead owner's traffic, or an earlier copy of a
+/// resent probe) to `dropped`.
+fn await_counting(s: &Socket, nonce: u64, timeout: Duration, dropped: &mut u64) -> io::Result<bool> {
     let end = Instant::now() + timeout;
     let mut buf = vec![0u8; 65536];
-    let mut dropped = 0u64;
     loop {
         // SAFETY: `buf` is valid for writes of its length for the duration of the call.
         let n =
@@ -136,9 +200,10 @@ pub fn await_probe(s: &Socket, nonce: u64, timeout: Duration) -> io::Result<Opti
         if n >= 0 {
             let d = &buf[..n as usize];
             if probe_nonce(d) == Some(nonce) {
-                return Ok(Some(dropped));
+                return Ok(true);
             }
-            dropped += 1;
+            // A resent probe's earlier copy, or a dead owner's traffic.
+            *dropped += 1;
             continue;
         }
         let e = io::Error::last_os_error();
@@ -147,7 +212,7 @@ pub fn await_probe(s: &Socket, nonce: u64, timeout: Duration) -> io::Result<Opti
         }
         let left = end.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Ok(None);
+            return Ok(false);
         }
         let mut pfd = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         let ms = left.as_millis().clamp(1, 1000) as libc::c_int;
@@ -207,6 +272,25 @@ pub fn find_holder(addr: IpAddr) -> Option<Holder> {
         }
     }
     found
+}
+
+/// IPv4 addresses on which a socket of another UID holds UDP 4791 (one read of
+/// /proc/net/udp): the zero-configuration address walk skips them without a bind.
+pub fn held_by_others_v4() -> std::collections::HashSet<std::net::Ipv4Addr> {
+    let me = euid();
+    let text = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (ip_hex, port_hex) = f.get(1)?.split_once(':')?;
+            let uid: u32 = f.get(7)?.parse().ok()?;
+            match parse_proc_ip(ip_hex)? {
+                IpAddr::V4(a) if u16::from_str_radix(port_hex, 16) == Ok(ROCE_PORT) && uid != me => Some(a),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 /// Whether some process has socket `inode` open: `Some(false)` only when every process's

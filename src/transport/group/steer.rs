@@ -9,6 +9,11 @@
 //! Decisions, in order:
 //! - DestQP != 1: the slot is the QPN's bits 16..23 ([`slot_of_qpn`]). Join probes are
 //!   ordinary UD packets to QPN `slot << 16` (counter 0, never a QP), so they need no branch.
+//! - A slot chosen by QPN or comm ID that has no member (not in [`Steering::live`]) is
+//!   replaced by the default slot, whose member drops the datagram as a stray and counts it:
+//!   as kernel rxe drops a packet for an unknown QP at once, a datagram for a slot nobody owns
+//!   never waits in (and pins the memory of) a socket nobody reads. A joining member is live
+//!   in the program before it sends its probe.
 //! - DestQP == 1 (GSI): CM MADs (class 0x07) REQ and SIDR_REQ go by service ID through the
 //!   listener table compiled into the program, or to the default slot when no listener
 //!   matches (it rejects the request); SIDR_REP by its request ID's top byte; every other CM
@@ -64,6 +69,8 @@ pub struct Steering {
     pub default_slot: u8,
     /// CM service ID -> slot of the listening process.
     pub listeners: Vec<(u64, u8)>,
+    /// Slots with a member: datagrams for any other slot go to `default_slot`.
+    pub live: Vec<u8>,
 }
 
 /// One classic BPF instruction (`struct sock_filter`).
@@ -80,6 +87,7 @@ pub struct Insn {
 const LD: u16 = 0x00;
 const ALU: u16 = 0x04;
 const JMP: u16 = 0x05;
+const JA: u16 = 0x00;
 const RET: u16 = 0x06;
 const W: u16 = 0x00;
 const H: u16 = 0x08;
@@ -123,6 +131,10 @@ impl Asm {
     fn ret_a(&mut self) {
         self.op(RET | A, 0);
     }
+    /// `goto label` (any distance forward).
+    fn ja(&mut self, l: &'static str) {
+        self.insns.push((Insn { code: JMP | JA, jt: 0, jf: 0, k: 0 }, Target::Label(l), Target::Next));
+    }
     /// `if A == k goto jt else goto jf`.
     fn jeq(&mut self, k: u32, jt: Target, jf: Target) {
         self.insns.push((Insn { code: JMP | JEQ | K, jt: 0, jf: 0, k }, jt, jf));
@@ -144,6 +156,14 @@ impl Asm {
         };
         let mut out = Vec::with_capacity(self.insns.len());
         for (at, &(mut insn, jt, jf)) in self.insns.iter().enumerate() {
+            if insn.code == JMP | JA {
+                // The offset is k (32 bits); jt holds the target.
+                let Target::Label(l) = jt else { return Err(ProgramError::TooLong) };
+                let dest = self.labels.iter().find(|(n, _)| *n == l).map(|&(_, i)| i).ok_or(ProgramError::TooLong)?;
+                insn.k = dest.checked_sub(at + 1).ok_or(ProgramError::TooLong)? as u32;
+                out.push(insn);
+                continue;
+            }
             insn.jt = resolve(at, jt)?;
             insn.jf = resolve(at, jf)?;
             out.push(insn);
@@ -185,7 +205,7 @@ pub fn program(s: &Steering) -> Result<Vec<Insn>, ProgramError> {
     a.op(ALU | AND | K, 0x00FF_FFFF);
     a.jeq(GSI_QPN, Target::Label("gsi"), next);
     a.op(ALU | RSH | K, 16);
-    a.ret_a();
+    a.ja("live");
 
     // QP1: CM MADs by comm ID / request ID / service ID.
     a.label("gsi");
@@ -196,10 +216,10 @@ pub fn program(s: &Steering) -> Result<Vec<Insn>, ProgramError> {
     a.jeq(ATTR_SIDR_REQ, Target::Label("service"), next);
     a.jeq(ATTR_SIDR_REP, next, Target::Label("comm"));
     a.ld(B, CM_REQUEST_ID);
-    a.ret_a();
+    a.ja("live");
     a.label("comm");
     a.ld(B, CM_REMOTE_COMM_ID);
-    a.ret_a();
+    a.ja("live");
     a.label("default");
     a.ret_k(s.default_slot as u32);
 
@@ -212,6 +232,18 @@ pub fn program(s: &Steering) -> Result<Vec<Insn>, ProgramError> {
         a.ld(W, CM_SERVICE_ID + 4);
         a.jeq(sid as u32, next, Target::Skip(1));
         a.ret_k(slot as u32);
+    }
+    a.ret_k(s.default_slot as u32);
+
+    // A in 0..=255: that slot if it has a member, else the default slot. Two instructions
+    // per live slot.
+    a.label("live");
+    let mut live = s.live.clone();
+    live.sort_unstable();
+    live.dedup();
+    for &slot in &live {
+        a.jeq(slot as u32, next, Target::Skip(1));
+        a.ret_a();
     }
     a.ret_k(s.default_slot as u32);
     a.finish()
@@ -277,6 +309,7 @@ pub(crate) mod interp {
                     RSH => acc >>= i.k,
                     c => panic!("alu {c:#x}"),
                 },
+                0x05 if i.code == JMP | JA => pc += i.k as usize,
                 0x05 => pc += if acc == i.k { i.jt as usize } else { i.jf as usize },
                 0x06 => return if i.code & 0x18 == A { acc } else { i.k },
                 c => panic!("class {c:#x}"),
@@ -320,8 +353,31 @@ mod tests {
         b
     }
 
+    /// Every slot live: steering by QPN and comm ID alone.
     fn steering(listeners: Vec<(u64, u8)>) -> Steering {
-        Steering { default_slot: 3, listeners }
+        Steering { default_slot: 3, listeners, live: (0..=255).collect() }
+    }
+
+    #[test]
+    fn datagrams_for_slots_without_a_member_go_to_the_default_slot() {
+        let s = Steering { default_slot: 2, listeners: vec![], live: vec![2, 7, 200] };
+        let p = program(&s).unwrap();
+        let h = v4_header(Ipv4Addr::new(10, 0, 0, 9));
+        for (qpn, slot) in [(0x07_0011, 7), (0xc8_0011, 200), (0x02_0011, 2), (0x05_0011, 2), (0x11, 2), (0xff_0011, 2)]
+        {
+            assert_eq!(run(&p, &h, &data(qpn)), slot, "qpn {qpn:#x}");
+        }
+        let rep = mad(7, 0x0013, CM_REMOTE_COMM_ID, &0x0900_1234u32.to_be_bytes());
+        assert_eq!(run(&p, &h, &rep), 2, "a comm ID of an unowned slot");
+        let rep = mad(7, 0x0013, CM_REMOTE_COMM_ID, &0x0700_1234u32.to_be_bytes());
+        assert_eq!(run(&p, &h, &rep), 7);
+        let sidr_rep = mad(7, 0x0018, CM_REQUEST_ID, &0x0c00_0007u32.to_be_bytes());
+        assert_eq!(run(&p, &h, &sidr_rep), 2, "a request ID of an unowned slot");
+        // A joiner's probe reaches it once it is live.
+        let probe = super::super::slots::probe(9, IpAddr::V4(ADDR), 1);
+        assert_eq!(run(&p, &v4_header(ADDR), &probe), 2);
+        let p9 = program(&Steering { live: vec![2, 7, 9, 200], ..s }).unwrap();
+        assert_eq!(run(&p9, &v4_header(ADDR), &probe), 9);
     }
 
     #[test]
@@ -376,7 +432,7 @@ mod tests {
         let ls: Vec<(u64, u8)> =
             (0..MAX_LISTENERS as u64).map(|i| (0x0106_0000_0000_0000 | i, (i % 64) as u8)).collect();
         let p = program(&steering(ls.clone())).unwrap();
-        assert!(p.len() < 4096);
+        assert!(p.len() < 4096, "{} instructions", p.len());
         let (sid, slot) = *ls.last().unwrap();
         let req = mad(7, 0x0010, CM_SERVICE_ID, &sid.to_be_bytes());
         assert_eq!(run(&p, &v4_header(ADDR), &req), slot as u32);
