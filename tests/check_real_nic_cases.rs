@@ -502,40 +502,6 @@ fn committed_encapsulated_and_rocev1_captures_verify_every_icrc() {
     assert_eq!(files, 6, "vxlan, gre, erspan2, erspan3, rocev1, rocev1_mixed");
 }
 
-// ------------------------------------------------------------------ public captures
-
-/// tests/captures/public: packets from outside this project (see its README for origin and
-/// licence). Each passes, and the ICRC is printed as the source shows it.
-#[test]
-fn public_captures_pass_with_their_published_icrc() {
-    let dir = golden("public");
-    let mut n = 0;
-    for (file, line, icrc) in [
-        // A CNP a ConnectX-4 Lx sent (scapy's test suite: icrc == 0x82fd002a).
-        ("connectx4lx_cnp.pcap", "1 10.0.17.1:0 > 10.0.18.1:4791 CNP qp=0x000118 psn=0x000000", "icrc=0x82fd002a (ok)"),
-        // scapy's UC SEND_ONLY example (scapy computes icrc 0x78f353f3, IP checksum 0xb4d5,
-        // UDP checksum 0xaca2).
-        (
-            "scapy_uc_send_only.pcap",
-            "1 192.168.0.7:49152 > 192.168.0.7:4791 UC SEND_ONLY qp=0x0000d3",
-            "icrc=0x78f353f3 (ok)",
-        ),
-    ] {
-        let (code, out, err) = run_check(&["--verbose"], &dir.join(file));
-        assert_eq!(code, 0, "{file}: {out}{err}");
-        assert!(out.starts_with(line), "{file}: {out}");
-        assert!(out.contains(icrc) && out.contains("1 ok, 0 bad"), "{file}: {out}");
-        n += 1;
-    }
-    assert_eq!(
-        n,
-        std::fs::read_dir(&dir)
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "pcap"))
-            .count()
-    );
-}
-
 /// No capture Wireshark opens is rejected whole: a pcapng whose second interface has a link
 /// type `check` does not read (as a capture of several interfaces may) is checked, that
 /// interface's frames counted as other frames. Before: "unsupported link type", exit 1.
