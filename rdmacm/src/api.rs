@@ -412,6 +412,14 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
             let _ = unsafe { (d.gsi.unlisten)(s) };
         }
     }
+    // A service steered at bind that no other ID of this process still holds.
+    let still_held = |l: &Lib, s: u64| l.listeners.contains_key(&s) || l.ids.values().any(|o| o.steered == Some(s));
+    if let Some(s) = st.steered.filter(|&s| st.listen_service != Some(s) && !still_held(&lib, s)) {
+        if let Some(d) = lib.dev.as_ref() {
+            // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+            let _ = unsafe { (d.gsi.unlisten)(s) };
+        }
+    }
     if let Some(src) = st.src.filter(|_| st.bound) {
         lib.ports.remove(&(st.ps, src.port()));
     }
@@ -507,8 +515,39 @@ cm_export! {
         key(id)?;
         // SAFETY: the caller passes a valid sockaddr (or NULL).
         let a = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?;
-        bind(&mut lock(), id, a)?;
+        let mut lib = lock();
+        bind(&mut lib, id, a)?;
+        steer_at_bind(&mut lib, id as usize);
         Ok(0)
+    }
+}
+
+/// At most this many IDs of a process have their service steered at bind time: the group's
+/// listener table (shared by every process of the address) holds 128.
+const BIND_STEERED_MAX: usize = 16;
+
+/// Steers the bound ID's service to this process now, at `rdma_bind_addr`, instead of in
+/// `rdma_listen`: the group's listener table is a locked file and a rebuilt steering program,
+/// 60-150 us, which made `rdma_listen` slower than the peer's address and route resolution.
+/// A program that tells its peer the bound port before it listens (qperf 0.4.11) then lost the
+/// race more often: a REQ that reached the group before the steering went to another process
+/// of the address (the default slot), which answered REJ 8. Best effort: without steering
+/// here, `rdma_listen` steers as before. A REQ for a steered service that is not listened on
+/// yet gets this process's REJ 8, as it would have got another's.
+fn steer_at_bind(lib: &mut Lib, k: usize) {
+    if lib.ids.values().filter(|s| s.steered.is_some()).count() >= BIND_STEERED_MAX {
+        return;
+    }
+    let Some(service) = lib.ids.get(&k).and_then(|st| st.src.map(|s| rdma_cm_service_id(st.ps as u16, s.port())))
+    else {
+        return;
+    };
+    let Ok(gsi) = lib.device().map(|d| d.gsi) else { return };
+    // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+    if unsafe { (gsi.listen)(service) } == 0 {
+        if let Some(st) = lib.ids.get_mut(&k) {
+            st.steered = Some(service);
+        }
     }
 }
 
@@ -607,11 +646,13 @@ cm_export! {
             return Err(libc::EINVAL);
         }
         let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
+        let steered = st.steered == Some(service);
         lib.cm()?.listen(service).map_err(|e| e.errno())?;
-        // At a shared address, REQs for the service must be steered to this process.
+        // At a shared address, REQs for the service must be steered to this process (done
+        // already if rdma_bind_addr could, see steer_at_bind).
         let gsi = lib.device()?.gsi;
         // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
-        if unsafe { (gsi.listen)(service) } != 0 {
+        if !steered && unsafe { (gsi.listen)(service) } != 0 {
             let e = crate::export_errno();
             let _ = lib.cm.as_mut().map(|cm| cm.unlisten(service));
             return Err(e);

@@ -88,6 +88,9 @@ pub struct Id {
     pub dst: Option<SocketAddr>,
     pub comm: Option<CommId>,
     pub listen_service: Option<u64>,
+    /// The service steered to this process when the ID was bound (`rdma_bind_addr`), so that
+    /// `rdma_listen` finds the group's steering done (see `api::steer_at_bind`).
+    pub steered: Option<u64>,
     pub agreed: Agreed,
     pub tos: u8,
     pub ack_timeout: Option<u8>,
@@ -117,6 +120,7 @@ impl Id {
             dst: None,
             comm: None,
             listen_service: None,
+            steered: None,
             agreed: Agreed::default(),
             tos: 0,
             ack_timeout: None,
@@ -508,6 +512,9 @@ impl Lib {
                 }
             }
             CmEvent::Rejected { comm_id, reason, private_data, .. } => {
+                if crate::export::traced() {
+                    eprintln!("urxe: rdmacm: connection {comm_id:?} rejected by the peer, reason {reason}");
+                }
                 let Some(id) = self.by_comm.remove(&comm_id) else { return };
                 self.set_state(id, IdState::Disconnected);
                 // The QP goes to ERR when the application takes the event (`on_retrieved`).
