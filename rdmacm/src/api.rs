@@ -6,6 +6,7 @@
 use crate::abi::*;
 use crate::cm_export;
 use crate::core::*;
+pub use crate::qp::*;
 use crate::verbs::*;
 use libc::{c_char, c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -89,38 +90,25 @@ fn ack(ev: usize) -> Result<(), i32> {
 }
 
 /// One step of taking a channel's event after a wait: the next event of channel `ch` whose
-/// eventfd is `fd` (`Ok(None)`: none yet, wait again). Reads the eventfd only when a zero-timeout poll
-/// says it is readable, so it never blocks here; a non-blocking channel with nothing queued
-/// gives EAGAIN. A channel destroyed (or its key reused) since the wait began gives `Ok(None)`
-/// for ever: the waiter keeps waiting on the still-open, never again written eventfd (see
-/// [`get_event`]).
+/// eventfd is `fd` (`Ok(None)`: none yet, wait again); a non-blocking channel with nothing
+/// queued gives EAGAIN. The event and its eventfd count are taken together under the lock
+/// ([`Channel::pop`]), so the fd is readable exactly while an event is queued. A channel
+/// destroyed (or its key reused) since the wait began gives `Ok(None)` for ever: the waiter
+/// keeps waiting on the still-open eventfd, drained and never again written (see
+/// [`get_event`]). What taking the event does to the ID's QP happens here, in the caller's
+/// thread ([`Lib::on_retrieved`]).
 fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<Option<*mut EventBox>, i32> {
     // SAFETY: `fd` is a reference the caller holds across its wait.
     let raw = unsafe { (*fd).as_raw_fd() };
-    let mut p = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd; a zero timeout does not block.
-    let ready = unsafe { libc::poll(&mut p, 1, 0) } == 1;
-    if !ready {
-        return if nonblocking(raw) { Err(libc::EAGAIN) } else { Ok(None) };
-    }
-    let mut v = 0u64;
-    // SAFETY: an 8-byte read into a local u64 from the eventfd, readable (semaphore mode: one
-    // count, never blocks while readable).
-    let n = unsafe { libc::read(raw, &mut v as *mut u64 as *mut c_void, 8) };
-    if n < 0 {
-        return match crate::export_errno() {
-            libc::EINTR | libc::EAGAIN => Ok(None),
-            e => Err(e),
-        };
-    }
     let mut lib = lock();
-    // A count without an event (one taken by a destroy or a migration): wait again. The same
-    // key may name a newer channel: only this channel's own queue counts.
+    // The same key may name a newer channel: only this channel's own queue counts.
     let same = |c: &&mut Channel| std::ptr::eq(Arc::as_ptr(&c.fd), fd);
-    let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.queue.pop_front()) else {
-        return Ok(None);
+    let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.pop()) else {
+        drop(lib);
+        return if nonblocking(raw) { Err(libc::EAGAIN) } else { Ok(None) };
     };
     crate::mcast::on_retrieved(&mut lib, &mut b);
+    lib.on_retrieved(&mut b);
     let p = Box::into_raw(b);
     lib.outstanding.insert(p as usize);
     Ok(Some(p))
@@ -424,12 +412,20 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
             let _ = unsafe { (d.gsi.unlisten)(s) };
         }
     }
+    // A service steered at bind that no other ID of this process still holds.
+    let still_held = |l: &Lib, s: u64| l.listeners.contains_key(&s) || l.ids.values().any(|o| o.steered == Some(s));
+    if let Some(s) = st.steered.filter(|&s| st.listen_service != Some(s) && !still_held(&lib, s)) {
+        if let Some(d) = lib.dev.as_ref() {
+            // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+            let _ = unsafe { (d.gsi.unlisten)(s) };
+        }
+    }
     if let Some(src) = st.src.filter(|_| st.bound) {
         lib.ports.remove(&(st.ps, src.port()));
     }
     // Its queued events go too (a CONNECT_REQUEST waits on the listener's channel).
     for c in lib.channels.values_mut() {
-        c.queue.retain(|b| b.ev.id != id);
+        drop(c.retain(|b| b.ev.id != id));
     }
     // SAFETY: `id` was a live ID box until now; its event (if any) is outstanding.
     let ev = unsafe { (*id).event };
@@ -476,6 +472,12 @@ fn this_hosts_urxe(dst: IpAddr, dev_addr: IpAddr) -> bool {
     here && dev_addr.is_loopback() && !roce_port_held(dst)
 }
 
+/// `a` with port `port`, its IPv6 scope id kept.
+fn with_port(mut a: SocketAddr, port: u16) -> SocketAddr {
+    a.set_port(port);
+    a
+}
+
 fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
     let k = id as usize;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
@@ -483,7 +485,10 @@ fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32>
         return Err(libc::EINVAL);
     }
     let (ps, reuse) = (st.ps, st.reuseaddr);
-    if !is_local(addr.ip()) {
+    // With its scope id: a link-local address is local on the interface it names.
+    let mut probe = addr;
+    probe.set_port(0);
+    if !addr.ip().is_unspecified() && UdpSocket::bind(probe).is_err() {
         return Err(libc::EADDRNOTAVAIL);
     }
     lib.device()?;
@@ -493,12 +498,12 @@ fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32>
     }
     lib.ports.insert((ps, port));
     let st = lib.id(id)?;
-    st.src = Some(SocketAddr::new(addr.ip(), port));
+    st.src = Some(with_port(addr, port));
     st.bound = true;
     st.state = IdState::AddrBound;
     // SAFETY: a live ID box.
     let c = unsafe { &mut *id };
-    store_sockaddr(&mut c.route.addr.src_storage, SocketAddr::new(addr.ip(), port));
+    store_sockaddr(&mut c.route.addr.src_storage, with_port(addr, port));
     if !addr.ip().is_unspecified() {
         lib.fill_route(k);
     }
@@ -510,8 +515,39 @@ cm_export! {
         key(id)?;
         // SAFETY: the caller passes a valid sockaddr (or NULL).
         let a = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?;
-        bind(&mut lock(), id, a)?;
+        let mut lib = lock();
+        bind(&mut lib, id, a)?;
+        steer_at_bind(&mut lib, id as usize);
         Ok(0)
+    }
+}
+
+/// At most this many IDs of a process have their service steered at bind time: the group's
+/// listener table (shared by every process of the address) holds 128.
+const BIND_STEERED_MAX: usize = 16;
+
+/// Steers the bound ID's service to this process now, at `rdma_bind_addr`, instead of in
+/// `rdma_listen`: the group's listener table is a locked file and a rebuilt steering program,
+/// 60-150 us, which made `rdma_listen` slower than the peer's address and route resolution.
+/// A program that tells its peer the bound port before it listens (qperf 0.4.11) then lost the
+/// race more often: a REQ that reached the group before the steering went to another process
+/// of the address (the default slot), which answered REJ 8. Best effort: without steering
+/// here, `rdma_listen` steers as before. A REQ for a steered service that is not listened on
+/// yet gets this process's REJ 8, as it would have got another's.
+fn steer_at_bind(lib: &mut Lib, k: usize) {
+    if lib.ids.values().filter(|s| s.steered.is_some()).count() >= BIND_STEERED_MAX {
+        return;
+    }
+    let Some(service) = lib.ids.get(&k).and_then(|st| st.src.map(|s| rdma_cm_service_id(st.ps as u16, s.port())))
+    else {
+        return;
+    };
+    let Ok(gsi) = lib.device().map(|d| d.gsi) else { return };
+    // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+    if unsafe { (gsi.listen)(service) } == 0 {
+        if let Some(st) = lib.ids.get_mut(&k) {
+            st.steered = Some(service);
+        }
     }
 }
 
@@ -610,11 +646,13 @@ cm_export! {
             return Err(libc::EINVAL);
         }
         let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
+        let steered = st.steered == Some(service);
         lib.cm()?.listen(service).map_err(|e| e.errno())?;
-        // At a shared address, REQs for the service must be steered to this process.
+        // At a shared address, REQs for the service must be steered to this process (done
+        // already if rdma_bind_addr could, see steer_at_bind).
         let gsi = lib.device()?.gsi;
         // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
-        if unsafe { (gsi.listen)(service) } != 0 {
+        if !steered && unsafe { (gsi.listen)(service) } != 0 {
             let e = crate::export_errno();
             let _ = lib.cm.as_mut().map(|cm| cm.unlisten(service));
             return Err(e);
@@ -889,14 +927,9 @@ cm_export! {
             return Err(libc::EINVAL);
         };
         // Queued events of this ID follow it to the new channel.
-        let moved: Vec<Box<EventBox>> = match lib.channels.get_mut(&old) {
-            Some(c) => {
-                let (mine, rest): (Vec<_>, Vec<_>) = c.queue.drain(..).partition(|b| b.ev.id == id);
-                c.queue.extend(rest);
-                mine
-            }
-            None => Vec::new(),
-        };
+        // Their counts go with them: the old channel's fd is readable only while it still
+        // has events, the new one's as soon as they are there.
+        let moved = lib.channels.get_mut(&old).map_or_else(Vec::new, |c| c.retain(|b| b.ev.id != id));
         let st = lib.id(id)?;
         st.channel = new;
         st.sync = sync;
@@ -904,10 +937,7 @@ cm_export! {
         unsafe { (*id).channel = new as *mut rdma_event_channel };
         if let Some(c) = lib.channels.get_mut(&new) {
             for b in moved {
-                c.queue.push_back(b);
-                let one: u64 = 1;
-                // SAFETY: an 8-byte write from a local to the channel's eventfd.
-                unsafe { libc::write(c.fd.as_raw_fd(), &one as *const u64 as *const c_void, 8) };
+                c.push(b);
             }
         }
         if was_sync && old != new {
@@ -1003,194 +1033,6 @@ cm_export! {
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
     // SAFETY: calloc'd by rdma_get_devices (free(NULL) is a no-op).
     unsafe { libc::free(list as *mut c_void) };
-}
-
-/// A CQ with its own completion channel; its `cq_context` is the ID, which
-/// `rdma_get_send_comp` / `rdma_get_recv_comp` assert.
-fn make_cq(ctx: *mut ibv_context, cqe: u32, id: *mut rdma_cm_id) -> Result<(*mut ibv_comp_channel, *mut ibv_cq), i32> {
-    // SAFETY: an open context; on failure the channel is destroyed again.
-    unsafe {
-        let ch = ibv_create_comp_channel(ctx);
-        if ch.is_null() {
-            return Err(crate::export_errno());
-        }
-        let cq = ibv_create_cq(ctx, cqe.max(1) as c_int, id as *mut c_void, ch, 0);
-        if cq.is_null() {
-            let e = crate::export_errno();
-            ibv_destroy_comp_channel(ch);
-            return Err(e);
-        }
-        Ok((ch, cq))
-    }
-}
-
-fn free_cqs(c: &mut rdma_cm_id) {
-    // SAFETY: CQs and channels this library created for the ID; each freed once.
-    unsafe {
-        for (cq, ch) in [(c.send_cq, c.send_cq_channel), (c.recv_cq, c.recv_cq_channel)] {
-            if !cq.is_null() {
-                ibv_destroy_cq(cq);
-            }
-            if !ch.is_null() {
-                ibv_destroy_comp_channel(ch);
-            }
-        }
-    }
-    c.send_cq = ptr::null_mut();
-    c.recv_cq = ptr::null_mut();
-    c.send_cq_channel = ptr::null_mut();
-    c.recv_cq_channel = ptr::null_mut();
-}
-
-fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<(), i32> {
-    let k = key(id)?;
-    if attr.is_null() {
-        return Err(libc::EINVAL);
-    }
-    let mut lib = lock();
-    let ctx = lib.device()?.ctx;
-    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    // SAFETY: a live ID box.
-    let c = unsafe { &mut *id };
-    if !c.qp.is_null() || st.state == IdState::Listening {
-        return Err(libc::EINVAL);
-    }
-    let pd = if pd.is_null() { lib.shared_pd()? } else { pd };
-    // SAFETY: `pd` is a PD of libibverbs (its head is its context).
-    if unsafe { (*(pd as *mut ibv_object_head)).context } != ctx {
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: the caller's attributes.
-    let mut a = unsafe { *attr };
-    let own = a.send_cq.is_null() || a.recv_cq.is_null();
-    if own {
-        let (sch, scq) = make_cq(ctx, a.cap.max_send_wr, id)?;
-        c.send_cq_channel = sch;
-        c.send_cq = scq;
-        match make_cq(ctx, a.cap.max_recv_wr, id) {
-            Ok((rch, rcq)) => {
-                c.recv_cq_channel = rch;
-                c.recv_cq = rcq;
-            }
-            Err(e) => {
-                free_cqs(c);
-                return Err(e);
-            }
-        }
-        if a.send_cq.is_null() {
-            a.send_cq = c.send_cq;
-        }
-        if a.recv_cq.is_null() {
-            a.recv_cq = c.recv_cq;
-        }
-    } else {
-        c.send_cq = a.send_cq;
-        c.recv_cq = a.recv_cq;
-    }
-    if a.srq.is_null() {
-        a.srq = c.srq;
-    }
-    // SAFETY: a PD of this context and the attributes above.
-    let qp = unsafe { ibv_create_qp(pd, &mut a) };
-    if qp.is_null() {
-        let e = crate::export_errno();
-        if own {
-            free_cqs(c);
-        }
-        return Err(e);
-    }
-    c.qp = qp;
-    c.pd = pd;
-    c.qp_type = a.qp_type;
-    let st = lib.id(id)?;
-    st.qp_type = a.qp_type;
-    st.own_cqs = own;
-    let ud = a.qp_type == qp_type::UD;
-    let r = if ud {
-        lib.modify(k, qp_state::INIT)
-            .and_then(|_| lib.modify(k, qp_state::RTR))
-            .and_then(|_| lib.modify(k, qp_state::RTS))
-    } else {
-        lib.modify(k, qp_state::INIT)
-    };
-    if let Err(e) = r {
-        // SAFETY: the QP just created, not yet seen by anyone.
-        unsafe { ibv_destroy_qp(qp) };
-        c.qp = ptr::null_mut();
-        if own {
-            free_cqs(c);
-        }
-        return Err(e);
-    }
-    // As librdmacm: the caller's attributes show what was granted and the CQs used.
-    // SAFETY: the caller's attributes.
-    unsafe { *attr = a };
-    Ok(())
-}
-
-cm_export! {
-    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> c_int as int {
-        create_qp(id, pd, qp_init_attr)?;
-        Ok(0)
-    }
-}
-
-cm_export! {
-    /// Only the PD may be given beyond `ibv_qp_init_attr` (no extended QP creation through
-    /// rdma_cm yet): other `comp_mask` bits are EOPNOTSUPP.
-    fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> c_int as int {
-        if qp_init_attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's attributes.
-        let x = unsafe { &mut *qp_init_attr };
-        if x.comp_mask & !QP_INIT_ATTR_PD != 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        let mut a = ibv_qp_init_attr {
-            qp_context: x.qp_context,
-            send_cq: x.send_cq,
-            recv_cq: x.recv_cq,
-            srq: x.srq,
-            cap: x.cap,
-            qp_type: x.qp_type,
-            sq_sig_all: x.sq_sig_all,
-        };
-        let pd = if x.comp_mask & QP_INIT_ATTR_PD != 0 { x.pd } else { ptr::null_mut() };
-        create_qp(id, pd, &mut a)?;
-        x.cap = a.cap;
-        x.send_cq = a.send_cq;
-        x.recv_cq = a.recv_cq;
-        Ok(0)
-    }
-}
-
-fn destroy_qp(id: *mut rdma_cm_id) -> Result<(), i32> {
-    let k = key(id)?;
-    let mut lib = lock();
-    let own = lib.ids.get(&k).ok_or(libc::EINVAL)?.own_cqs;
-    // SAFETY: a live ID box.
-    let c = unsafe { &mut *id };
-    if !c.qp.is_null() {
-        // SAFETY: the ID's QP, destroyed once.
-        unsafe { ibv_destroy_qp(c.qp) };
-        c.qp = ptr::null_mut();
-    }
-    if own {
-        free_cqs(c);
-        lib.id(id)?.own_cqs = false;
-    }
-    Ok(())
-}
-
-/// `rdma_destroy_qp`.
-///
-/// # Safety
-/// `id` is NULL or an ID of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| destroy_qp(id)));
-    crate::export::finish("rdma_destroy_qp", r, ());
 }
 
 cm_export! {

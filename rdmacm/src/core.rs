@@ -17,9 +17,9 @@
 use crate::abi::*;
 use crate::verbs::*;
 use libc::{c_int, c_void};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use urxe::cm::{
@@ -39,20 +39,7 @@ pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 pub const SIDR_TIMEOUT: u8 = 20;
 pub const HOP_LIMIT: u8 = 64;
 
-/// An event as handed to the application: the C struct first, then what it points into.
-#[repr(C)]
-pub struct EventBox {
-    pub ev: rdma_cm_event,
-    pub private_data: Vec<u8>,
-}
-
-pub struct Channel {
-    /// The eventfd, shared with the threads waiting in `rdma_get_cm_event`: a channel destroyed
-    /// under a waiter keeps its file open until that waiter returns, so its fd number is never
-    /// read after another open reused it.
-    pub fd: Arc<OwnedFd>,
-    pub queue: VecDeque<Box<EventBox>>,
-}
+pub use crate::channel::{Channel, EventBox};
 
 /// Where an ID is in its life (the kernel's `rdma_cm_state`, reduced to what we branch on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +88,9 @@ pub struct Id {
     pub dst: Option<SocketAddr>,
     pub comm: Option<CommId>,
     pub listen_service: Option<u64>,
+    /// The service steered to this process when the ID was bound (`rdma_bind_addr`), so that
+    /// `rdma_listen` finds the group's steering done (see `api::steer_at_bind`).
+    pub steered: Option<u64>,
     pub agreed: Agreed,
     pub tos: u8,
     pub ack_timeout: Option<u8>,
@@ -130,6 +120,7 @@ impl Id {
             dst: None,
             comm: None,
             listen_service: None,
+            steered: None,
             agreed: Agreed::default(),
             tos: 0,
             ack_timeout: None,
@@ -276,7 +267,9 @@ pub unsafe fn load_sockaddr(sa: *const libc::sockaddr) -> Result<Option<SocketAd
             libc::AF_INET6 => {
                 let sin6 = &*(sa as *const libc::sockaddr_in6);
                 let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-                Ok(Some(SocketAddr::new(IpAddr::V6(ip), u16::from_be(sin6.sin6_port))))
+                // The scope id names the interface of a link-local address (fe80::1%eth0).
+                let port = u16::from_be(sin6.sin6_port);
+                Ok(Some(SocketAddr::V6(std::net::SocketAddrV6::new(ip, port, 0, sin6.sin6_scope_id))))
             }
             _ => Err(libc::EAFNOSUPPORT),
         }
@@ -401,13 +394,15 @@ impl Lib {
         // SAFETY: a new fd that nothing else owns.
         let owned = Arc::new(unsafe { OwnedFd::from_raw_fd(fd) });
         let ch = Box::into_raw(Box::new(rdma_event_channel { fd }));
-        self.channels.insert(ch as usize, Channel { fd: owned, queue: VecDeque::new() });
+        self.channels.insert(ch as usize, Channel::new(owned));
         Ok(ch)
     }
 
     /// Drops a channel with its queued events; its fd closes once no thread waits on it.
     pub fn free_channel(&mut self, ch: usize) {
-        if let Some(c) = self.channels.remove(&ch) {
+        if let Some(mut c) = self.channels.remove(&ch) {
+            // Unreadable from now on: a thread still waiting on the fd waits for good.
+            drop(c.retain(|_| false));
             drop(c);
             // SAFETY: the box came from new_channel and is freed once, here.
             unsafe { drop(Box::from_raw(ch as *mut rdma_event_channel)) };
@@ -431,6 +426,7 @@ impl Lib {
                 param: unsafe { std::mem::zeroed() },
             },
             private_data: Vec::new(),
+            rep: None,
         });
         fill(&mut b);
         // The private data lives in the box, so the pointer stays valid until the ack.
@@ -440,10 +436,7 @@ impl Lib {
             b.ev.param.conn.private_data = p;
             b.ev.param.conn.private_data_len = len;
         }
-        c.queue.push_back(b);
-        let one: u64 = 1;
-        // SAFETY: writing 8 bytes from a local u64 to our eventfd.
-        unsafe { libc::write(c.fd.as_raw_fd(), &one as *const u64 as *const c_void, 8) };
+        c.push(b);
     }
 
     // ---- driving the CM -------------------------------------------------------------------
@@ -501,33 +494,14 @@ impl Lib {
                 st.agreed.rnr_retry_count = rep.rnr_retry_count;
                 let pdata = rep.private_data.clone();
                 let conn = conn_param(&st.agreed, rep.srq);
-                // SAFETY: `id` is a live ID box (it is in `ids`).
-                let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
-                if qp.is_null() {
-                    st.state = IdState::ResponseReceived;
-                    self.post(id, 0, E::CONNECT_RESPONSE, 0, |b| {
-                        b.ev.param.conn = conn;
-                        b.private_data = pdata;
-                    });
-                    return;
-                }
-                match self.qp_to_rts(id) {
-                    Ok(()) => {
-                        let _ = self.cm.as_mut().map(|cm| cm.send_rtu(comm_id, &[]));
-                        if let Some(st) = self.ids.get_mut(&id) {
-                            st.state = IdState::Connected;
-                        }
-                        self.post(id, 0, E::ESTABLISHED, 0, |b| {
-                            b.ev.param.conn = conn;
-                            b.private_data = pdata;
-                        });
-                    }
-                    Err(e) => {
-                        let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
-                        self.by_comm.remove(&comm_id);
-                        self.post(id, 0, E::CONNECT_ERROR, -e, |_| {});
-                    }
-                }
+                // As librdmacm: the QP (the application's) is moved to RTR and RTS, and the RTU
+                // sent, when the application takes this event (`on_retrieved`), never here.
+                st.state = IdState::ResponseReceived;
+                self.post(id, 0, E::CONNECT_RESPONSE, 0, |b| {
+                    b.ev.param.conn = conn;
+                    b.private_data = pdata;
+                    b.rep = Some(comm_id);
+                });
             }
             CmEvent::Established { comm_id } => {
                 let Some(&id) = self.by_comm.get(&comm_id) else { return };
@@ -538,20 +512,23 @@ impl Lib {
                 }
             }
             CmEvent::Rejected { comm_id, reason, private_data, .. } => {
+                if crate::export::traced() {
+                    eprintln!("urxe: rdmacm: connection {comm_id:?} rejected by the peer, reason {reason}");
+                }
                 let Some(id) = self.by_comm.remove(&comm_id) else { return };
                 self.set_state(id, IdState::Disconnected);
-                self.qp_to_err(id);
+                // The QP goes to ERR when the application takes the event (`on_retrieved`).
                 self.post(id, 0, E::REJECTED, c_int::from(reason), |b| b.private_data = private_data);
             }
             CmEvent::Unreachable { comm_id, .. } => {
                 let Some(id) = self.by_comm.remove(&comm_id) else { return };
                 self.set_state(id, IdState::Disconnected);
-                self.qp_to_err(id);
                 self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
             }
             CmEvent::DreqReceived { comm_id, private_data } => {
                 let Some(&id) = self.by_comm.get(&comm_id) else { return };
-                self.qp_to_err(id);
+                // The QP is the application's: it is not touched (as librdmacm; the kernel's
+                // CMA never touches a userspace QP). rdma_disconnect moves it to ERR.
                 let _ = self.cm.as_mut().map(|cm| cm.send_drep(now(), comm_id, &[]));
                 self.set_state(id, IdState::Disconnected);
                 self.post(id, 0, E::DISCONNECTED, 0, |b| b.private_data = private_data);

@@ -108,7 +108,7 @@ pub unsafe fn leave(id: *mut rdma_cm_id, addr: *const libc::sockaddr) -> Result<
     let i = st.mcast.iter().position(|j| j.group == group).ok_or(libc::EADDRNOTAVAIL)?;
     let j = st.mcast.remove(i);
     for c in lib.channels.values_mut() {
-        c.queue.retain(|b| !is_join_event_of(b, id, &j.mgid));
+        drop(c.retain(|b| !is_join_event_of(b, id, &j.mgid)));
     }
     // SAFETY: `id` is a live ID (looked up above); its qp is NULL or a QP of libibverbs.
     let qp = unsafe { (*id).qp };

@@ -216,6 +216,40 @@ extern "C" {
     pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
 }
 
+/// `create_qp_ex` of `struct verbs_context` (rdma-core's `<infiniband/verbs.h>`).
+pub type CreateQpExFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
+
+/// The end of `struct verbs_context`, the ops right in front of the `struct ibv_context` an
+/// application holds (from `open_qp` to `sz`, as rdma-core lays them out).
+#[repr(C)]
+pub struct verbs_context_tail {
+    pub open_qp: *mut c_void,
+    pub create_qp_ex: Option<CreateQpExFn>,
+    pub get_srq_num: *mut c_void,
+    pub create_srq_ex: *mut c_void,
+    pub open_xrcd: *mut c_void,
+    pub close_xrcd: *mut c_void,
+    pub abi_placeholder3: u64,
+    /// The size of the whole `verbs_context` (ops in front of the context, and the context).
+    pub sz: usize,
+}
+
+/// The context's `create_qp_ex` op, if its `verbs_context` is big enough to have one (as
+/// `verbs_get_ctx_op` checks).
+///
+/// # Safety
+/// `ctx` is a context of a libibverbs.so.1 whose contexts sit at the end of a
+/// `verbs_context` (urxe's always do).
+pub unsafe fn verbs_context_op_create_qp_ex(ctx: *mut ibv_context) -> Option<CreateQpExFn> {
+    // SAFETY: caller contract: the tail lies right in front of the context.
+    let tail = unsafe { &*(ctx as *const verbs_context_tail).sub(1) };
+    let needed = std::mem::size_of::<verbs_context_tail>() - std::mem::offset_of!(verbs_context_tail, create_qp_ex);
+    if tail.sz < needed {
+        return None;
+    }
+    tail.create_qp_ex
+}
+
 /// urxe's private GSI API in libibverbs.so.1 (provider/src/gsi.rs documents each call).
 #[derive(Clone, Copy)]
 pub struct GsiApi {
