@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use urxe::cm::{
-    reject, sidr_status, AcceptParams, Cm, CmConfig, CmEvent, CmPath, CommId, ConnectParams, Nanos, ReqInfo,
+    reject, sidr_status, AcceptParams, Cm, CmConfig, CmCounters, CmEvent, CmPath, CommId, ConnectParams, Nanos, ReqInfo,
 };
 use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
 use urxe::wire::mad::MAD_LEN;
@@ -38,6 +38,10 @@ pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 /// SIDR_REQ timeout exponent and retries (the kernel's `CMA_CM_RESPONSE_TIMEOUT`, 15 tries).
 pub const SIDR_TIMEOUT: u8 = 20;
 pub const HOP_LIMIT: u8 = 64;
+/// The most CONNECT_REQUESTs a listener holds undelivered: the kernel's ucma takes
+/// `rdma_listen`'s backlog up to its `max_backlog` sysctl, 1024 by default (and 1024 for a
+/// backlog of 0 or less).
+pub const MAX_BACKLOG: u32 = 1024;
 
 /// An event as handed to the application: the C struct first, then what it points into.
 #[repr(C)]
@@ -115,6 +119,11 @@ pub struct Id {
     pub local_ece: ibv_ece,
     /// Multicast groups joined (`rdma_join_multicast`).
     pub mcast: Vec<crate::mcast::Join>,
+    /// A listener: the most CONNECT_REQUESTs it holds undelivered, and how many it holds.
+    pub backlog: u32,
+    pub pending: u32,
+    /// A new ID whose CONNECT_REQUEST waits, undelivered, on this listener's channel (0: none).
+    pub request_of: usize,
 }
 
 impl Id {
@@ -140,6 +149,9 @@ impl Id {
             path_rec: ptr::null_mut(),
             local_ece: ibv_ece::default(),
             mcast: Vec::new(),
+            backlog: MAX_BACKLOG,
+            pending: 0,
+            request_of: 0,
         }
     }
 }
@@ -165,6 +177,8 @@ pub struct Lib {
     pub outstanding: HashSet<usize>,
     pub timerfd: c_int,
     rng: u64,
+    /// The CM's counters as `urxe stat` last got them.
+    reported: CmCounters,
 }
 
 // SAFETY: the raw pointers in `Lib` (device context, PDs, ID boxes) are only dereferenced
@@ -191,6 +205,7 @@ pub fn lock() -> MutexGuard<'static, Lib> {
             outstanding: HashSet::new(),
             timerfd: -1,
             rng: seed | 1,
+            reported: CmCounters::default(),
         })
     });
     // A panic under the lock is caught at the C boundary; the maps stay consistent (no
@@ -408,6 +423,9 @@ impl Lib {
     /// Drops a channel with its queued events; its fd closes once no thread waits on it.
     pub fn free_channel(&mut self, ch: usize) {
         if let Some(c) = self.channels.remove(&ch) {
+            for b in c.queue.iter().filter(|b| b.ev.event == crate::abi::event::CONNECT_REQUEST) {
+                self.request_taken(b.ev.id as usize);
+            }
             drop(c);
             // SAFETY: the box came from new_channel and is freed once, here.
             unsafe { drop(Box::from_raw(ch as *mut rdma_event_channel)) };
@@ -420,7 +438,9 @@ impl Lib {
         // child has a private channel of its own for what follows).
         let owner = if listen_id != 0 { listen_id } else { id };
         let Some(ch) = self.ids.get(&owner).map(|i| i.channel) else { return };
-        let Some(c) = self.channels.get_mut(&ch) else { return };
+        if !self.channels.contains_key(&ch) {
+            return;
+        }
         let mut b = Box::new(EventBox {
             ev: rdma_cm_event {
                 id: id as *mut rdma_cm_id,
@@ -433,6 +453,15 @@ impl Lib {
             private_data: Vec::new(),
         });
         fill(&mut b);
+        if event == crate::abi::event::CONNECT_REQUEST && listen_id != 0 {
+            if let Some(l) = self.ids.get_mut(&listen_id) {
+                l.pending += 1;
+            }
+            if let Some(child) = self.ids.get_mut(&id) {
+                child.request_of = listen_id;
+            }
+        }
+        let Some(c) = self.channels.get_mut(&ch) else { return };
         // The private data lives in the box, so the pointer stays valid until the ack.
         if !b.private_data.is_empty() {
             let (p, len) = (b.private_data.as_ptr() as *const c_void, b.private_data.len().min(255) as u8);
@@ -444,6 +473,65 @@ impl Lib {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a local u64 to our eventfd.
         unsafe { libc::write(c.fd.as_raw_fd(), &one as *const u64 as *const c_void, 8) };
+    }
+
+    /// The CONNECT_REQUEST of `child` left its listener's channel (delivered, or dropped with
+    /// the child): the listener's backlog has room for one more.
+    pub fn request_taken(&mut self, child: usize) {
+        let Some(l) = self.ids.get_mut(&child).map(|c| std::mem::take(&mut c.request_of)) else { return };
+        if let Some(l) = self.ids.get_mut(&l) {
+            l.pending = l.pending.saturating_sub(1);
+        }
+    }
+
+    /// Whether `listen` holds as many undelivered CONNECT_REQUESTs as its backlog allows.
+    fn backlog_full(&self, listen: usize) -> bool {
+        self.ids.get(&listen).is_some_and(|l| l.pending >= l.backlog)
+    }
+
+    /// A request the CM gave up on (its requester stopped waiting): if the application has not
+    /// taken its CONNECT_REQUEST yet, the event and the new ID go as if they had never been;
+    /// otherwise the ID gets UNREACHABLE (ETIMEDOUT), as the kernel's CMA reports a passive
+    /// connection that timed out.
+    fn on_request_expired(&mut self, comm_id: CommId) {
+        let Some(id) = self.by_comm.remove(&comm_id) else { return };
+        let Some(st) = self.ids.get(&id) else { return };
+        if st.request_of == 0 {
+            self.set_state(id, IdState::Disconnected);
+            self.post(id, 0, crate::abi::event::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
+            return;
+        }
+        self.request_taken(id);
+        for c in self.channels.values_mut() {
+            c.queue.retain(|b| b.ev.id as usize != id);
+        }
+        let Some(st) = self.ids.remove(&id) else { return };
+        if st.sync {
+            self.free_channel(st.channel);
+        }
+        if !st.path_rec.is_null() {
+            // SAFETY: the child's own boxed path record; nothing else refers to it (its
+            // CONNECT_REQUEST, the one event that did, is gone).
+            drop(unsafe { Box::from_raw(st.path_rec) });
+        }
+        // SAFETY: the ID box came from new_id_box in `child`, the application never saw it,
+        // and it is in no map any more.
+        drop(unsafe { Box::from_raw(id as *mut rdma_cm_id) });
+    }
+
+    /// Hands the CM's counters to the device's `urxe stat` when they changed.
+    fn report_counters(&mut self) {
+        let (Some(cm), Some(dev)) = (self.cm.as_ref(), self.dev.as_ref()) else { return };
+        let c = cm.counters();
+        if c == self.reported {
+            return;
+        }
+        self.reported = c;
+        if let Some(f) = dev.gsi.counters {
+            let v = c.named().map(|(_, v)| v);
+            // SAFETY: `v` is a live array of `v.len()` u64s for the call (verbs::GsiApi).
+            unsafe { f(v.as_ptr(), v.len() as u32) };
+        }
     }
 
     // ---- driving the CM -------------------------------------------------------------------
@@ -472,6 +560,7 @@ impl Lib {
                 break;
             }
         }
+        self.report_counters();
         self.arm_timer();
     }
 
@@ -593,6 +682,7 @@ impl Lib {
                     self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
                 }
             }
+            CmEvent::RequestExpired { comm_id } => self.on_request_expired(comm_id),
         }
     }
 
@@ -631,6 +721,10 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
             return;
         };
+        if self.backlog_full(listen) {
+            let _ = self.cm.as_mut().map(|cm| cm.refuse_request(comm_id));
+            return;
+        }
         let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (req.service_id & 0xFFFF) as u16);
         let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
         let Ok(id) = self.child(listen, local, remote) else {
@@ -663,7 +757,7 @@ impl Lib {
             b.private_data = pdata;
         });
         // The kernel's CMA asks for time while its user decides (CMA_CM_MRA_SETTING).
-        let _ = self.cm.as_mut().map(|cm| cm.send_mra(comm_id, MRA_SERVICE_TIMEOUT));
+        let _ = self.cm.as_mut().map(|cm| cm.send_mra(now(), comm_id, MRA_SERVICE_TIMEOUT));
     }
 
     fn on_sidr_req(&mut self, request_id: CommId, peer: IpAddr, service_id: u64, pdata: Vec<u8>) {
@@ -673,6 +767,10 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::REJECTED, 0, 0, &[]));
             return;
         };
+        if self.backlog_full(listen) {
+            let _ = self.cm.as_mut().map(|cm| cm.refuse_request(request_id));
+            return;
+        }
         let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (service_id & 0xFFFF) as u16);
         let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
         let Ok(id) = self.child(listen, local, remote) else {

@@ -26,8 +26,10 @@ mod conn;
 mod recv;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 
 pub use crate::wire::cm::{attr, CmPath};
@@ -77,6 +79,39 @@ pub mod sidr_status {
 /// (t ≤ 8 gives 1 ms), in nanoseconds.
 pub fn cm_timeout_nanos(t: u8) -> Nanos {
     (1u64 << u32::from(t.saturating_sub(8)).min(31)) * 1_000_000
+}
+
+/// How long a received SIDR_REQ waits for the user's answer before it is released: the
+/// longest a kernel rdma_cm requester waits for the SIDR_REP (16 tries of `4.096 µs · 2^20`,
+/// its `CMA_CM_RESPONSE_TIMEOUT` and `CMA_MAX_CM_RETRIES`); a SIDR_REQ carries no timeout.
+pub const SIDR_REQ_RCVD_WAIT: Nanos = 16 * (1 << (20 - 8)) * 1_000_000;
+
+/// Which requests a listener takes (the kernel's `cma_check_req_qp_type`: the listener's QP
+/// type; `Any` is an ID with no QP type, as RDMA_PS_IB's before it has one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenQp {
+    Any,
+    /// REQs for RC (transport service type 0).
+    Rc,
+    /// REQs for UC (transport service type 1).
+    Uc,
+    /// SIDR_REQs.
+    Ud,
+}
+
+impl ListenQp {
+    fn takes_req(self, transport_service_type: u8) -> bool {
+        match self {
+            ListenQp::Any => true,
+            ListenQp::Rc => transport_service_type == 0,
+            ListenQp::Uc => transport_service_type == 1,
+            ListenQp::Ud => false,
+        }
+    }
+
+    fn takes_sidr(self) -> bool {
+        matches!(self, ListenQp::Any | ListenQp::Ud)
+    }
 }
 
 /// Device-wide settings.
@@ -192,6 +227,9 @@ pub enum CmEvent {
     SidrRepReceived { request_id: CommId, status: u8, qpn: u32, qkey: u32, private_data: Vec<u8> },
     /// Our SIDR_REQ was never answered.
     SidrTimeout { request_id: CommId },
+    /// A received REQ or SIDR_REQ the user did not answer while its requester waited: it is
+    /// forgotten (`ReqReceived` / `SidrReqReceived` named it).
+    RequestExpired { comm_id: CommId },
 }
 
 /// A MAD to send to QP1 of `peer`.
@@ -256,6 +294,42 @@ pub struct CmCounters {
     pub rejects_sent: u64,
     pub rejects_received: u64,
     pub timeouts: u64,
+    /// MADs of the CM class whose method is not SEND (a GET, SET or response): dropped.
+    pub bad_method_dropped: u64,
+    /// DREQs whose remote QPN is not our QP's (the kernel's cm_dreq_handler ignores them).
+    pub dreq_wrong_qpn: u64,
+    /// Requests for a listener of another QP type (cma_check_req_qp_type): REJ or SIDR_REP
+    /// "rejected".
+    pub qp_type_rejected: u64,
+    /// Requests refused because the listener's backlog was full ([`Cm::refuse_request`]).
+    pub backlog_refused: u64,
+    /// Received requests released unanswered once their requester stopped waiting.
+    pub requests_expired: u64,
+}
+
+impl CmCounters {
+    /// How many counters there are.
+    pub const COUNT: usize = 14;
+
+    /// Every counter with its name, in declaration order (`urxe stat` prints them).
+    pub fn named(&self) -> [(&'static str, u64); Self::COUNT] {
+        [
+            ("mads_sent", self.mads_sent),
+            ("mads_received", self.mads_received),
+            ("retransmits", self.retransmits),
+            ("duplicates_received", self.duplicates_received),
+            ("malformed_dropped", self.malformed_dropped),
+            ("stray_dropped", self.stray_dropped),
+            ("rejects_sent", self.rejects_sent),
+            ("rejects_received", self.rejects_received),
+            ("timeouts", self.timeouts),
+            ("bad_method_dropped", self.bad_method_dropped),
+            ("dreq_wrong_qpn", self.dreq_wrong_qpn),
+            ("qp_type_rejected", self.qp_type_rejected),
+            ("backlog_refused", self.backlog_refused),
+            ("requests_expired", self.requests_expired),
+        ]
+    }
 }
 
 /// The connection manager of one port.
@@ -265,7 +339,12 @@ pub struct Cm {
     conns: HashMap<CommId, Conn>,
     /// (peer, remote comm ID) → our comm ID, for duplicate REQs.
     by_remote: HashMap<(IpAddr, CommId), CommId>,
-    listeners: HashMap<u64, ()>,
+    /// (peer, remote QPN, remote CA GUID) → the latest connection with that QP, for the
+    /// stale-connection check of a REQ.
+    by_qp: HashMap<(IpAddr, u32, u64), CommId>,
+    /// Every armed timer as (deadline, comm ID): the earliest is the first.
+    timers: BTreeSet<(Nanos, CommId)>,
+    listeners: HashMap<u64, ListenQp>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
     counters: CmCounters,
@@ -278,6 +357,8 @@ impl Cm {
             next_id: config.first_comm_id.clamp(1, 0xFF_FFFF),
             conns: HashMap::new(),
             by_remote: HashMap::new(),
+            by_qp: HashMap::new(),
+            timers: BTreeSet::new(),
             listeners: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -312,11 +393,13 @@ impl Cm {
 
     // ---- commands -------------------------------------------------------------------------
 
-    /// Accept REQs and SIDR_REQs for `service_id`.
-    pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
-        if self.listeners.insert(service_id, ()).is_some() {
+    /// Accept requests for `service_id`: REQs for `qp`'s transport, or SIDR_REQs (see
+    /// [`ListenQp`]); the others are refused as the kernel refuses them.
+    pub fn listen(&mut self, service_id: u64, qp: ListenQp) -> Result<(), CmError> {
+        if self.listeners.contains_key(&service_id) {
             return Err(CmError::AddressInUse);
         }
+        self.listeners.insert(service_id, qp);
         Ok(())
     }
 
@@ -418,11 +501,15 @@ impl Cm {
 
     /// Asks the peer for more time to answer its REQ (or REP): `service_timeout` is the
     /// 5-bit exponent of the time we need.
-    pub fn send_mra(&mut self, id: CommId, service_timeout: u8) -> Result<(), CmError> {
+    pub fn send_mra(&mut self, now: Nanos, id: CommId, service_timeout: u8) -> Result<(), CmError> {
+        let life = cm_timeout_nanos(self.config.packet_life_time);
         let c = self.conns.get_mut(&id).ok_or(CmError::NotFound)?;
         let kind = match c.state {
             State::ReqRcvd => {
                 c.state = State::MraReqSent;
+                // The requester now waits as long as we asked (and the path's round trip)
+                // before it tries again; its request waits as long.
+                c.request_wait = c.request_wait.max(cm_timeout_nanos(service_timeout) + 2 * life);
                 message_kind::REQ
             }
             State::RepRcvd => {
@@ -438,11 +525,14 @@ impl Cm {
             service_timeout,
             private_data: &[],
         });
-        let (peer, tid) = (c.peer, c.tid);
+        let (peer, tid, wait) = (c.peer, c.tid, c.request_wait);
         let mad = self.emit(tid, &mra);
         // Kept so that a duplicate REQ/REP can be answered with it again.
         if let Some(c) = self.conns.get_mut(&id) {
             c.last_reply = Some(mad);
+        }
+        if kind == message_kind::REQ {
+            self.set_deadline(id, Some(now + wait));
         }
         self.push(peer, mad);
         Ok(())
@@ -474,6 +564,7 @@ impl Cm {
             State::RepSent | State::MraRepRcvd => {
                 c.state = State::Established;
                 c.sent = None;
+                self.set_deadline(id, None);
                 self.events.push_back(CmEvent::Established { comm_id: id });
                 Ok(())
             }
@@ -563,6 +654,25 @@ impl Cm {
         self.forget(id);
     }
 
+    /// Refuses a received request because its listener's backlog is full, as the kernel's
+    /// ucma does beyond `rdma_listen`'s backlog: a REQ is forgotten without an answer (the
+    /// kernel's CM does not reject an -ENOMEM "to allow future retries": the requester's next
+    /// try may find room), a SIDR_REQ gets SIDR_REP "rejected".
+    pub fn refuse_request(&mut self, id: CommId) -> Result<(), CmError> {
+        let c = self.conns.get(&id).ok_or(CmError::NotFound)?;
+        match c.state {
+            State::ReqRcvd => {}
+            State::SidrReqRcvd => {
+                let (peer, tid, remote, service) = (c.peer, c.tid, c.remote_comm_id, c.service_id);
+                self.send_sidr_status(peer, tid, remote, service, sidr_status::REJECTED);
+            }
+            s => return Err(CmError::InvalidState(s)),
+        }
+        self.counters.backlog_refused += 1;
+        self.forget(id);
+        Ok(())
+    }
+
     /// Sends a SIDR_REQ; `SidrRepReceived` or `SidrTimeout` follows.
     pub fn sidr_request(
         &mut self,
@@ -619,7 +729,7 @@ impl Cm {
     // ---- outputs --------------------------------------------------------------------------
 
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.conns.values().filter_map(|c| c.deadline).min()
+        self.timers.first().map(|&(at, _)| at)
     }
 
     #[must_use]
@@ -666,8 +776,8 @@ impl Cm {
         let mad = self.emit(tid, msg);
         let Some(c) = self.conns.get_mut(&id) else { return };
         c.sent = Some(mad);
-        c.deadline = Some(now + c.retry_timeout);
-        let peer = c.peer;
+        let (peer, at) = (c.peer, now + c.retry_timeout);
+        self.set_deadline(id, Some(at));
         self.push(peer, mad);
     }
 
@@ -720,16 +830,52 @@ impl Cm {
             if reply.is_some() {
                 c.last_reply = reply;
             }
-            c.deadline = Some(now + c.timewait);
+            let at = now + c.timewait;
+            self.set_deadline(id, Some(at));
+        }
+    }
+
+    /// Arms (or with None disarms) the one timer of a connection, in the timer index too.
+    fn set_deadline(&mut self, id: CommId, at: Option<Nanos>) {
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        if let Some(old) = c.deadline {
+            self.timers.remove(&(old, id));
+        }
+        c.deadline = at;
+        if let Some(t) = at {
+            self.timers.insert((t, id));
         }
     }
 
     fn forget(&mut self, id: CommId) {
         if let Some(c) = self.conns.remove(&id) {
+            if let Some(at) = c.deadline {
+                self.timers.remove(&(at, id));
+            }
             if self.by_remote.get(&(c.peer, c.remote_comm_id)) == Some(&id) {
                 self.by_remote.remove(&(c.peer, c.remote_comm_id));
             }
+            let qp = (c.peer, c.remote_qpn, c.remote_ca_guid);
+            if self.by_qp.get(&qp) == Some(&id) {
+                self.by_qp.remove(&qp);
+            }
         }
+    }
+
+    /// Answers a SIDR_REQ that gets no connection with `status` (and no QP).
+    fn send_sidr_status(&mut self, peer: IpAddr, tid: u64, request_id: CommId, service_id: u64, status: u8) {
+        let rep = CmMessage::SidrRep(SidrRep {
+            request_id,
+            status,
+            additional_info_length: 0,
+            qpn: 0,
+            service_id,
+            qkey: 0,
+            class_port_info: &[],
+            private_data: &[],
+        });
+        let mad = self.emit(tid, &rep);
+        self.push(peer, mad);
     }
 }
 

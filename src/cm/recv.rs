@@ -14,6 +14,13 @@ impl Cm {
             self.counters.malformed_dropped += 1;
             return;
         };
+        // Every CM message is a SEND (IBTA 12.6): a GET, a SET or a response (method bit 7) to
+        // the CM class is not a message to act on. The kernel's MAD layer never hands them to
+        // its CM as SENDs.
+        if hdr.method != crate::wire::mad::METHOD_SEND {
+            self.counters.bad_method_dropped += 1;
+            return;
+        }
         let tid = hdr.transaction_id;
         match msg {
             CmMessage::Req(m) => self.on_req(now, peer, tid, &m),
@@ -23,17 +30,23 @@ impl Cm {
             CmMessage::Rtu(m) => self.on_rtu(&m),
             CmMessage::Dreq(m) => self.on_dreq(peer, tid, &m),
             CmMessage::Drep(m) => self.on_drep(now, &m),
-            CmMessage::SidrReq(m) => self.on_sidr_req(peer, tid, &m),
+            CmMessage::SidrReq(m) => self.on_sidr_req(now, peer, tid, &m),
             CmMessage::SidrRep(m) => self.on_sidr_rep(&m),
         }
     }
 
     /// Runs every timer due at `now`: retransmissions, give-ups, the end of timewait.
     pub fn handle_timeout(&mut self, now: Nanos) {
-        let due: Vec<CommId> =
-            self.conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(&id, _)| id).collect();
-        for id in due {
-            self.on_timer(now, id);
+        // The timer index is ordered by deadline: only what is due is looked at. A timer armed
+        // by a handler below is later than `now`, so the loop ends.
+        while let Some(&(at, id)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.pop_first();
+            if self.conns.get(&id).is_some_and(|c| c.deadline == Some(at)) {
+                self.on_timer(now, id);
+            }
         }
     }
 
@@ -43,6 +56,11 @@ impl Cm {
         if let Some(&id) = self.by_remote.get(&(peer, m.local_comm_id)) {
             self.counters.duplicates_received += 1;
             self.answer_duplicate(id, &[State::MraReqSent, State::RepSent, State::MraRepRcvd]);
+            // The requester is still waiting: so does its unanswered request.
+            if let Some(c) = self.conns.get(&id).filter(|c| matches!(c.state, State::ReqRcvd | State::MraReqSent)) {
+                let at = now + c.request_wait;
+                self.set_deadline(id, Some(at));
+            }
             if self.conns.get(&id).is_some_and(|c| c.state == State::Timewait) {
                 let c = &self.conns[&id];
                 let (tid, remote) = (c.tid, c.remote_comm_id);
@@ -52,16 +70,12 @@ impl Cm {
         }
         // A REQ naming a QP that already has a live connection with us is stale: refuse it and
         // end the old one (the kernel: REJ "stale connection" and a DREQ on the old).
-        let stale = self
-            .conns
-            .iter()
-            .find(|(_, c)| {
-                c.peer == peer
-                    && c.remote_qpn == m.local_qpn
-                    && c.remote_ca_guid == m.local_ca_guid
-                    && matches!(c.state, State::Established | State::RepSent | State::MraRepRcvd)
-            })
-            .map(|(&id, _)| id);
+        // Looked up in the index of remote QPs, not by a scan of every connection.
+        let stale = self.by_qp.get(&(peer, m.local_qpn, m.local_ca_guid)).copied().filter(|id| {
+            self.conns
+                .get(id)
+                .is_some_and(|c| matches!(c.state, State::Established | State::RepSent | State::MraRepRcvd))
+        });
         if let Some(old) = stale {
             self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::STALE_CONN, &[]);
             if self.conns[&old].state == State::Established {
@@ -69,12 +83,19 @@ impl Cm {
             }
             return;
         }
-        if !self.listeners.contains_key(&m.service_id) {
+        let Some(&qp) = self.listeners.get(&m.service_id) else {
             self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::INVALID_SERVICE_ID, &[]);
             return;
-        }
+        };
         if m.transport_service_type > 1 {
             self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::INVALID_TRANSPORT_TYPE, &[]);
+            return;
+        }
+        // The kernel's cma_check_req_qp_type: a listener takes requests for its own QP type
+        // only; the kernel refuses the others with REJ "consumer defined".
+        if !qp.takes_req(m.transport_service_type) {
+            self.counters.qp_type_rejected += 1;
+            self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::CONSUMER_DEFINED, &[]);
             return;
         }
         let Ok(id) = self.alloc_id() else {
@@ -91,8 +112,16 @@ impl Cm {
         c.max_retries = m.max_cm_retries;
         c.retries_left = m.max_cm_retries;
         c.timewait = cm_timeout_nanos(m.primary.local_ack_timeout.max(self.config.packet_life_time));
+        // Nobody waits for an answer longer than the requester: each of its 1 + max_cm_retries
+        // tries waits 2 × packet life time + the response time it gives us. A request the
+        // user has not answered by then is released (see on_timer).
+        c.request_wait = (1 + u64::from(m.max_cm_retries))
+            * (2 * cm_timeout_nanos(self.config.packet_life_time) + cm_timeout_nanos(m.remote_cm_response_timeout));
+        let wait = c.request_wait;
         self.conns.insert(id, c);
         self.by_remote.insert((peer, m.local_comm_id), id);
+        self.by_qp.insert((peer, m.local_qpn, m.local_ca_guid), id);
+        self.set_deadline(id, Some(now + wait));
         let req = ReqInfo {
             remote_comm_id: m.local_comm_id,
             service_id: m.service_id,
@@ -124,12 +153,14 @@ impl Cm {
             State::ReqSent | State::MraReqRcvd => {
                 c.state = State::RepRcvd;
                 c.sent = None;
-                c.deadline = None;
                 c.remote_comm_id = m.local_comm_id;
                 c.remote_qpn = m.local_qpn;
                 c.remote_ca_guid = m.local_ca_guid;
                 let id = m.remote_comm_id;
-                self.by_remote.insert((c.peer, m.local_comm_id), id);
+                let peer = c.peer;
+                self.by_remote.insert((peer, m.local_comm_id), id);
+                self.by_qp.insert((peer, m.local_qpn, m.local_ca_guid), id);
+                self.set_deadline(id, None);
                 let rep = RepInfo {
                     remote_comm_id: m.local_comm_id,
                     remote_qpn: m.local_qpn,
@@ -157,7 +188,7 @@ impl Cm {
             Some(c) if c.remote_comm_id == m.local_comm_id && matches!(c.state, State::RepSent | State::MraRepRcvd) => {
                 c.state = State::Established;
                 c.sent = None;
-                c.deadline = None;
+                self.set_deadline(m.remote_comm_id, None);
                 self.events.push_back(CmEvent::Established { comm_id: m.remote_comm_id });
             }
             Some(c) if c.remote_comm_id == m.local_comm_id && c.state == State::Established => {
@@ -190,9 +221,9 @@ impl Cm {
             return;
         }
         c.state = next;
-        // Stop retransmitting; wait as long as the peer asked, plus the path's life time.
-        c.deadline = Some(now + cm_timeout_nanos(m.service_timeout) + life);
         c.retries_left = 0;
+        // Stop retransmitting; wait as long as the peer asked, plus the path's life time.
+        self.set_deadline(m.remote_comm_id, Some(now + cm_timeout_nanos(m.service_timeout) + life));
     }
 
     fn on_rej(&mut self, now: Nanos, m: &Rej<'_>) {
@@ -204,9 +235,15 @@ impl Cm {
         // A REJ to our REQ carries no remote comm ID of ours yet (the peer never allocated one).
         let ours = match c.state {
             State::ReqSent | State::MraReqRcvd => true,
-            State::RepSent | State::MraRepRcvd | State::RepRcvd | State::MraRepSent | State::Established => {
-                c.remote_comm_id == m.local_comm_id
-            }
+            // The requester giving up (the kernel's cm_rej_handler takes it in REQ_RCVD and
+            // MRA_REQ_SENT too).
+            State::ReqRcvd
+            | State::MraReqSent
+            | State::RepSent
+            | State::MraRepRcvd
+            | State::RepRcvd
+            | State::MraRepSent
+            | State::Established => c.remote_comm_id == m.local_comm_id,
             _ => false,
         };
         if !ours {
@@ -245,11 +282,17 @@ impl Cm {
             self.counters.stray_dropped += 1;
             return;
         }
+        // The kernel's cm_dreq_handler: a DREQ must name our QP (its "remote QPN" field), or it
+        // is ignored whatever the state: comm IDs alone are guessable.
+        if c.local_qpn != m.remote_qpn {
+            self.counters.dreq_wrong_qpn += 1;
+            return;
+        }
         match c.state {
             State::Established | State::DreqSent | State::RepSent | State::MraRepRcvd => {
                 c.state = State::DreqRcvd;
                 c.sent = None;
-                c.deadline = None;
+                self.set_deadline(m.remote_comm_id, None);
                 self.events.push_back(CmEvent::DreqReceived {
                     comm_id: m.remote_comm_id,
                     private_data: m.private_data.to_vec(),
@@ -279,33 +322,33 @@ impl Cm {
         }
     }
 
-    fn on_sidr_req(&mut self, peer: IpAddr, tid: u64, m: &SidrReq<'_>) {
-        if let Some(&id) = self.by_remote.get(&(peer, m.request_id)) {
+    fn on_sidr_req(&mut self, now: Nanos, peer: IpAddr, tid: u64, m: &SidrReq<'_>) {
+        if self.by_remote.contains_key(&(peer, m.request_id)) {
             self.counters.duplicates_received += 1;
-            let _ = id;
             return;
         }
-        if !self.listeners.contains_key(&m.service_id) {
-            let rep = CmMessage::SidrRep(SidrRep {
-                request_id: m.request_id,
-                status: sidr_status::SERVICE_ID_NOT_SUPPORTED,
-                additional_info_length: 0,
-                qpn: 0,
-                service_id: m.service_id,
-                qkey: 0,
-                class_port_info: &[],
-                private_data: &[],
-            });
-            let mad = self.emit(tid, &rep);
-            self.push(peer, mad);
+        let status = match self.listeners.get(&m.service_id) {
+            None => Some(sidr_status::SERVICE_ID_NOT_SUPPORTED),
+            // cma_check_req_qp_type: a SIDR_REQ is for a UD listener (the kernel rejects it
+            // with IB_SIDR_REJECT, and the application never sees it).
+            Some(qp) if !qp.takes_sidr() => {
+                self.counters.qp_type_rejected += 1;
+                Some(sidr_status::REJECTED)
+            }
+            Some(_) => None,
+        };
+        if let Some(status) = status {
+            self.send_sidr_status(peer, tid, m.request_id, m.service_id, status);
             return;
         }
         let Ok(id) = self.alloc_id() else { return };
         let mut c = Conn::new(State::SidrReqRcvd, peer, tid);
         c.remote_comm_id = m.request_id;
         c.service_id = m.service_id;
+        c.request_wait = SIDR_REQ_RCVD_WAIT;
         self.conns.insert(id, c);
         self.by_remote.insert((peer, m.request_id), id);
+        self.set_deadline(id, Some(now + SIDR_REQ_RCVD_WAIT));
         self.events.push_back(CmEvent::SidrReqReceived {
             request_id: id,
             peer,
@@ -340,11 +383,19 @@ impl Cm {
             self.events.push_back(CmEvent::TimewaitExit { comm_id: id });
             return;
         }
+        if matches!(c.state, State::ReqRcvd | State::MraReqSent | State::SidrReqRcvd) {
+            // The requester has given up waiting: the request, unanswered, goes (the user
+            // learns it from RequestExpired).
+            self.counters.requests_expired += 1;
+            self.forget(id);
+            self.events.push_back(CmEvent::RequestExpired { comm_id: id });
+            return;
+        }
         if c.retries_left > 0 {
             if let Some(mad) = c.sent {
                 c.retries_left -= 1;
-                c.deadline = Some(now + c.retry_timeout);
-                let peer = c.peer;
+                let (peer, at) = (c.peer, now + c.retry_timeout);
+                self.set_deadline(id, Some(at));
                 self.counters.retransmits += 1;
                 self.push(peer, mad);
                 return;
