@@ -227,7 +227,7 @@ mod tests {
             assert!(VERSION_NODES.contains(node), "{name}: unknown node {node}");
             assert!(seen.insert(*name), "{name} listed twice");
         }
-        assert_eq!(ENTRY_POINTS.len(), 152);
+        assert_eq!(ENTRY_POINTS.len(), 153);
     }
 
     #[test]
