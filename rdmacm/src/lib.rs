@@ -8,7 +8,7 @@
 //!
 //! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
-//! thread, CM events → rdma_cm events), [`forward`] (CM requests for another process of the
+//! thread, CM events → rdma_cm events), [`requests`] (connection requests on a listener: backlog, expiry), [`forward`] (CM requests for another process of the
 //! shared address), [`api`] (the rdma_cm calls), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
 //! (multicast joins), [`rsockets`] (the r* calls: stream rsockets on rdma-core's wire protocol).
 
@@ -25,6 +25,7 @@ pub mod export;
 pub mod forward;
 pub mod layout;
 pub mod mcast;
+pub mod requests;
 pub mod rsockets;
 pub mod verbs;
 
