@@ -161,6 +161,7 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("urxe_gsi_recv", "URXE_PRIVATE_1"),
     ("urxe_gsi_send", "URXE_PRIVATE_1"),
     ("urxe_gsi_unlisten", "URXE_PRIVATE_1"),
+    ("urxe_gsi_cm_counters", "URXE_PRIVATE_1"),
 ];
 
 /// Version nodes in the order rdma-core defines them; each 1.x node inherits the previous one.
@@ -226,7 +227,7 @@ mod tests {
             assert!(VERSION_NODES.contains(node), "{name}: unknown node {node}");
             assert!(seen.insert(*name), "{name} listed twice");
         }
-        assert_eq!(ENTRY_POINTS.len(), 152);
+        assert_eq!(ENTRY_POINTS.len(), 153);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::Arc;
-use urxe::cm::{reject, sidr_status, State};
+use urxe::cm::{reject, sidr_status, ListenQp, State};
 use urxe::transport::sys::cancellable_poll;
 use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
 
@@ -109,6 +109,9 @@ fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<Option<*mut 
     };
     crate::mcast::on_retrieved(&mut lib, &mut b);
     lib.on_retrieved(&mut b);
+    if b.ev.event == event::CONNECT_REQUEST {
+        lib.request_taken(b.ev.id as usize);
+    }
     let p = Box::into_raw(b);
     lib.outstanding.insert(p as usize);
     Ok(Some(p))
@@ -395,6 +398,7 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     if let Some(c) = comm {
         lib = linger_for_drep(lib, c);
     }
+    lib.request_taken(k);
     let mut st = lib.ids.remove(&k).ok_or(libc::EINVAL)?;
     st.channel = channel;
     if let Some(c) = st.comm {
@@ -634,7 +638,6 @@ cm_export! {
 
 cm_export! {
     fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int as int {
-        let _ = backlog;
         let k = key(id)?;
         let mut lib = lock();
         let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
@@ -647,7 +650,16 @@ cm_export! {
         }
         let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
         let steered = st.steered == Some(service);
-        lib.cm()?.listen(service).map_err(|e| e.errno())?;
+        // The kernel's cma_check_req_qp_type: requests for the listener's own QP type only.
+        let qp = match st.qp_type {
+            qp_type::RC => ListenQp::Rc,
+            qp_type::UC => ListenQp::Uc,
+            qp_type::UD => ListenQp::Ud,
+            _ => ListenQp::Any,
+        };
+        // As the kernel's ucma: a backlog of 0 or less, or above max_backlog, is max_backlog.
+        st.backlog = u32::try_from(backlog).ok().filter(|&b| b > 0 && b < MAX_BACKLOG).unwrap_or(MAX_BACKLOG);
+        lib.cm()?.listen(service, qp).map_err(|e| e.errno())?;
         // At a shared address, REQs for the service must be steered to this process (done
         // already if rdma_bind_addr could, see steer_at_bind).
         let gsi = lib.device()?.gsi;

@@ -22,10 +22,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use urxe::cm::{
-    reject, sidr_status, AcceptParams, Cm, CmConfig, CmEvent, CmPath, CommId, ConnectParams, Nanos, ReqInfo,
-};
-use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
+use urxe::cm::{sidr_status, AcceptParams, Cm, CmConfig, CmCounters, CmEvent, CmPath, CommId, ConnectParams, Nanos};
+use urxe::wire::cm::rdma_cm_service_id;
 use urxe::wire::mad::MAD_LEN;
 
 /// The kernel's CMA: packet life time 18 on RoCE, CM response timeout 20, 15 CM retries.
@@ -38,6 +36,10 @@ pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 /// SIDR_REQ timeout exponent and retries (the kernel's `CMA_CM_RESPONSE_TIMEOUT`, 15 tries).
 pub const SIDR_TIMEOUT: u8 = 20;
 pub const HOP_LIMIT: u8 = 64;
+/// The most CONNECT_REQUESTs a listener holds undelivered: the kernel's ucma takes
+/// `rdma_listen`'s backlog up to its `max_backlog` sysctl, 1024 by default (and 1024 for a
+/// backlog of 0 or less).
+pub const MAX_BACKLOG: u32 = 1024;
 
 pub use crate::channel::{Channel, EventBox};
 
@@ -105,6 +107,11 @@ pub struct Id {
     pub local_ece: ibv_ece,
     /// Multicast groups joined (`rdma_join_multicast`).
     pub mcast: Vec<crate::mcast::Join>,
+    /// A listener: the most CONNECT_REQUESTs it holds undelivered, and how many it holds.
+    pub backlog: u32,
+    pub pending: u32,
+    /// A new ID whose CONNECT_REQUEST waits, undelivered, on this listener's channel (0: none).
+    pub request_of: usize,
 }
 
 impl Id {
@@ -131,6 +138,9 @@ impl Id {
             path_rec: ptr::null_mut(),
             local_ece: ibv_ece::default(),
             mcast: Vec::new(),
+            backlog: MAX_BACKLOG,
+            pending: 0,
+            request_of: 0,
         }
     }
 }
@@ -156,6 +166,8 @@ pub struct Lib {
     pub outstanding: HashSet<usize>,
     pub timerfd: c_int,
     rng: u64,
+    /// The CM's counters as `urxe stat` last got them.
+    pub(crate) reported: CmCounters,
 }
 
 // SAFETY: the raw pointers in `Lib` (device context, PDs, ID boxes) are only dereferenced
@@ -182,6 +194,7 @@ pub fn lock() -> MutexGuard<'static, Lib> {
             outstanding: HashSet::new(),
             timerfd: -1,
             rng: seed | 1,
+            reported: CmCounters::default(),
         })
     });
     // A panic under the lock is caught at the C boundary; the maps stay consistent (no
@@ -401,6 +414,16 @@ impl Lib {
     /// Drops a channel with its queued events; its fd closes once no thread waits on it.
     pub fn free_channel(&mut self, ch: usize) {
         if let Some(mut c) = self.channels.remove(&ch) {
+            // A CONNECT_REQUEST dropped unread gives its listener's backlog room back.
+            let taken: Vec<usize> = c
+                .queue()
+                .iter()
+                .filter(|b| b.ev.event == crate::abi::event::CONNECT_REQUEST)
+                .map(|b| b.ev.id as usize)
+                .collect();
+            for id in taken {
+                self.request_taken(id);
+            }
             // Unreadable from now on: a thread still waiting on the fd waits for good.
             drop(c.retain(|_| false));
             drop(c);
@@ -415,7 +438,9 @@ impl Lib {
         // child has a private channel of its own for what follows).
         let owner = if listen_id != 0 { listen_id } else { id };
         let Some(ch) = self.ids.get(&owner).map(|i| i.channel) else { return };
-        let Some(c) = self.channels.get_mut(&ch) else { return };
+        if !self.channels.contains_key(&ch) {
+            return;
+        }
         let mut b = Box::new(EventBox {
             ev: rdma_cm_event {
                 id: id as *mut rdma_cm_id,
@@ -429,6 +454,15 @@ impl Lib {
             rep: None,
         });
         fill(&mut b);
+        if event == crate::abi::event::CONNECT_REQUEST && listen_id != 0 {
+            if let Some(l) = self.ids.get_mut(&listen_id) {
+                l.pending += 1;
+            }
+            if let Some(child) = self.ids.get_mut(&id) {
+                child.request_of = listen_id;
+            }
+        }
+        let Some(c) = self.channels.get_mut(&ch) else { return };
         // The private data lives in the box, so the pointer stays valid until the ack.
         if !b.private_data.is_empty() {
             let (p, len) = (b.private_data.as_ptr() as *const c_void, b.private_data.len().min(255) as u8);
@@ -465,6 +499,7 @@ impl Lib {
                 break;
             }
         }
+        self.report_counters();
         self.arm_timer();
     }
 
@@ -570,103 +605,14 @@ impl Lib {
                     self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
                 }
             }
+            CmEvent::RequestExpired { comm_id } => self.on_request_expired(comm_id),
         }
     }
 
-    fn set_state(&mut self, id: usize, s: IdState) {
+    pub(crate) fn set_state(&mut self, id: usize, s: IdState) {
         if let Some(st) = self.ids.get_mut(&id) {
             st.state = s;
         }
-    }
-
-    /// A child ID for a request on `listen`: same channel (or a private one for a synchronous
-    /// listener), context, port space; route filled from the request.
-    fn child(&mut self, listen: usize, local: SocketAddr, remote: SocketAddr) -> Result<usize, i32> {
-        let (ps, sync, lch) = {
-            let l = self.ids.get(&listen).ok_or(libc::EINVAL)?;
-            (l.ps, l.sync, l.channel)
-        };
-        let ch = if sync { self.new_channel()? as usize } else { lch };
-        // SAFETY: `listen` is a live ID box.
-        let context = unsafe { (*(listen as *mut rdma_cm_id)).context };
-        let ctx = self.ctx();
-        let b = new_id_box(ch as *mut rdma_event_channel, context, ps, ctx);
-        let key = b as usize;
-        let mut st = Id::new(ps, ch, sync);
-        st.src = Some(local);
-        st.dst = Some(remote);
-        st.state = IdState::RequestReceived;
-        self.ids.insert(key, st);
-        self.fill_route(key);
-        Ok(key)
-    }
-
-    fn on_req(&mut self, comm_id: CommId, peer: IpAddr, req: &ReqInfo) {
-        let listen = self.listeners.get(&req.service_id).copied();
-        let hdr = CmaHeader::parse(&req.private_data);
-        let (Some(listen), Ok(hdr)) = (listen, hdr) else {
-            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
-            return;
-        };
-        let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (req.service_id & 0xFFFF) as u16);
-        let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
-        let Ok(id) = self.child(listen, local, remote) else {
-            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::NO_RESOURCES, &[]));
-            return;
-        };
-        let mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu).min(req.path_mtu.max(1));
-        // The PSN we expect to receive first: random, as the kernel's CMA picks it.
-        let local_psn = (self.random() as u32) & 0xFF_FFFF;
-        if let Some(st) = self.ids.get_mut(&id) {
-            st.comm = Some(comm_id);
-            st.agreed = Agreed {
-                remote_qpn: req.remote_qpn,
-                remote_psn: req.starting_psn,
-                local_psn,
-                responder_resources: req.initiator_depth,
-                initiator_depth: req.responder_resources,
-                retry_count: req.retry_count,
-                rnr_retry_count: req.rnr_retry_count,
-                path_mtu: mtu,
-            };
-        }
-        self.by_comm.insert(comm_id, id);
-        let mut conn = conn_param(&self.ids[&id].agreed, req.srq);
-        conn.responder_resources = req.responder_resources;
-        conn.initiator_depth = req.initiator_depth;
-        let pdata = req.private_data[CMA_HEADER_LEN..].to_vec();
-        self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
-            b.ev.param.conn = conn;
-            b.private_data = pdata;
-        });
-        // The kernel's CMA asks for time while its user decides (CMA_CM_MRA_SETTING).
-        let _ = self.cm.as_mut().map(|cm| cm.send_mra(comm_id, MRA_SERVICE_TIMEOUT));
-    }
-
-    fn on_sidr_req(&mut self, request_id: CommId, peer: IpAddr, service_id: u64, pdata: Vec<u8>) {
-        let listen = self.listeners.get(&service_id).copied();
-        let hdr = CmaHeader::parse(&pdata);
-        let (Some(listen), Ok(hdr)) = (listen, hdr) else {
-            let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::REJECTED, 0, 0, &[]));
-            return;
-        };
-        let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (service_id & 0xFFFF) as u16);
-        let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
-        let Ok(id) = self.child(listen, local, remote) else {
-            let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::NO_QP, 0, 0, &[]));
-            return;
-        };
-        if let Some(st) = self.ids.get_mut(&id) {
-            st.comm = Some(request_id);
-        }
-        self.by_comm.insert(request_id, id);
-        let ah = self.ah_to_peer(id);
-        let rest = pdata[CMA_HEADER_LEN..].to_vec();
-        self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
-            b.ev.param.ud =
-                rdma_ud_param { private_data: ptr::null(), private_data_len: 0, ah_attr: ah, qp_num: 0, qkey: 0 };
-            b.private_data = rest;
-        });
     }
 
     /// Fills `route` of an ID from its addresses and the device: GIDs, P_Key, one path record.
@@ -909,7 +855,7 @@ pub fn flow_label(sport: u16, dport: u16) -> u32 {
     (u32::from(sport).wrapping_mul(31).wrapping_add(u32::from(dport))) & 0xF_FFFF
 }
 
-fn conn_param(a: &Agreed, srq: bool) -> rdma_conn_param {
+pub(crate) fn conn_param(a: &Agreed, srq: bool) -> rdma_conn_param {
     rdma_conn_param {
         private_data: ptr::null(),
         private_data_len: 0,

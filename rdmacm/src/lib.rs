@@ -9,8 +9,9 @@
 //! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
 //! thread, CM events → rdma_cm events), [`channel`] (event queues and their eventfds, what taking
-//! an event does), [`forward`] (CM requests for another process of the
-//! shared address), [`api`] (the rdma_cm calls), [`qp`] (the QP calls), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
+//! an event does), [`requests`] (connection requests on a listener: backlog, expiry),
+//! [`forward`] (CM requests for another process of the shared address), [`api`] (the rdma_cm
+//! calls), [`qp`] (the QP calls), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
 //! (multicast joins), [`rsockets`] (the r* calls: stream rsockets on rdma-core's wire protocol).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -28,6 +29,7 @@ pub mod forward;
 pub mod layout;
 pub mod mcast;
 pub mod qp;
+pub mod requests;
 pub mod rsockets;
 pub mod verbs;
 

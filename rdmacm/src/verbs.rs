@@ -265,6 +265,9 @@ pub struct GsiApi {
     /// `int urxe_gsi_listen(uint64_t)` / `urxe_gsi_unlisten`: CM steering at a shared address.
     pub listen: unsafe extern "C" fn(u64) -> c_int,
     pub unlisten: unsafe extern "C" fn(u64) -> c_int,
+    /// `int urxe_gsi_cm_counters(const uint64_t *values, uint32_t n)`: the CM's counters
+    /// (`urxe::cm::CmCounters::named` order) for `urxe stat`. None from an older library.
+    pub counters: Option<unsafe extern "C" fn(*const u64, u32) -> c_int>,
 }
 
 fn lookup(name: &[u8]) -> Option<*mut c_void> {
@@ -293,6 +296,8 @@ pub fn gsi() -> Option<GsiApi> {
                 comm_id_base: std::mem::transmute::<*mut c_void, unsafe extern "C" fn() -> u32>(base),
                 listen: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> c_int>(listen),
                 unlisten: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> c_int>(unlisten),
+                counters: lookup(b"urxe_gsi_cm_counters\0")
+                    .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const u64, u32) -> c_int>(p)),
             })
         }
     })

@@ -52,6 +52,8 @@ pub(super) struct Conn {
     pub retries_left: u8,
     pub max_retries: u8,
     pub timewait: Nanos,
+    /// Passive: how long the requester waits for our answer (the request's expiry).
+    pub request_wait: Nanos,
 }
 
 impl Conn {
@@ -72,6 +74,7 @@ impl Conn {
             retries_left: 0,
             max_retries: 0,
             timewait: 0,
+            request_wait: 0,
         }
     }
 }

@@ -23,10 +23,13 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod recv;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hostile;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 
 pub use crate::wire::cm::{attr, CmPath};
@@ -76,6 +79,39 @@ pub mod sidr_status {
 /// (t ≤ 8 gives 1 ms), in nanoseconds.
 pub fn cm_timeout_nanos(t: u8) -> Nanos {
     (1u64 << u32::from(t.saturating_sub(8)).min(31)) * 1_000_000
+}
+
+/// How long a received SIDR_REQ waits for the user's answer before it is released: the
+/// longest a kernel rdma_cm requester waits for the SIDR_REP (16 tries of `4.096 µs · 2^20`,
+/// its `CMA_CM_RESPONSE_TIMEOUT` and `CMA_MAX_CM_RETRIES`); a SIDR_REQ carries no timeout.
+pub const SIDR_REQ_RCVD_WAIT: Nanos = 16 * (1 << (20 - 8)) * 1_000_000;
+
+/// Which requests a listener takes (the kernel's `cma_check_req_qp_type`: the listener's QP
+/// type; `Any` is an ID with no QP type, as RDMA_PS_IB's before it has one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenQp {
+    Any,
+    /// REQs for RC (transport service type 0).
+    Rc,
+    /// REQs for UC (transport service type 1).
+    Uc,
+    /// SIDR_REQs.
+    Ud,
+}
+
+impl ListenQp {
+    fn takes_req(self, transport_service_type: u8) -> bool {
+        match self {
+            ListenQp::Any => true,
+            ListenQp::Rc => transport_service_type == 0,
+            ListenQp::Uc => transport_service_type == 1,
+            ListenQp::Ud => false,
+        }
+    }
+
+    fn takes_sidr(self) -> bool {
+        matches!(self, ListenQp::Any | ListenQp::Ud)
+    }
 }
 
 /// Device-wide settings.
@@ -191,6 +227,9 @@ pub enum CmEvent {
     SidrRepReceived { request_id: CommId, status: u8, qpn: u32, qkey: u32, private_data: Vec<u8> },
     /// Our SIDR_REQ was never answered.
     SidrTimeout { request_id: CommId },
+    /// A received REQ or SIDR_REQ the user did not answer while its requester waited: it is
+    /// forgotten (`ReqReceived` / `SidrReqReceived` named it).
+    RequestExpired { comm_id: CommId },
 }
 
 /// A MAD to send to QP1 of `peer`.
@@ -255,6 +294,42 @@ pub struct CmCounters {
     pub rejects_sent: u64,
     pub rejects_received: u64,
     pub timeouts: u64,
+    /// MADs of the CM class whose method is not SEND (a GET, SET or response): dropped.
+    pub bad_method_dropped: u64,
+    /// DREQs whose remote QPN is not our QP's (the kernel's cm_dreq_handler ignores them).
+    pub dreq_wrong_qpn: u64,
+    /// Requests for a listener of another QP type (cma_check_req_qp_type): REJ or SIDR_REP
+    /// "rejected".
+    pub qp_type_rejected: u64,
+    /// Requests refused because the listener's backlog was full ([`Cm::refuse_request`]).
+    pub backlog_refused: u64,
+    /// Received requests released unanswered once their requester stopped waiting.
+    pub requests_expired: u64,
+}
+
+impl CmCounters {
+    /// How many counters there are.
+    pub const COUNT: usize = 14;
+
+    /// Every counter with its name, in declaration order (`urxe stat` prints them).
+    pub fn named(&self) -> [(&'static str, u64); Self::COUNT] {
+        [
+            ("mads_sent", self.mads_sent),
+            ("mads_received", self.mads_received),
+            ("retransmits", self.retransmits),
+            ("duplicates_received", self.duplicates_received),
+            ("malformed_dropped", self.malformed_dropped),
+            ("stray_dropped", self.stray_dropped),
+            ("rejects_sent", self.rejects_sent),
+            ("rejects_received", self.rejects_received),
+            ("timeouts", self.timeouts),
+            ("bad_method_dropped", self.bad_method_dropped),
+            ("dreq_wrong_qpn", self.dreq_wrong_qpn),
+            ("qp_type_rejected", self.qp_type_rejected),
+            ("backlog_refused", self.backlog_refused),
+            ("requests_expired", self.requests_expired),
+        ]
+    }
 }
 
 /// The connection manager of one port.
@@ -264,7 +339,12 @@ pub struct Cm {
     conns: HashMap<CommId, Conn>,
     /// (peer, remote comm ID) → our comm ID, for duplicate REQs.
     by_remote: HashMap<(IpAddr, CommId), CommId>,
-    listeners: HashMap<u64, ()>,
+    /// (peer, remote QPN, remote CA GUID) → the latest connection with that QP, for the
+    /// stale-connection check of a REQ.
+    by_qp: HashMap<(IpAddr, u32, u64), CommId>,
+    /// Every armed timer as (deadline, comm ID): the earliest is the first.
+    timers: BTreeSet<(Nanos, CommId)>,
+    listeners: HashMap<u64, ListenQp>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
     counters: CmCounters,
@@ -277,6 +357,8 @@ impl Cm {
             next_id: config.first_comm_id.clamp(1, 0xFF_FFFF),
             conns: HashMap::new(),
             by_remote: HashMap::new(),
+            by_qp: HashMap::new(),
+            timers: BTreeSet::new(),
             listeners: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -311,11 +393,13 @@ impl Cm {
 
     // ---- commands -------------------------------------------------------------------------
 
-    /// Accept REQs and SIDR_REQs for `service_id`.
-    pub fn listen(&mut self, service_id: u64) -> Result<(), CmError> {
-        if self.listeners.insert(service_id, ()).is_some() {
+    /// Accept requests for `service_id`: REQs for `qp`'s transport, or SIDR_REQs (see
+    /// [`ListenQp`]); the others are refused as the kernel refuses them.
+    pub fn listen(&mut self, service_id: u64, qp: ListenQp) -> Result<(), CmError> {
+        if self.listeners.contains_key(&service_id) {
             return Err(CmError::AddressInUse);
         }
+        self.listeners.insert(service_id, qp);
         Ok(())
     }
 
@@ -417,11 +501,15 @@ impl Cm {
 
     /// Asks the peer for more time to answer its REQ (or REP): `service_timeout` is the
     /// 5-bit exponent of the time we need.
-    pub fn send_mra(&mut self, id: CommId, service_timeout: u8) -> Result<(), CmError> {
+    pub fn send_mra(&mut self, now: Nanos, id: CommId, service_timeout: u8) -> Result<(), CmError> {
+        let life = cm_timeout_nanos(self.config.packet_life_time);
         let c = self.conns.get_mut(&id).ok_or(CmError::NotFound)?;
         let kind = match c.state {
             State::ReqRcvd => {
                 c.state = State::MraReqSent;
+                // The requester now waits as long as we asked (and the path's round trip)
+                // before it tries again; its request waits as long.
+                c.request_wait = c.request_wait.max(cm_timeout_nanos(service_timeout) + 2 * life);
                 message_kind::REQ
             }
             State::RepRcvd => {
@@ -437,11 +525,14 @@ impl Cm {
             service_timeout,
             private_data: &[],
         });
-        let (peer, tid) = (c.peer, c.tid);
+        let (peer, tid, wait) = (c.peer, c.tid, c.request_wait);
         let mad = self.emit(tid, &mra);
         // Kept so that a duplicate REQ/REP can be answered with it again.
         if let Some(c) = self.conns.get_mut(&id) {
             c.last_reply = Some(mad);
+        }
+        if kind == message_kind::REQ {
+            self.set_deadline(id, Some(now + wait));
         }
         self.push(peer, mad);
         Ok(())
@@ -473,6 +564,7 @@ impl Cm {
             State::RepSent | State::MraRepRcvd => {
                 c.state = State::Established;
                 c.sent = None;
+                self.set_deadline(id, None);
                 self.events.push_back(CmEvent::Established { comm_id: id });
                 Ok(())
             }
@@ -562,6 +654,25 @@ impl Cm {
         self.forget(id);
     }
 
+    /// Refuses a received request because its listener's backlog is full, as the kernel's
+    /// ucma does beyond `rdma_listen`'s backlog: a REQ is forgotten without an answer (the
+    /// kernel's CM does not reject an -ENOMEM "to allow future retries": the requester's next
+    /// try may find room), a SIDR_REQ gets SIDR_REP "rejected".
+    pub fn refuse_request(&mut self, id: CommId) -> Result<(), CmError> {
+        let c = self.conns.get(&id).ok_or(CmError::NotFound)?;
+        match c.state {
+            State::ReqRcvd => {}
+            State::SidrReqRcvd => {
+                let (peer, tid, remote, service) = (c.peer, c.tid, c.remote_comm_id, c.service_id);
+                self.send_sidr_status(peer, tid, remote, service, sidr_status::REJECTED);
+            }
+            s => return Err(CmError::InvalidState(s)),
+        }
+        self.counters.backlog_refused += 1;
+        self.forget(id);
+        Ok(())
+    }
+
     /// Sends a SIDR_REQ; `SidrRepReceived` or `SidrTimeout` follows.
     pub fn sidr_request(
         &mut self,
@@ -615,42 +726,10 @@ impl Cm {
         Ok(())
     }
 
-    // ---- inputs ---------------------------------------------------------------------------
-
-    /// A MAD arrived on QP1 from `peer` (the IP source of its packet).
-    pub fn handle_mad(&mut self, now: Nanos, peer: IpAddr, mad: &[u8]) {
-        self.counters.mads_received += 1;
-        let Ok((hdr, msg)) = CmMessage::parse(mad) else {
-            self.counters.malformed_dropped += 1;
-            return;
-        };
-        let tid = hdr.transaction_id;
-        match msg {
-            CmMessage::Req(m) => self.on_req(now, peer, tid, &m),
-            CmMessage::Mra(m) => self.on_mra(now, &m),
-            CmMessage::Rej(m) => self.on_rej(now, &m),
-            CmMessage::Rep(m) => self.on_rep(peer, tid, &m),
-            CmMessage::Rtu(m) => self.on_rtu(&m),
-            CmMessage::Dreq(m) => self.on_dreq(peer, tid, &m),
-            CmMessage::Drep(m) => self.on_drep(now, &m),
-            CmMessage::SidrReq(m) => self.on_sidr_req(peer, tid, &m),
-            CmMessage::SidrRep(m) => self.on_sidr_rep(&m),
-        }
-    }
-
-    /// Runs every timer due at `now`: retransmissions, give-ups, the end of timewait.
-    pub fn handle_timeout(&mut self, now: Nanos) {
-        let due: Vec<CommId> =
-            self.conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(&id, _)| id).collect();
-        for id in due {
-            self.on_timer(now, id);
-        }
-    }
-
     // ---- outputs --------------------------------------------------------------------------
 
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        self.conns.values().filter_map(|c| c.deadline).min()
+        self.timers.first().map(|&(at, _)| at)
     }
 
     #[must_use]
@@ -661,345 +740,6 @@ impl Cm {
     #[must_use]
     pub fn poll_event(&mut self) -> Option<CmEvent> {
         self.events.pop_front()
-    }
-
-    // ---- receive handlers -----------------------------------------------------------------
-
-    fn on_req(&mut self, now: Nanos, peer: IpAddr, tid: u64, m: &Req<'_>) {
-        if let Some(&id) = self.by_remote.get(&(peer, m.local_comm_id)) {
-            self.counters.duplicates_received += 1;
-            self.answer_duplicate(id, &[State::MraReqSent, State::RepSent, State::MraRepRcvd]);
-            if self.conns.get(&id).is_some_and(|c| c.state == State::Timewait) {
-                let c = &self.conns[&id];
-                let (tid, remote) = (c.tid, c.remote_comm_id);
-                self.send_rej(peer, tid, id, remote, message_kind::REQ, reject::STALE_CONN, &[]);
-            }
-            return;
-        }
-        // A REQ naming a QP that already has a live connection with us is stale: refuse it and
-        // end the old one (the kernel: REJ "stale connection" and a DREQ on the old).
-        let stale = self
-            .conns
-            .iter()
-            .find(|(_, c)| {
-                c.peer == peer
-                    && c.remote_qpn == m.local_qpn
-                    && c.remote_ca_guid == m.local_ca_guid
-                    && matches!(c.state, State::Established | State::RepSent | State::MraRepRcvd)
-            })
-            .map(|(&id, _)| id);
-        if let Some(old) = stale {
-            self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::STALE_CONN, &[]);
-            if self.conns[&old].state == State::Established {
-                let _ = self.disconnect(now, old, &[]);
-            }
-            return;
-        }
-        if !self.listeners.contains_key(&m.service_id) {
-            self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::INVALID_SERVICE_ID, &[]);
-            return;
-        }
-        if m.transport_service_type > 1 {
-            self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::INVALID_TRANSPORT_TYPE, &[]);
-            return;
-        }
-        let Ok(id) = self.alloc_id() else {
-            self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REQ, reject::NO_RESOURCES, &[]);
-            return;
-        };
-        let mut c = Conn::new(State::ReqRcvd, peer, tid);
-        c.remote_comm_id = m.local_comm_id;
-        c.remote_qpn = m.local_qpn;
-        c.remote_ca_guid = m.local_ca_guid;
-        // Our REP waits for the peer's response time; each try as long as the peer said.
-        c.retry_timeout =
-            2 * cm_timeout_nanos(self.config.packet_life_time) + cm_timeout_nanos(m.local_cm_response_timeout);
-        c.max_retries = m.max_cm_retries;
-        c.retries_left = m.max_cm_retries;
-        c.timewait = cm_timeout_nanos(m.primary.local_ack_timeout.max(self.config.packet_life_time));
-        self.conns.insert(id, c);
-        self.by_remote.insert((peer, m.local_comm_id), id);
-        let req = ReqInfo {
-            remote_comm_id: m.local_comm_id,
-            service_id: m.service_id,
-            remote_ca_guid: m.local_ca_guid,
-            remote_qpn: m.local_qpn,
-            starting_psn: m.starting_psn,
-            responder_resources: m.responder_resources,
-            initiator_depth: m.initiator_depth,
-            transport_service_type: m.transport_service_type,
-            retry_count: m.retry_count,
-            rnr_retry_count: m.rnr_retry_count,
-            path_mtu: m.path_mtu,
-            srq: m.srq,
-            primary: m.primary,
-            local_cm_response_timeout: m.local_cm_response_timeout,
-            private_data: m.private_data.to_vec(),
-        };
-        self.events.push_back(CmEvent::ReqReceived { comm_id: id, peer, req: Box::new(req) });
-    }
-
-    fn on_rep(&mut self, peer: IpAddr, tid: u64, m: &Rep<'_>) {
-        let Some(c) = self.conns.get_mut(&m.remote_comm_id) else {
-            // The kernel answers a REP for no connection with REJ "invalid comm ID".
-            self.counters.stray_dropped += 1;
-            self.send_rej(peer, tid, 0, m.local_comm_id, message_kind::REP, reject::INVALID_COMM_ID, &[]);
-            return;
-        };
-        match c.state {
-            State::ReqSent | State::MraReqRcvd => {
-                c.state = State::RepRcvd;
-                c.sent = None;
-                c.deadline = None;
-                c.remote_comm_id = m.local_comm_id;
-                c.remote_qpn = m.local_qpn;
-                c.remote_ca_guid = m.local_ca_guid;
-                let id = m.remote_comm_id;
-                self.by_remote.insert((c.peer, m.local_comm_id), id);
-                let rep = RepInfo {
-                    remote_comm_id: m.local_comm_id,
-                    remote_qpn: m.local_qpn,
-                    starting_psn: m.starting_psn,
-                    responder_resources: m.responder_resources,
-                    initiator_depth: m.initiator_depth,
-                    rnr_retry_count: m.rnr_retry_count,
-                    srq: m.srq,
-                    remote_ca_guid: m.local_ca_guid,
-                    private_data: m.private_data.to_vec(),
-                };
-                self.events.push_back(CmEvent::RepReceived { comm_id: id, rep: Box::new(rep) });
-            }
-            _ if c.remote_comm_id != m.local_comm_id => self.counters.stray_dropped += 1,
-            // A duplicate REP: our RTU (or MRA) was lost; send it again.
-            _ => {
-                self.counters.duplicates_received += 1;
-                self.answer_duplicate(m.remote_comm_id, &[State::Established, State::MraRepSent]);
-            }
-        }
-    }
-
-    fn on_rtu(&mut self, m: &CommIds<'_>) {
-        match self.conns.get_mut(&m.remote_comm_id) {
-            Some(c) if c.remote_comm_id == m.local_comm_id && matches!(c.state, State::RepSent | State::MraRepRcvd) => {
-                c.state = State::Established;
-                c.sent = None;
-                c.deadline = None;
-                self.events.push_back(CmEvent::Established { comm_id: m.remote_comm_id });
-            }
-            Some(c) if c.remote_comm_id == m.local_comm_id && c.state == State::Established => {
-                self.counters.duplicates_received += 1;
-            }
-            _ => self.counters.stray_dropped += 1,
-        }
-    }
-
-    fn on_mra(&mut self, now: Nanos, m: &Mra<'_>) {
-        let life = cm_timeout_nanos(self.config.packet_life_time);
-        let Some(c) = self.conns.get_mut(&m.remote_comm_id) else {
-            self.counters.stray_dropped += 1;
-            return;
-        };
-        let next = match (c.state, m.message_mraed) {
-            (State::ReqSent, message_kind::REQ) => State::MraReqRcvd,
-            (State::RepSent, message_kind::REP) => State::MraRepRcvd,
-            (State::MraReqRcvd | State::MraRepRcvd, _) => {
-                self.counters.duplicates_received += 1;
-                return;
-            }
-            _ => {
-                self.counters.stray_dropped += 1;
-                return;
-            }
-        };
-        if next == State::MraRepRcvd && c.remote_comm_id != m.local_comm_id {
-            self.counters.stray_dropped += 1;
-            return;
-        }
-        c.state = next;
-        // Stop retransmitting; wait as long as the peer asked, plus the path's life time.
-        c.deadline = Some(now + cm_timeout_nanos(m.service_timeout) + life);
-        c.retries_left = 0;
-    }
-
-    fn on_rej(&mut self, now: Nanos, m: &Rej<'_>) {
-        self.counters.rejects_received += 1;
-        let Some(c) = self.conns.get(&m.remote_comm_id) else {
-            self.counters.stray_dropped += 1;
-            return;
-        };
-        // A REJ to our REQ carries no remote comm ID of ours yet (the peer never allocated one).
-        let ours = match c.state {
-            State::ReqSent | State::MraReqRcvd => true,
-            State::RepSent | State::MraRepRcvd | State::RepRcvd | State::MraRepSent | State::Established => {
-                c.remote_comm_id == m.local_comm_id
-            }
-            _ => false,
-        };
-        if !ours {
-            self.counters.stray_dropped += 1;
-            return;
-        }
-        let id = m.remote_comm_id;
-        let was_up = c.state == State::Established;
-        self.events.push_back(CmEvent::Rejected {
-            comm_id: id,
-            reason: m.reason,
-            ari: m.ari[..usize::from(m.reject_info_length).min(m.ari.len())].to_vec(),
-            private_data: m.private_data.to_vec(),
-        });
-        if m.reason == reject::TIMEOUT || was_up {
-            self.enter_timewait(now, id, None);
-        } else {
-            self.forget(id);
-        }
-    }
-
-    fn on_dreq(&mut self, peer: IpAddr, tid: u64, m: &Dreq<'_>) {
-        let Some(c) = self.conns.get_mut(&m.remote_comm_id) else {
-            // The kernel answers a DREQ for no connection with a DREP.
-            self.counters.stray_dropped += 1;
-            let drep = CmMessage::Drep(CommIds {
-                local_comm_id: m.remote_comm_id,
-                remote_comm_id: m.local_comm_id,
-                private_data: &[],
-            });
-            let mad = self.emit(tid, &drep);
-            self.push(peer, mad);
-            return;
-        };
-        if c.remote_comm_id != m.local_comm_id {
-            self.counters.stray_dropped += 1;
-            return;
-        }
-        match c.state {
-            State::Established | State::DreqSent | State::RepSent | State::MraRepRcvd => {
-                c.state = State::DreqRcvd;
-                c.sent = None;
-                c.deadline = None;
-                self.events.push_back(CmEvent::DreqReceived {
-                    comm_id: m.remote_comm_id,
-                    private_data: m.private_data.to_vec(),
-                });
-            }
-            State::Timewait => {
-                self.counters.duplicates_received += 1;
-                self.answer_duplicate(m.remote_comm_id, &[State::Timewait]);
-            }
-            _ => self.counters.duplicates_received += 1,
-        }
-    }
-
-    fn on_drep(&mut self, now: Nanos, m: &CommIds<'_>) {
-        match self.conns.get(&m.remote_comm_id) {
-            Some(c) if c.state == State::DreqSent && c.remote_comm_id == m.local_comm_id => {
-                let id = m.remote_comm_id;
-                self.events.push_back(CmEvent::Disconnected {
-                    comm_id: id,
-                    private_data: m.private_data.to_vec(),
-                    timed_out: false,
-                });
-                self.enter_timewait(now, id, None);
-            }
-            Some(c) if c.state == State::Timewait => self.counters.duplicates_received += 1,
-            _ => self.counters.stray_dropped += 1,
-        }
-    }
-
-    fn on_sidr_req(&mut self, peer: IpAddr, tid: u64, m: &SidrReq<'_>) {
-        if let Some(&id) = self.by_remote.get(&(peer, m.request_id)) {
-            self.counters.duplicates_received += 1;
-            let _ = id;
-            return;
-        }
-        if !self.listeners.contains_key(&m.service_id) {
-            let rep = CmMessage::SidrRep(SidrRep {
-                request_id: m.request_id,
-                status: sidr_status::SERVICE_ID_NOT_SUPPORTED,
-                additional_info_length: 0,
-                qpn: 0,
-                service_id: m.service_id,
-                qkey: 0,
-                class_port_info: &[],
-                private_data: &[],
-            });
-            let mad = self.emit(tid, &rep);
-            self.push(peer, mad);
-            return;
-        }
-        let Ok(id) = self.alloc_id() else { return };
-        let mut c = Conn::new(State::SidrReqRcvd, peer, tid);
-        c.remote_comm_id = m.request_id;
-        c.service_id = m.service_id;
-        self.conns.insert(id, c);
-        self.by_remote.insert((peer, m.request_id), id);
-        self.events.push_back(CmEvent::SidrReqReceived {
-            request_id: id,
-            peer,
-            service_id: m.service_id,
-            pkey: m.pkey,
-            private_data: m.private_data.to_vec(),
-        });
-    }
-
-    fn on_sidr_rep(&mut self, m: &SidrRep<'_>) {
-        match self.conns.get(&m.request_id) {
-            Some(c) if c.state == State::SidrReqSent => {
-                let id = m.request_id;
-                self.events.push_back(CmEvent::SidrRepReceived {
-                    request_id: id,
-                    status: m.status,
-                    qpn: m.qpn,
-                    qkey: m.qkey,
-                    private_data: m.private_data.to_vec(),
-                });
-                self.forget(id);
-            }
-            _ => self.counters.stray_dropped += 1,
-        }
-    }
-
-    fn on_timer(&mut self, now: Nanos, id: CommId) {
-        let Some(c) = self.conns.get_mut(&id) else { return };
-        c.deadline = None;
-        if c.state == State::Timewait {
-            self.forget(id);
-            self.events.push_back(CmEvent::TimewaitExit { comm_id: id });
-            return;
-        }
-        if c.retries_left > 0 {
-            if let Some(mad) = c.sent {
-                c.retries_left -= 1;
-                c.deadline = Some(now + c.retry_timeout);
-                let peer = c.peer;
-                self.counters.retransmits += 1;
-                self.push(peer, mad);
-                return;
-            }
-        }
-        // Out of retries (or an MRA's extra time ran out).
-        self.counters.timeouts += 1;
-        let (state, peer, tid, remote) = (c.state, c.peer, c.tid, c.remote_comm_id);
-        match state {
-            State::ReqSent | State::MraReqRcvd => {
-                self.send_rej(peer, tid, id, 0, message_kind::REQ, reject::TIMEOUT, &[]);
-                self.events.push_back(CmEvent::Unreachable { comm_id: id, awaiting: state });
-                self.forget(id);
-            }
-            State::RepSent | State::MraRepRcvd => {
-                self.send_rej(peer, tid, id, remote, message_kind::REP, reject::TIMEOUT, &[]);
-                self.events.push_back(CmEvent::Unreachable { comm_id: id, awaiting: state });
-                self.enter_timewait(now, id, None);
-            }
-            State::DreqSent => {
-                self.events.push_back(CmEvent::Disconnected { comm_id: id, private_data: Vec::new(), timed_out: true });
-                self.enter_timewait(now, id, None);
-            }
-            State::SidrReqSent => {
-                self.events.push_back(CmEvent::SidrTimeout { request_id: id });
-                self.forget(id);
-            }
-            _ => {}
-        }
     }
 
     // ---- helpers --------------------------------------------------------------------------
@@ -1036,8 +776,8 @@ impl Cm {
         let mad = self.emit(tid, msg);
         let Some(c) = self.conns.get_mut(&id) else { return };
         c.sent = Some(mad);
-        c.deadline = Some(now + c.retry_timeout);
-        let peer = c.peer;
+        let (peer, at) = (c.peer, now + c.retry_timeout);
+        self.set_deadline(id, Some(at));
         self.push(peer, mad);
     }
 
@@ -1090,16 +830,52 @@ impl Cm {
             if reply.is_some() {
                 c.last_reply = reply;
             }
-            c.deadline = Some(now + c.timewait);
+            let at = now + c.timewait;
+            self.set_deadline(id, Some(at));
+        }
+    }
+
+    /// Arms (or with None disarms) the one timer of a connection, in the timer index too.
+    fn set_deadline(&mut self, id: CommId, at: Option<Nanos>) {
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        if let Some(old) = c.deadline {
+            self.timers.remove(&(old, id));
+        }
+        c.deadline = at;
+        if let Some(t) = at {
+            self.timers.insert((t, id));
         }
     }
 
     fn forget(&mut self, id: CommId) {
         if let Some(c) = self.conns.remove(&id) {
+            if let Some(at) = c.deadline {
+                self.timers.remove(&(at, id));
+            }
             if self.by_remote.get(&(c.peer, c.remote_comm_id)) == Some(&id) {
                 self.by_remote.remove(&(c.peer, c.remote_comm_id));
             }
+            let qp = (c.peer, c.remote_qpn, c.remote_ca_guid);
+            if self.by_qp.get(&qp) == Some(&id) {
+                self.by_qp.remove(&qp);
+            }
         }
+    }
+
+    /// Answers a SIDR_REQ that gets no connection with `status` (and no QP).
+    fn send_sidr_status(&mut self, peer: IpAddr, tid: u64, request_id: CommId, service_id: u64, status: u8) {
+        let rep = CmMessage::SidrRep(SidrRep {
+            request_id,
+            status,
+            additional_info_length: 0,
+            qpn: 0,
+            service_id,
+            qkey: 0,
+            class_port_info: &[],
+            private_data: &[],
+        });
+        let mad = self.emit(tid, &rep);
+        self.push(peer, mad);
     }
 }
 

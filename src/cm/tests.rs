@@ -106,7 +106,7 @@ struct Pair {
 impl Pair {
     fn new(seed: u64) -> Pair {
         let mut b = cm(B, 0x5054_00ff_fe77_0002, 0x0200_0000);
-        b.listen(SERVICE).unwrap();
+        b.listen(SERVICE, ListenQp::Any).unwrap();
         Pair {
             a: cm(A, 0x5054_00ff_fe77_0003, 0x0100_0000),
             b,
@@ -319,7 +319,7 @@ fn mra_stops_retransmission_and_extends_the_wait() {
     p.run_for(MS);
     let CmEvent::ReqReceived { comm_id: bid, .. } = p.ev_b[0] else { panic!() };
     // B asks for 2^(24-8) ms = 65.5 s.
-    p.b.send_mra(bid, 24).unwrap();
+    p.b.send_mra(p.now, bid, 24).unwrap();
     p.run_for(MS);
     assert_eq!(p.a.state(id), Some(State::MraReqRcvd));
     p.run_for(60_000 * MS);
@@ -337,7 +337,7 @@ fn mra_timeout_without_rep_gives_unreachable() {
     let id = p.a.connect(p.now, &params(0x11, 1)).unwrap();
     p.run_for(MS);
     let CmEvent::ReqReceived { comm_id: bid, .. } = p.ev_b[0] else { panic!() };
-    p.b.send_mra(bid, 14).unwrap(); // 64 ms
+    p.b.send_mra(p.now, bid, 14).unwrap(); // 64 ms
     p.run_for(MS);
     p.run_for(64 * MS + 2 * 1024 * MS);
     assert_eq!(p.ev_a, [CmEvent::Unreachable { comm_id: id, awaiting: State::MraReqRcvd }]);
@@ -524,7 +524,7 @@ fn commands_in_the_wrong_state_or_with_too_much_private_data_are_refused() {
     let mut prm = params(0x12, 1);
     prm.private_data = vec![0; 93];
     assert_eq!(p.a.connect(p.now, &prm), Err(CmError::PrivateDataTooLong { len: 93, max: 92 }));
-    assert_eq!(p.b.listen(SERVICE), Err(CmError::AddressInUse));
+    assert_eq!(p.b.listen(SERVICE, ListenQp::Rc), Err(CmError::AddressInUse));
     assert_eq!(CmError::AddressInUse.errno(), libc::EADDRINUSE);
 }
 

@@ -95,7 +95,7 @@ impl Core {
     }
 
     pub(super) fn stats_text(&self) -> String {
-        counters_text(self.engine.counters(), &self.counters)
+        counters_text(self.engine.counters(), &self.counters) + &super::cmstat::text(&self.engine.gsi_counters())
     }
 }
 

@@ -12,7 +12,7 @@
 //! - `io`: socket I/O and batching between the engine and the sockets (GSO trains,
 //!   sendmmsg/recvmmsg);
 //! - [`socket`]: one RoCEv2 UDP socket and its batches (the libc calls);
-//! - `stats`: counters and the `urxe stat` socket;
+//! - `stats`: counters and the `urxe stat` socket; [`cmstat`]: the CM's counters for it;
 //! - [`tap`]: the `URXE_PCAP` capture of every packet sent and received;
 //! - [`memory`]: the host memory the engine reads and writes, through [`fault`]'s routines
 //!   that report a fault instead of taking the process down; [`registration`]: the range check
@@ -23,6 +23,7 @@
 
 mod away;
 mod clock;
+pub mod cmstat;
 pub mod device;
 pub mod fault;
 mod faultplan;
