@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Parser;
 use urxe::check::{check_file, Format, Options, Totals};
 use urxe::hostview;
 
@@ -17,11 +16,11 @@ mod doctor;
 #[path = "urxe/libs.rs"]
 mod libs;
 
-use cli::{Cli, Command};
+use cli::Command;
 
 fn main() -> ExitCode {
     // Usage errors exit 2 and --help / --version 0, as clap does (and as the hand parser did).
-    let cli = Cli::parse();
+    let cli = cli::parse();
     match cli.command {
         Command::Check(a) => {
             let mut opts = Options::default();
@@ -47,6 +46,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Man(a) => cmd_man(a.dir.as_deref()),
+        Command::Help(a) => cli::print_help(a.command.as_deref()),
     }
 }
 

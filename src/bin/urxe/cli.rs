@@ -38,7 +38,8 @@ change it.";
     about = "Userspace soft-RoCE: run unmodified verbs / rdma_cm programs over UDP, verify RoCEv2 captures",
     after_help = AFTER_HELP,
     arg_required_else_help = true,
-    propagate_version = true
+    propagate_version = true,
+    disable_help_subcommand = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -98,6 +99,64 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Write the man pages (urxe.1 and urxe-SUBCOMMAND.1) to a directory, or urxe.1 to stdout.
     Man(ManArgs),
+    /// Print this message or the help of the given subcommand.
+    Help(HelpArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct HelpArgs {
+    /// The subcommand.
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+}
+
+/// `urxe help [SUB]`: the long help of urxe or of SUB on stdout (exit 0); an unknown SUB is a
+/// usage error (exit 2).
+pub fn print_help(sub: Option<&str>) -> std::process::ExitCode {
+    let mut cmd = command();
+    cmd.build();
+    let target = match sub {
+        None => &mut cmd,
+        Some(name) => match cmd.find_subcommand_mut(name) {
+            Some(c) => c,
+            None => {
+                let mut root = command();
+                let e =
+                    root.error(clap::error::ErrorKind::InvalidSubcommand, format!("unrecognized subcommand '{name}'"));
+                e.print().ok();
+                return std::process::ExitCode::from(2);
+            }
+        },
+    };
+    let _ = target.print_long_help();
+    std::process::ExitCode::SUCCESS
+}
+
+/// Parses the command line; on a usage error prints it with the usage line of the subcommand
+/// it concerns (clap leaves that line out of value errors) and exits 2.
+pub fn parse() -> Cli {
+    use clap::error::ErrorKind;
+    let args: Vec<OsString> = std::env::args_os().collect();
+    match <Cli as clap::Parser>::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => e.exit(),
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            eprint!("{text}");
+            if !text.contains("Usage:") {
+                let mut cmd = command();
+                cmd.build();
+                let sub = args.get(1).and_then(|a| a.to_str()).map(String::from);
+                let usage = match sub.as_deref().and_then(|s| cmd.find_subcommand_mut(s)) {
+                    Some(c) => c.render_usage(),
+                    None => cmd.render_usage(),
+                };
+                eprintln!("\n{usage}");
+            }
+            std::process::exit(2);
+        }
+    }
 }
 
 #[derive(Args, Debug)]

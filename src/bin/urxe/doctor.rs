@@ -380,9 +380,10 @@ fn view(r: &mut Report, ifname: &str) {
     };
     let mut fixes = Vec::new();
     let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
-    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+    if why.contains("os error 28") || read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         fixes.push(
-            "`sysctl user.max_user_namespaces=15000` (root; in a container: the host's or the runtime's setting)"
+            "the count of user namespaces is at its limit: `sysctl user.max_user_namespaces=15000` (root; the limit of \
+             an enclosing namespace counts too: a container's is set by its host)"
                 .into(),
         );
     }
@@ -392,7 +393,12 @@ fn view(r: &mut Report, ifname: &str) {
     if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
         fixes.push("`sysctl kernel.apparmor_restrict_unprivileged_userns=0` (root), or an AppArmor profile allowing userns for urxe".into());
     }
-    fixes.push("or as root `urxe setup` once, so that no view is needed for the device node".into());
+    if why.contains("os error 1)") {
+        fixes.push(
+            "in a container: a seccomp profile that allows unshare (docker: --security-opt seccomp=unconfined)".into(),
+        );
+    }
+    fixes.push("without a view: as root, `urxe setup` once creates the device node UCX checks".into());
     r.say(Level::Note, "user namespaces", &format!("`urxe run` cannot build its private view: {why}"), &fixes);
 }
 
