@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The slow install checks of #43, run as root on Debian 12 (they install and remove a package):
 #
-#   bash tests/install/run.sh [cargo|deb|all]      (default: all)
+#   bash tests/install/run.sh [cargo|deb|ci|all]      (default: all)
 #
 # cargo: `cargo install --path . --locked --root EMPTY`, then EMPTY/bin/urxe runs an rping
 #        server and client (`urxe run -- rping ...`) with PATH=/usr/bin:/bin, no
@@ -11,6 +11,8 @@
 #        installs it, `urxe run -- ibv_rc_pingpong` server + client pass, `apt-get purge urxe`
 #        removes it, and the system's libibverbs1 / librdmacm1 files are byte for byte what
 #        they were before (checksums of `dpkg -L`), still installed.
+# ci:    scripts/ci-urxe.sh (docs/ci.md): `packages` and `install` as root, then `run` as uid
+#        65534 with a HOME of its own: installing and running need no root.
 # Each run happens in a network namespace of its own (cli-inst-<pid>). Prints
 # "N passed, N failed" last; exit 0 only if everything passed.
 set -uo pipefail
@@ -95,6 +97,22 @@ if [ "$WHAT" = deb ] || [ "$WHAT" = all ]; then
     ok "rdma-core untouched: $(wc -l < "$WORK/after.md5") files of libibverbs1/librdmacm1/ibverbs-providers identical, still installed"
   else
     bad "rdma-core files changed"; diff "$WORK/before.md5" "$WORK/after.md5" | head
+  fi
+fi
+if [ "$WHAT" = ci ] || [ "$WHAT" = all ]; then
+  CIP=$WORK/ci-prefix
+  mkdir -p "$WORK/ci-home" && chown 65534:65534 "$WORK/ci-home" && chmod 755 "$WORK"
+  if bash scripts/ci-urxe.sh packages >/dev/null && URXE_PREFIX=$CIP bash scripts/ci-urxe.sh install >"$WORK/ci-install.log" 2>&1; then
+    ok "scripts/ci-urxe.sh packages + install"
+  else
+    tail "$WORK/ci-install.log"; bad "scripts/ci-urxe.sh install"
+  fi
+  if ip netns exec "$NS" timeout 120 setpriv --reuid=65534 --regid=65534 --clear-groups \
+       env -i PATH=/usr/bin:/bin HOME="$WORK/ci-home" URXE_PREFIX="$CIP" bash scripts/ci-urxe.sh run >"$WORK/ci-run.log" 2>&1 \
+     && grep -q "ibv_rc_pingpong over urxe passed" "$WORK/ci-run.log"; then
+    ok "scripts/ci-urxe.sh run as uid 65534: $(grep -c iters "$WORK/ci-run.log") pingpong sides passed"
+  else
+    tail -n 20 "$WORK/ci-run.log"; bad "scripts/ci-urxe.sh run as uid 65534"
   fi
 fi
 echo "$PASS passed, $FAIL failed"
