@@ -43,4 +43,6 @@ bash tests/interop/group.sh -o target/interop/group
 step "urxe conform: scripted RoCEv2 scenarios against urxe (second process) and kernel rxe (VM)"
 bash tests/conform/run.sh self
 bash tests/conform/run.sh rxe
+step "install: cargo install into an empty prefix, the Debian package with apt, the CI recipe (tests/install/run.sh)"
+bash tests/install/run.sh all
 step "done"

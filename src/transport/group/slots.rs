@@ -296,6 +296,10 @@ pub fn held_by_others_v4() -> std::collections::HashSet<std::net::Ipv4Addr> {
 /// Whether some process has socket `inode` open: `Some(false)` only when every process's
 /// descriptors could be read (as root), `None` when some could not.
 fn held_by_a_process(inode: u64) -> Option<bool> {
+    // A kernel socket (sock_create_kern: rdma_rxe, VXLAN) has no file and shows inode 0.
+    if inode == 0 {
+        return Some(false);
+    }
     let want = format!("socket:[{inode}]");
     let mut complete = true;
     let procs = std::fs::read_dir("/proc").ok()?;
@@ -303,9 +307,14 @@ fn held_by_a_process(inode: u64) -> Option<bool> {
         if !p.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit) {
             continue;
         }
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
-            complete = false;
-            continue;
+        let fds = match std::fs::read_dir(p.path().join("fd")) {
+            Ok(fds) => fds,
+            // The process exited while we looked: it holds nothing any more.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(_) => {
+                complete = false;
+                continue;
+            }
         };
         for fd in fds.flatten() {
             if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == want.as_str()) {
