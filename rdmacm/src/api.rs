@@ -6,276 +6,22 @@
 use crate::abi::*;
 use crate::cm_export;
 use crate::core::*;
+use crate::events::*;
 pub use crate::qp::*;
 use crate::verbs::*;
-use libc::{c_char, c_int, c_void, sockaddr};
+use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::ptr;
-use std::sync::Arc;
 use urxe::cm::{reject, sidr_status, ListenQp, State};
-use urxe::transport::sys::cancellable_poll;
 use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
-
-/// The responder resources / initiator depth a NULL `rdma_conn_param` stands for: the
-/// device's `max_qp_rd_atom` (urxe reports rxe's 128).
-const DEVICE_MAX_RD_ATOMIC: u8 = 128;
-/// `IBV_EVENT_COMM_EST`.
-const IBV_EVENT_COMM_EST: c_int = 4;
-
-fn key<T>(p: *mut T) -> Result<usize, i32> {
-    if p.is_null() {
-        Err(libc::EINVAL)
-    } else {
-        Ok(p as usize)
-    }
-}
-
-// ---- event channels and events ------------------------------------------------------------
-
-cm_export! {
-    /// A channel whose fd is readable exactly while events are queued.
-    fn rdma_create_event_channel() -> *mut rdma_event_channel as ptr {
-        lock().new_channel()
-    }
-}
-
-cm_export! {
-    fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> c_int as int {
-        let ch = key(channel)?;
-        let mut lib = lock();
-        if !lib.channels.contains_key(&ch) {
-            return Err(libc::EINVAL);
-        }
-        // IDs still on it lose their channel: their later events are dropped.
-        for st in lib.ids.values_mut().filter(|s| s.channel == ch) {
-            st.channel = 0;
-        }
-        lib.free_channel(ch);
-        Ok(0)
-    }
-}
-
-/// Takes the next event of a channel for a synchronous call (`sync_wait`): blocks unless its fd
-/// is O_NONBLOCK (then EAGAIN).
-///
-/// A channel destroyed while a thread waits here is what the kernel's does to a thread blocked
-/// in librdmacm's read of the ucma file: that thread keeps waiting (the file stays open under
-/// it) and no event ever comes; it does not return an error. rping relies on it: its CM thread
-/// waits for the next event while `main` destroys the ID and the channel and returns, and an
-/// error there would make the thread `exit(-1)` first. So the waiter keeps blocking on the
-/// channel's (still open, never again written) eventfd, taking no CPU; a non-blocking channel
-/// gives EAGAIN.
-fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
-    let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
-    loop {
-        if let Some(b) = take_ready(ch, Arc::as_ptr(&fd))? {
-            return Ok(b);
-        }
-        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd for the call. The synchronous calls that wait here run
-        // with cancellation off (`cm_export!`): no cancellation point.
-        unsafe { libc::poll(&mut p, 1, -1) };
-    }
-}
-
-fn ack(ev: usize) -> Result<(), i32> {
-    if !lock().outstanding.remove(&ev) {
-        return Err(libc::EINVAL);
-    }
-    notify_acked();
-    // SAFETY: `ev` came from Box::into_raw in get_event and was outstanding until now.
-    drop(unsafe { Box::from_raw(ev as *mut EventBox) });
-    Ok(())
-}
-
-/// One step of taking a channel's event after a wait: the next event of channel `ch` whose
-/// eventfd is `fd` (`Ok(None)`: none yet, wait again); a non-blocking channel with nothing
-/// queued gives EAGAIN. The event and its eventfd count are taken together under the lock
-/// ([`Channel::pop`]), so the fd is readable exactly while an event is queued. A channel
-/// destroyed (or its key reused) since the wait began gives `Ok(None)` for ever: the waiter
-/// keeps waiting on the still-open eventfd, drained and never again written (see
-/// [`get_event`]). What taking the event does to the ID's QP happens here, in the caller's
-/// thread ([`Lib::on_retrieved`]).
-fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<Option<*mut EventBox>, i32> {
-    // SAFETY: `fd` is a reference the caller holds across its wait.
-    let raw = unsafe { (*fd).as_raw_fd() };
-    let mut lib = lock();
-    // The same key may name a newer channel: only this channel's own queue counts.
-    let same = |c: &&mut Channel| std::ptr::eq(Arc::as_ptr(&c.fd), fd);
-    let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.pop()) else {
-        drop(lib);
-        return if nonblocking(raw) { Err(libc::EAGAIN) } else { Ok(None) };
-    };
-    crate::mcast::on_retrieved(&mut lib, &mut b);
-    lib.on_retrieved(&mut b);
-    if b.ev.event == event::CONNECT_REQUEST {
-        lib.request_taken(b.ev.id as usize);
-    }
-    let p = Box::into_raw(b);
-    lib.outstanding.insert(p as usize);
-    Ok(Some(p))
-}
-
-/// The shape of the calls that wait for a channel's next event (`rdma_get_cm_event`, and
-/// `rdma_get_request` on a synchronous listener): `start` checks the arguments and names the
-/// channel (and what `finish` needs, `Copy`: nothing to drop), the call waits for the event,
-/// and `finish` takes it.
-///
-/// A cancellation point while it waits, as librdmacm's read of its fd is. `start`, the taking
-/// of the event and `finish` run under the panic guard with cancellation off (as `cm_export!`
-/// calls do); the wait, a `poll` declared `C-unwind`, runs between them in frames that hold
-/// nothing to drop (the channel's eventfd is held by a raw `Arc` reference), so a thread
-/// cancelled there unwinds through them to its own cleanup handlers. Such a thread leaves its
-/// reference behind: a channel destroyed later keeps its eventfd open.
-fn event_call<T: Copy>(
-    name: &str,
-    start: impl FnOnce() -> Result<(usize, T), i32>,
-    finish: impl FnOnce(*mut EventBox, T) -> Result<c_int, i32>,
-) -> c_int {
-    use std::panic::{catch_unwind, AssertUnwindSafe};
-    use urxe::transport::sys::CancelOff;
-    let (ch, fd, extra) = {
-        let _off = CancelOff::begin();
-        let r = catch_unwind(AssertUnwindSafe(|| -> Result<_, i32> {
-            let (ch, extra) = start()?;
-            let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
-            Ok((ch, Arc::into_raw(fd), extra))
-        }));
-        match r {
-            Ok(Ok(v)) => v,
-            r => return crate::export::finish(name, r.map(|r| r.map(|_| 0)), -1),
-        }
-    };
-    loop {
-        // The wait, with the caller's cancellation setting: until the eventfd is readable
-        // (at once on a non-blocking channel, which `take_ready` answers with EAGAIN).
-        // SAFETY: `fd` is the reference taken above, released only below.
-        let raw = unsafe { (*fd).as_raw_fd() };
-        if !nonblocking(raw) {
-            let mut p = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd for the call.
-            unsafe { cancellable_poll(&mut p, 1, -1) };
-        }
-        let _off = CancelOff::begin();
-        let taken = match catch_unwind(AssertUnwindSafe(|| take_ready(ch, fd))) {
-            Ok(Ok(None)) => continue,
-            Ok(Ok(Some(b))) => Ok(Ok(b)),
-            Ok(Err(e)) => Ok(Err(e)),
-            Err(p) => Err(p),
-        };
-        // SAFETY: releases the reference taken above, once.
-        drop(unsafe { Arc::from_raw(fd) });
-        let r = match taken {
-            Ok(Ok(b)) => catch_unwind(AssertUnwindSafe(|| finish(b, extra))),
-            Ok(Err(e)) => Ok(Err(e)),
-            Err(p) => Err(p),
-        };
-        return crate::export::finish(name, r, -1);
-    }
-}
-
-/// `rdma_get_cm_event(3)`: 0, or -1 with errno (EAGAIN on an empty non-blocking channel). A
-/// cancellation point while it waits (see [`event_call`]).
-///
-/// # Safety
-/// The pointer arguments are what librdmacm's man page says they are.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn rdma_get_cm_event(
-    channel: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
-) -> c_int {
-    let start = || {
-        let ch = key(channel)?;
-        if event.is_null() {
-            return Err(libc::EINVAL);
-        }
-        Ok((ch, ()))
-    };
-    let finish = |b: *mut EventBox, ()| {
-        // SAFETY: `event` is the caller's out-parameter (checked non-null in `start`); `ev` is
-        // the box's first field.
-        unsafe { *event = b as *mut rdma_cm_event };
-        Ok(0)
-    };
-    event_call("rdma_get_cm_event", start, finish)
-}
-
-/// Whether `fd` is in non-blocking mode.
-fn nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL takes no pointer.
-    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
-}
-
-cm_export! {
-    fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int as int {
-        ack(key(event)?)?;
-        Ok(0)
-    }
-}
-
-/// `rdma_event_str`: the name of an event type.
-///
-/// # Safety
-/// None: any value is accepted.
-#[no_mangle]
-pub extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
-    const NAMES: [&std::ffi::CStr; 16] = [
-        c"RDMA_CM_EVENT_ADDR_RESOLVED",
-        c"RDMA_CM_EVENT_ADDR_ERROR",
-        c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-        c"RDMA_CM_EVENT_ROUTE_ERROR",
-        c"RDMA_CM_EVENT_CONNECT_REQUEST",
-        c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-        c"RDMA_CM_EVENT_CONNECT_ERROR",
-        c"RDMA_CM_EVENT_UNREACHABLE",
-        c"RDMA_CM_EVENT_REJECTED",
-        c"RDMA_CM_EVENT_ESTABLISHED",
-        c"RDMA_CM_EVENT_DISCONNECTED",
-        c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-        c"RDMA_CM_EVENT_MULTICAST_JOIN",
-        c"RDMA_CM_EVENT_MULTICAST_ERROR",
-        c"RDMA_CM_EVENT_ADDR_CHANGE",
-        c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-    ];
-    usize::try_from(event).ok().and_then(|i| NAMES.get(i)).map_or(c"UNKNOWN EVENT".as_ptr(), |s| s.as_ptr())
-}
-
-/// A synchronous ID's call completes with the next event on its private channel: `want`, or
-/// the errno the event stands for. The event stays in `id->event` until the next one (or
-/// `rdma_destroy_id`), as librdmacm keeps it.
-fn sync_wait(id: *mut rdma_cm_id, want: c_int) -> Result<(), i32> {
-    let ch = {
-        let mut lib = lock();
-        let st = lib.id(id)?;
-        if !st.sync {
-            return Ok(());
-        }
-        st.channel
-    };
-    // SAFETY: `id` is a live ID (checked above); only its owner thread waits on it.
-    let prev = unsafe { std::mem::replace(&mut (*id).event, ptr::null_mut()) };
-    if !prev.is_null() {
-        let _ = ack(prev as usize);
-    }
-    let b = get_event(ch)?;
-    // SAFETY: `b` is an outstanding event box.
-    let (ev, status) = unsafe { ((*b).ev.event, (*b).ev.status) };
-    // SAFETY: as above.
-    unsafe { (*id).event = b as *mut rdma_cm_event };
-    if ev == want || (want == event::ESTABLISHED && ev == event::CONNECT_RESPONSE) {
-        return Ok(());
-    }
-    Err(match ev {
-        event::REJECTED => libc::ECONNREFUSED,
-        _ if status < 0 => -status,
-        _ => libc::EINVAL,
-    })
-}
 
 // ---- IDs ------------------------------------------------------------------------------------
 
-fn create_id(channel: *mut rdma_event_channel, context: *mut c_void, ps: c_int) -> Result<*mut rdma_cm_id, i32> {
+pub(crate) fn create_id(
+    channel: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: c_int,
+) -> Result<*mut rdma_cm_id, i32> {
     if ![ps::TCP, ps::UDP, ps::IB, ps::IPOIB].contains(&ps) {
         return Err(libc::EINVAL);
     }
@@ -311,8 +57,8 @@ cm_export! {
 
 /// How long `rdma_destroy_id` of a connection waits for the peer's DREP, and how often it sends
 /// the DREQ again meanwhile.
-const DESTROY_LINGER: std::time::Duration = std::time::Duration::from_millis(300);
-const DESTROY_DREQ_EVERY: std::time::Duration = std::time::Duration::from_millis(30);
+pub(crate) const DESTROY_LINGER: std::time::Duration = std::time::Duration::from_millis(300);
+pub(crate) const DESTROY_DREQ_EVERY: std::time::Duration = std::time::Duration::from_millis(30);
 
 /// A connection that is up or waits for its DREP when its ID is destroyed: the kernel's CM
 /// would go on retrying the DREQ after the process exits (its state lives in the kernel), but a
@@ -321,7 +67,7 @@ const DESTROY_DREQ_EVERY: std::time::Duration = std::time::Duration::from_millis
 /// `rdma_disconnect`) and waits up to [`DESTROY_LINGER`] for the DREP, sending the DREQ again
 /// every [`DESTROY_DREQ_EVERY`] (the peer answers each copy). A peer that is gone costs the
 /// linger once; one that answers, a round trip.
-fn linger_for_drep(
+pub(crate) fn linger_for_drep(
     mut lib: std::sync::MutexGuard<'static, Lib>,
     c: urxe::cm::CommId,
 ) -> std::sync::MutexGuard<'static, Lib> {
@@ -356,9 +102,9 @@ fn linger_for_drep(
 }
 
 /// How long `rdma_destroy_id` waits for another thread to acknowledge the ID's events.
-const DESTROY_WAITS_FOR_ACKS: std::time::Duration = std::time::Duration::from_secs(2);
+pub(crate) const DESTROY_WAITS_FOR_ACKS: std::time::Duration = std::time::Duration::from_secs(2);
 
-fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
+pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     let k = key(id)?;
     let lib = lock();
     if !lib.ids.contains_key(&k) {
@@ -458,12 +204,12 @@ cm_export! {
 }
 
 /// True if something (a urxe group, kernel rxe) holds UDP port 4791 on `ip`.
-fn roce_port_held(ip: IpAddr) -> bool {
+pub(crate) fn roce_port_held(ip: IpAddr) -> bool {
     matches!(UdpSocket::bind(SocketAddr::new(ip, 4791)), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
 }
 
 /// True if `ip` is an address of this host (a socket can bind to it).
-fn is_local(ip: IpAddr) -> bool {
+pub(crate) fn is_local(ip: IpAddr) -> bool {
     ip.is_unspecified() || UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
 }
 
@@ -471,18 +217,18 @@ fn is_local(ip: IpAddr) -> bool {
 /// the device is on loopback (zero-config or a loopback URXE_ADDR), `dst` is a loopback
 /// address, or another address of this host of the same family, and nothing holds UDP 4791
 /// on it.
-fn this_hosts_urxe(dst: IpAddr, dev_addr: IpAddr) -> bool {
+pub(crate) fn this_hosts_urxe(dst: IpAddr, dev_addr: IpAddr) -> bool {
     let here = dst.is_loopback() || (dst.is_ipv4() == dev_addr.is_ipv4() && !dst.is_unspecified() && is_local(dst));
     here && dev_addr.is_loopback() && !roce_port_held(dst)
 }
 
 /// `a` with port `port`, its IPv6 scope id kept.
-fn with_port(mut a: SocketAddr, port: u16) -> SocketAddr {
+pub(crate) fn with_port(mut a: SocketAddr, port: u16) -> SocketAddr {
     a.set_port(port);
     a
 }
 
-fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
+pub(crate) fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
     let k = id as usize;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     if st.bound || !matches!(st.state, IdState::Idle) {
@@ -528,7 +274,7 @@ cm_export! {
 
 /// At most this many IDs of a process have their service steered at bind time: the group's
 /// listener table (shared by every process of the address) holds 128.
-const BIND_STEERED_MAX: usize = 16;
+pub(crate) const BIND_STEERED_MAX: usize = 16;
 
 /// Steers the bound ID's service to this process now, at `rdma_bind_addr`, instead of in
 /// `rdma_listen`: the group's listener table is a locked file and a rebuilt steering program,
@@ -538,7 +284,7 @@ const BIND_STEERED_MAX: usize = 16;
 /// of the address (the default slot), which answered REJ 8. Best effort: without steering
 /// here, `rdma_listen` steers as before. A REQ for a steered service that is not listened on
 /// yet gets this process's REJ 8, as it would have got another's.
-fn steer_at_bind(lib: &mut Lib, k: usize) {
+pub(crate) fn steer_at_bind(lib: &mut Lib, k: usize) {
     if lib.ids.values().filter(|s| s.steered.is_some()).count() >= BIND_STEERED_MAX {
         return;
     }
@@ -555,7 +301,7 @@ fn steer_at_bind(lib: &mut Lib, k: usize) {
     }
 }
 
-fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
+pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
     let dev_addr = lib.device()?.addr;
@@ -614,7 +360,7 @@ cm_export! {
     }
 }
 
-fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
+pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.id(id)?;
@@ -677,13 +423,13 @@ cm_export! {
     }
 }
 
-fn qp_num(id: *mut rdma_cm_id) -> Option<u32> {
+pub(crate) fn qp_num(id: *mut rdma_cm_id) -> Option<u32> {
     // SAFETY: `id` is live; its qp (if any) is a QP libibverbs created for it.
     unsafe { (*id).qp.cast::<ibv_qp_head>().as_ref().map(|q| q.qp_num) }
 }
 
 /// The user's private data (at most `max` bytes), or EINVAL.
-fn user_data(p: *const c_void, len: u8, max: usize) -> Result<Vec<u8>, i32> {
+pub(crate) fn user_data(p: *const c_void, len: u8, max: usize) -> Result<Vec<u8>, i32> {
     if len == 0 || p.is_null() {
         return Ok(Vec::new());
     }
@@ -694,7 +440,7 @@ fn user_data(p: *const c_void, len: u8, max: usize) -> Result<Vec<u8>, i32> {
     Ok(unsafe { std::slice::from_raw_parts(p as *const u8, usize::from(len)) }.to_vec())
 }
 
-fn default_param() -> rdma_conn_param {
+pub(crate) fn default_param() -> rdma_conn_param {
     rdma_conn_param {
         private_data: ptr::null(),
         private_data_len: 0,
@@ -708,7 +454,7 @@ fn default_param() -> rdma_conn_param {
     }
 }
 
-fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<(), i32> {
+pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
@@ -758,7 +504,7 @@ cm_export! {
     }
 }
 
-fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i32> {
+pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i32> {
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
@@ -808,7 +554,7 @@ cm_export! {
     }
 }
 
-fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i32> {
+pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
@@ -990,7 +736,7 @@ cm_export! {
     }
 }
 
-fn port_of(id: *mut rdma_cm_id, dst: bool) -> u16 {
+pub(crate) fn port_of(id: *mut rdma_cm_id, dst: bool) -> u16 {
     let Ok(k) = key(id) else { return 0 };
     let lib = lock();
     let st = lib.ids.get(&k);
@@ -1014,285 +760,4 @@ pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
 #[no_mangle]
 pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
     std::panic::catch_unwind(|| port_of(id, true)).unwrap_or(0)
-}
-
-// ---- devices, QPs, SRQs -----------------------------------------------------------------------
-
-cm_export! {
-    fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context as ptr {
-        let ctx = lock().device()?.ctx;
-        // SAFETY: calloc of two pointers, freed by rdma_free_devices.
-        let list = unsafe { libc::calloc(2, std::mem::size_of::<*mut ibv_context>()) } as *mut *mut ibv_context;
-        if list.is_null() {
-            return Err(libc::ENOMEM);
-        }
-        // SAFETY: `list` has two slots; `num_devices` is NULL or the caller's.
-        unsafe {
-            *list = ctx;
-            if !num_devices.is_null() {
-                *num_devices = 1;
-            }
-        }
-        Ok(list)
-    }
-}
-
-/// `rdma_free_devices`.
-///
-/// # Safety
-/// `list` is NULL or came from `rdma_get_devices`.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    // SAFETY: calloc'd by rdma_get_devices (free(NULL) is a no-op).
-    unsafe { libc::free(list as *mut c_void) };
-}
-
-cm_export! {
-    fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> c_int as int {
-        let k = key(id)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let mut lib = lock();
-        lib.device()?;
-        lib.ids.get(&k).ok_or(libc::EINVAL)?;
-        let pd = if pd.is_null() { lib.shared_pd()? } else { pd };
-        // SAFETY: a PD and the caller's attributes.
-        let srq = unsafe { ibv_create_srq(pd, attr) };
-        if srq.is_null() {
-            return Err(crate::export_errno());
-        }
-        // SAFETY: a live ID box.
-        unsafe {
-            (*id).srq = srq;
-            (*id).pd = pd;
-        }
-        Ok(0)
-    }
-}
-
-cm_export! {
-    /// Extended SRQs (XRC, tag matching) are not offered through rdma_cm: EOPNOTSUPP.
-    fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_void) -> c_int as int {
-        key(id)?;
-        key(attr)?;
-        Err(libc::EOPNOTSUPP)
-    }
-}
-
-/// `rdma_destroy_srq`.
-///
-/// # Safety
-/// `id` is NULL or an ID of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(), i32> {
-        let k = key(id)?;
-        lock().ids.get(&k).ok_or(libc::EINVAL)?;
-        // SAFETY: a live ID box; its SRQ is destroyed once.
-        unsafe {
-            if !(*id).srq.is_null() {
-                ibv_destroy_srq((*id).srq);
-                (*id).srq = ptr::null_mut();
-            }
-        }
-        Ok(())
-    }));
-    crate::export::finish("rdma_destroy_srq", r, ());
-}
-
-// ---- synchronous endpoints --------------------------------------------------------------------
-
-/// `rdma_get_request(3)` on a synchronous listening endpoint: the next connection request's
-/// ID (its QP created when the endpoint has QP attributes). A cancellation point while it
-/// waits, as librdmacm's is (see [`event_call`]).
-///
-/// # Safety
-/// The pointer arguments are what librdmacm's man page says they are.
-#[no_mangle]
-pub unsafe extern "C-unwind" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
-    let start = || {
-        let k = key(listen)?;
-        if id.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let lib = lock();
-        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-        if !st.sync || st.state != IdState::Listening {
-            return Err(libc::EINVAL);
-        }
-        Ok((st.channel, st.ep_qp))
-    };
-    let finish = |b: *mut EventBox, ep: Option<(ibv_qp_init_attr, *mut ibv_pd)>| {
-        // SAFETY: an outstanding event box.
-        let (ev, status, child) = unsafe { ((*b).ev.event, (*b).ev.status, (*b).ev.id) };
-        if ev != event::CONNECT_REQUEST || status != 0 {
-            let _ = ack(b as usize);
-            return Err(if status < 0 { -status } else { libc::EINVAL });
-        }
-        // SAFETY: the child ID the event names is live (its destroy would have dropped the
-        // event); the request event stays with it, as librdmacm keeps it in `id->event`.
-        unsafe { (*child).event = b as *mut rdma_cm_event };
-        if let Some((mut attr, pd)) = ep {
-            if let Err(e) = create_qp(child, pd, &mut attr) {
-                let _ = reject_id(child, ptr::null(), 0);
-                let _ = destroy_id(child);
-                return Err(e);
-            }
-        }
-        // SAFETY: the caller's out-parameter (checked non-null in `start`).
-        unsafe { *id = child };
-        Ok(0)
-    };
-    event_call("rdma_get_request", start, finish)
-}
-
-cm_export! {
-    fn rdma_create_ep(
-        id: *mut *mut rdma_cm_id,
-        res: *mut rdma_addrinfo,
-        pd: *mut ibv_pd,
-        qp_init_attr: *mut ibv_qp_init_attr,
-    ) -> c_int as int {
-        if id.is_null() || res.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's address info (from rdma_getaddrinfo).
-        let r = unsafe { &*res };
-        let ps = if r.ai_port_space != 0 {
-            r.ai_port_space
-        } else if r.ai_qp_type == qp_type::UD {
-            ps::UDP
-        } else {
-            ps::TCP
-        };
-        let cid = create_id(ptr::null_mut(), ptr::null_mut(), ps)?;
-        let setup = || -> Result<(), i32> {
-            if r.ai_qp_type != 0 {
-                lock().id(cid)?.qp_type = r.ai_qp_type;
-            }
-            let qpt = lock().id(cid)?.qp_type;
-            // SAFETY: sockaddrs of the address info (or NULL).
-            let (src, dst) = unsafe { (load_sockaddr(r.ai_src_addr)?, load_sockaddr(r.ai_dst_addr)?) };
-            if r.ai_flags & RAI_PASSIVE != 0 {
-                let src = src.unwrap_or(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0));
-                bind(&mut lock(), cid, src)?;
-                if !qp_init_attr.is_null() {
-                    // SAFETY: the caller's attributes, copied for every request.
-                    let mut a = unsafe { *qp_init_attr };
-                    a.qp_type = qpt;
-                    lock().id(cid)?.ep_qp = Some((a, pd));
-                }
-                return Ok(());
-            }
-            resolve_addr(cid, src, dst.ok_or(libc::EINVAL)?)?;
-            sync_wait(cid, event::ADDR_RESOLVED)?;
-            resolve_route(cid)?;
-            sync_wait(cid, event::ROUTE_RESOLVED)?;
-            if !qp_init_attr.is_null() {
-                // As librdmacm: the endpoint's QP type is the address info's.
-                // SAFETY: the caller's attributes.
-                unsafe { (*qp_init_attr).qp_type = qpt };
-                create_qp(cid, pd, qp_init_attr)?;
-            }
-            Ok(())
-        };
-        if let Err(e) = setup() {
-            let _ = destroy_id(cid);
-            return Err(e);
-        }
-        // SAFETY: the caller's out-parameter.
-        unsafe { *id = cid };
-        Ok(0)
-    }
-}
-
-/// `rdma_destroy_ep`: the QP (and the CQs made for it), then the ID.
-///
-/// # Safety
-/// `id` is NULL or an ID of this library.
-#[no_mangle]
-pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        destroy_qp(id)?;
-        destroy_id(id)
-    }));
-    crate::export::finish("rdma_destroy_ep", r, ());
-}
-
-// ---- multicast and ECE ------------------------------------------------------------------------
-
-cm_export! {
-    /// Joins the group at `addr` as a full member (see [`crate::mcast`]).
-    fn rdma_join_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr, context: *mut c_void) -> c_int as int {
-        key(id)?;
-        // SAFETY: `addr` is a sockaddr per the man page (NULL is refused).
-        unsafe { crate::mcast::join(id, key(addr)? as *const sockaddr, context, false) }?;
-        sync_wait(id, event::MULTICAST_JOIN)?;
-        Ok(0)
-    }
-}
-
-cm_export! {
-    /// `rdma_join_multicast` with join flags: full member, or send-only full member (the QP is
-    /// not attached, so it sends to the group without receiving from it). Both attributes are
-    /// required (EINVAL), unknown ones are EOPNOTSUPP, as librdmacm.
-    fn rdma_join_multicast_ex(id: *mut rdma_cm_id, attr: *mut rdma_cm_join_mc_attr_ex, context: *mut c_void) -> c_int as int {
-        use crate::mcast::*;
-        key(id)?;
-        key(attr)?;
-        // SAFETY: the caller's attribute struct.
-        let (comp_mask, join_flags, addr) = unsafe { ((*attr).comp_mask, (*attr).join_flags, (*attr).addr) };
-        if comp_mask & !(JOIN_MC_ATTR_ADDRESS | JOIN_MC_ATTR_JOIN_FLAGS) != 0 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        if comp_mask & JOIN_MC_ATTR_ADDRESS == 0
-            || comp_mask & JOIN_MC_ATTR_JOIN_FLAGS == 0
-            || !matches!(join_flags, JOIN_FLAG_FULLMEMBER | JOIN_FLAG_SENDONLY_FULLMEMBER)
-        {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: `addr` is a sockaddr per the man page (NULL is refused).
-        unsafe { join(id, key(addr)? as *const sockaddr, context, join_flags == JOIN_FLAG_SENDONLY_FULLMEMBER) }?;
-        sync_wait(id, event::MULTICAST_JOIN)?;
-        Ok(0)
-    }
-}
-
-cm_export! {
-    /// Leaves a joined group: EADDRNOTAVAIL if `addr` was not joined on this ID.
-    fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
-        key(id)?;
-        // SAFETY: `addr` is a sockaddr per the man page (NULL is refused).
-        unsafe { crate::mcast::leave(id, key(addr)? as *const sockaddr) }?;
-        Ok(0)
-    }
-}
-
-cm_export! {
-    /// Kept for `rdma_get_remote_ece` symmetry; urxe (like rxe) negotiates no ECE options.
-    fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int as int {
-        let k = key(id)?;
-        if ece.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's ECE value.
-        let e = unsafe { *ece };
-        lock().ids.get_mut(&k).ok_or(libc::EINVAL)?.local_ece = e;
-        Ok(0)
-    }
-}
-
-cm_export! {
-    /// The peer's ECE: always none (vendor 0): no ECE options travel in urxe's CM messages.
-    fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int as int {
-        let k = key(id)?;
-        if ece.is_null() {
-            return Err(libc::EINVAL);
-        }
-        lock().ids.get(&k).ok_or(libc::EINVAL)?;
-        // SAFETY: the caller's out-parameter.
-        unsafe { *ece = ibv_ece::default() };
-        Ok(0)
-    }
 }

@@ -97,19 +97,22 @@ pub fn route(
     }
 }
 
-/// Handles a MAD that belongs to another member; returns false if the CM should take it.
-pub fn divert(lib: &Lib, peer: &[u8; 16], mad: &[u8; MAD_LEN], now: u64) -> bool {
-    let elsewhere = |addr, own, sid| matches!(listener_elsewhere(&default_dir(), addr, own, sid), Ok(Some(_)));
-    match route(lib, peer, mad, now, elsewhere) {
-        Route::Local => false,
-        Route::Drop => true,
-        Route::SendOn => {
-            if let Some(d) = &lib.dev {
-                // SAFETY: 16- and 256-byte buffers as the call requires. A failed send is the
-                // same as a lost request: the sender retransmits it.
-                unsafe { (d.gsi.send)(d.gid.as_ptr(), mad.as_ptr()) };
+impl Lib {
+    /// Handles a MAD that belongs to another member; returns false if the CM should take it.
+    pub fn divert(&self, peer: &[u8; 16], mad: &[u8; MAD_LEN], now: u64) -> bool {
+        let lib = self;
+        let elsewhere = |addr, own, sid| matches!(listener_elsewhere(&default_dir(), addr, own, sid), Ok(Some(_)));
+        match route(lib, peer, mad, now, elsewhere) {
+            Route::Local => false,
+            Route::Drop => true,
+            Route::SendOn => {
+                if let Some(d) = &lib.dev {
+                    // SAFETY: 16- and 256-byte buffers as the call requires. A failed send is the
+                    // same as a lost request: the sender retransmits it.
+                    unsafe { (d.gsi.send)(d.gid.as_ptr(), mad.as_ptr()) };
+                }
+                true
             }
-            true
         }
     }
 }

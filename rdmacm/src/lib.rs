@@ -9,9 +9,9 @@
 //! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
 //! thread, CM events → rdma_cm events), [`channel`] (event queues and their eventfds, what taking
-//! an event does), [`requests`] (connection requests on a listener: backlog, expiry),
+//! an event does: [`retrieve`]), [`requests`] (connection requests on a listener: backlog, expiry),
 //! [`forward`] (CM requests for another process of the shared address), [`api`] (the rdma_cm
-//! calls), [`qp`] (the QP calls), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
+//! calls), [`qp`] (the QP calls), [`path`] (an ID's route and QP attributes), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
 //! (multicast joins), [`rsockets`] (the r* calls: stream rsockets on rdma-core's wire protocol).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,13 +23,17 @@ pub mod addrinfo;
 pub mod api;
 pub mod channel;
 pub mod core;
+pub mod endpoints;
 pub mod entries;
+pub mod events;
 pub mod export;
 pub mod forward;
 pub mod layout;
 pub mod mcast;
+pub mod path;
 pub mod qp;
 pub mod requests;
+pub mod retrieve;
 pub mod rsockets;
 pub mod verbs;
 

@@ -14,10 +14,9 @@
 //! them on RoCE v2 with ENOTSUPP).
 
 use crate::abi::*;
-use crate::core::{gid_of, load_sockaddr, lock, EventBox, IdState, Lib, HOP_LIMIT};
+use crate::core::{gid_of, load_sockaddr, lock, EventBox, IdState, Join, Lib, HOP_LIMIT};
 use crate::verbs::{ibv_attach_mcast, ibv_detach_mcast, qp_type};
 use libc::{c_int, c_void};
-use std::net::IpAddr;
 
 /// `param.ud.qp_num` of a multicast join: the multicast QPN (IBTA §10.5.2.3).
 pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
@@ -27,15 +26,6 @@ pub const JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
 /// `RDMA_CM_JOIN_MC_ATTR_ADDRESS` / `_JOIN_FLAGS` of `rdma_cm_join_mc_attr_ex.comp_mask`.
 pub const JOIN_MC_ATTR_ADDRESS: u32 = 1;
 pub const JOIN_MC_ATTR_JOIN_FLAGS: u32 = 2;
-
-/// One group an ID has joined.
-#[derive(Clone, Copy, Debug)]
-pub struct Join {
-    pub group: IpAddr,
-    pub mgid: [u8; 16],
-    pub context: *mut c_void,
-    pub send_only: bool,
-}
 
 /// The UD parameters of a join event: what `mckey` and others build their AH and sends from.
 fn ud_param(mgid: [u8; 16], context: *mut c_void) -> rdma_ud_param {

@@ -8,6 +8,8 @@ use crate::abi::*;
 use crate::addrinfo::*;
 use crate::api::*;
 use crate::core::lock;
+use crate::endpoints::*;
+use crate::events::*;
 use libc::{c_int, c_void};
 use std::ptr;
 

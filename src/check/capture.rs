@@ -12,9 +12,7 @@ use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 
-/// Comment urxe's capture tap puts on a received IPv4 packet: a UDP socket cannot see the IP
-/// ID the sender used, so the record carries ID 0 and the ICRC may not verify with it.
-pub const TAP_IP_ID_UNKNOWN: &str = "urxe: IPv4 ID not seen by the receiving socket, recorded as 0";
+pub use crate::wire::checksum::{fold, ones_complement_sum, TAP_IP_ID_UNKNOWN};
 
 /// Why a capture could not be read at all (as opposed to a packet failing a check).
 #[derive(Debug)]
@@ -225,27 +223,6 @@ pub enum Decoded<'a> {
     Other,
     /// The frame claims more than was captured, or a header is malformed.
     Malformed(String),
-}
-
-/// Adds `data` as big-endian 16-bit words (an odd last byte padded with 0) to a one's
-/// complement accumulator (IP, UDP checksums).
-pub fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u16::from_be_bytes([c[0], c[1]]) as u32;
-    }
-    if let [last] = chunks.remainder() {
-        acc += (*last as u32) << 8;
-    }
-    acc
-}
-
-/// Folds the carries of a one's complement accumulator into 16 bits.
-pub fn fold(mut acc: u32) -> u16 {
-    while acc > 0xFFFF {
-        acc = (acc & 0xFFFF) + (acc >> 16);
-    }
-    acc as u16
 }
 
 /// Verdict on a UDP checksum field.

@@ -3,8 +3,12 @@
 
 use std::net::IpAddr;
 
-use super::{CommId, Nanos};
 use crate::wire::mad::MAD_LEN;
+
+/// Nanoseconds on the driver's monotonic clock.
+pub type Nanos = u64;
+/// A communication ID (ours, unless named remote).
+pub type CommId = u32;
 
 /// Connection states (IBTA Vol 1 Figure 98 / §12.9.6, as the kernel's CM names them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -36,12 +36,7 @@ pub use crate::wire::cm::{attr, CmPath};
 use crate::wire::cm::{CmMessage, CommIds, Dreq, Mra, Rej, Rep, Req, SidrRep, SidrReq};
 use crate::wire::mad::MAD_LEN;
 use conn::Conn;
-pub use conn::State;
-
-/// Nanoseconds on the driver's monotonic clock.
-pub type Nanos = u64;
-/// A communication ID (ours, unless named remote).
-pub type CommId = u32;
+pub use conn::{CommId, Nanos, State};
 
 /// Reasons of a REJ (IBTA Vol 1 Table 103), as the kernel's `ib_cm_rej_reason`.
 pub mod reject {

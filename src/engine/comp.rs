@@ -34,9 +34,11 @@ pub(crate) fn complete_ready<M>(q: &mut Qp, sh: &mut EngineShared<M>) {
         if w.state != WqeState::Done {
             break;
         }
-        if w.status == WcStatus::Success && sh.faults.is_some() {
-            if let Some(st) = super::faults::completion_fault(sh, q.qpn) {
-                w.status = st;
+        if w.status == WcStatus::Success {
+            if let Some(f) = sh.faults.as_deref_mut() {
+                if let Some(st) = f.completion_fault(sh.clock, q.qpn, &mut sh.counters) {
+                    w.status = st;
+                }
             }
         }
         q.sq.wqes.pop_front();

@@ -95,7 +95,7 @@ impl Device {
         cfg.local_addr = local;
         // Keys must not be predictable from outside: whatever the caller passed, the engine's
         // RNG is seeded from the kernel's random pool.
-        cfg.seed = random_seed();
+        cfg.seed = super::sys::random_seed();
         // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
         let mut engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
         engine.set_fault_plan(super::faultplan::fault_setting()?);
@@ -467,19 +467,4 @@ impl Drop for Device {
             let _ = t.join();
         }
     }
-}
-
-/// 64 bits from the kernel's random pool (`/dev/urandom`); if that cannot be read (a chroot
-/// without /dev), the standard library's per-process random hash keys, which come from the
-/// same pool through `getrandom(2)`.
-pub fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
-        return u64::from_ne_bytes(b);
-    }
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(std::process::id() as u64);
-    h.finish()
 }

@@ -41,5 +41,6 @@ mod stats;
 pub mod sys;
 pub mod tap;
 
-pub use device::{random_seed, Device, EventSink};
+pub use device::{Device, EventSink};
 pub use stats::TransportCounters;
+pub use sys::random_seed;

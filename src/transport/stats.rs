@@ -139,7 +139,7 @@ pub fn stats_socket_pid(name: &str) -> Option<u32> {
 /// Binds this process's stats socket for the device on `local`.
 pub(super) fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let name = stats_socket_name(std::process::id(), local, super::device::random_seed());
+    let name = stats_socket_name(std::process::id(), local, super::sys::random_seed());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
     let l = UnixListener::bind_addr(&addr)?;
     l.set_nonblocking(true)?;
@@ -349,7 +349,7 @@ mod tests {
     fn a_stats_server_of_another_pid_is_not_believed() {
         use std::os::linux::net::SocketAddrExt;
         // This process serves a name claiming pid 1: the client must refuse it unread.
-        let name = stats_socket_name(1, "127.0.0.1".parse().unwrap(), super::super::device::random_seed());
+        let name = stats_socket_name(1, "127.0.0.1".parse().unwrap(), super::super::sys::random_seed());
         let l = UnixListener::bind_addr(&std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
         let t = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();

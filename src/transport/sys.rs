@@ -236,6 +236,21 @@ impl Doorbell {
     }
 }
 
+/// 64 bits from the kernel's random pool (`/dev/urandom`); if that cannot be read (a chroot
+/// without /dev), the standard library's per-process random hash keys, which come from the
+/// same pool through `getrandom(2)`.
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+        return u64::from_ne_bytes(b);
+    }
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id() as u64);
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

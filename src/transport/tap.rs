@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Once, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use crate::check::capture::TAP_IP_ID_UNKNOWN as IP_ID_UNKNOWN;
-use crate::check::capture::{fold, ones_complement_sum};
+pub use crate::wire::checksum::TAP_IP_ID_UNKNOWN as IP_ID_UNKNOWN;
+use crate::wire::checksum::{fold, ones_complement_sum};
 
 /// Buffered bytes that trigger a write.
 const FLUSH_BYTES: usize = 64 << 10;

@@ -7,6 +7,7 @@ use super::wait::*;
 use crate::abi::*;
 use crate::api::*;
 use crate::cm_export;
+use crate::events::*;
 use libc::{c_int, c_void, sockaddr, socklen_t};
 use std::ptr;
 use std::sync::{Arc, Mutex};

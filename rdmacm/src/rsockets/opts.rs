@@ -11,6 +11,7 @@ use super::wait::*;
 use crate::abi::*;
 use crate::api::*;
 use crate::cm_export;
+use crate::events::*;
 use libc::{c_int, c_void, pollfd, sockaddr, socklen_t};
 use std::ptr;
 use std::time::Instant;

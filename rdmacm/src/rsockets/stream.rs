@@ -8,6 +8,7 @@ use super::dp::*;
 use super::proto::*;
 use crate::abi::*;
 use crate::api::*;
+use crate::events::*;
 use crate::verbs::{
     ibv_create_comp_channel, ibv_create_cq, ibv_destroy_comp_channel, ibv_destroy_cq, ibv_qp_init_attr,
 };

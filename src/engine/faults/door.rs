@@ -4,14 +4,12 @@
 
 use super::inject::Injected;
 use super::inject::{HeldRx, Injector, RxVerdict};
-use super::plan::{Action, FaultPlan, Point, Site};
+use super::plan::{Action, FaultPlan, Site};
 use crate::engine::comp::enter_error;
 use crate::engine::qp::Qp;
 use crate::engine::resp::{queue_ack, report, RespError};
 use crate::engine::shared::EngineShared;
-use crate::engine::types::{
-    AsyncElement, AsyncEventType, Datagram, Error, HostMemory, QpState, QpType, Transmit, WcStatus,
-};
+use crate::engine::types::{AsyncElement, AsyncEventType, Datagram, Error, HostMemory, QpState, QpType, Transmit};
 use crate::engine::{recv, Engine, Nanos};
 use crate::wire::aeth::{NakCode, Syndrome};
 use crate::wire::icrc::{store_icrc, ROCEV2_PORT};
@@ -139,7 +137,9 @@ impl<M: HostMemory> Engine<M> {
     #[cold]
     #[inline(never)]
     pub(in crate::engine) fn verb_fault(&mut self, site: Site, qpn: Option<u32>) -> Result<(), Error> {
-        match decide_here(&mut self.sh, site, qpn) {
+        let Some(f) = self.sh.faults.as_deref_mut() else { return Ok(()) };
+        let now = self.sh.clock;
+        match f.decide_here(now, site, qpn, &mut self.sh.counters) {
             Some(Action::Errno(e)) => Err(Error::Injected(e)),
             _ => Ok(()),
         }
@@ -266,29 +266,4 @@ fn inject_answer<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed
         Some(_) => report(q, sh, RespError::RemoteOp, psn),
     }
     true
-}
-
-/// Asks the plan at a verb or completion point (no packet), logging and counting a firing.
-fn decide_here<M>(sh: &mut EngineShared<M>, site: Site, qpn: Option<u32>) -> Option<Action> {
-    let now = sh.clock;
-    let f = sh.faults.as_mut()?;
-    if !f.plan.watches(site) {
-        return None;
-    }
-    let d = f.plan.decide(now, &Point { site: Some(site), qpn, ..Point::default() })?;
-    f.push_log(Injected { at: now, fault: d.fault, action: d.action, site, qpn, psn: None });
-    sh.counters.faults_injected += 1;
-    Some(d.action)
-}
-
-/// The status a fault plan gives a send completion about to be reported as a success
-/// (site `completion`); the completer then takes the error path a real one takes (the QP to
-/// ERROR, the rest flushed).
-#[cold]
-#[inline(never)]
-pub(crate) fn completion_fault<M>(sh: &mut EngineShared<M>, qpn: u32) -> Option<WcStatus> {
-    match decide_here(sh, Site::Completion, Some(qpn))? {
-        Action::WcStatus(code) => WcStatus::from_u32(code).filter(|s| *s != WcStatus::Success),
-        _ => None,
-    }
 }

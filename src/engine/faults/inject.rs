@@ -3,7 +3,8 @@
 //! copies kept here until they are due; nothing is allocated while no plan is set.
 
 use super::plan::{Action, Decision, FaultPlan, Nanos, Point, Site};
-use crate::engine::types::{Datagram, IcrcCheck, Transmit};
+use crate::engine::counters::Counters;
+use crate::engine::types::{Datagram, IcrcCheck, Transmit, WcStatus};
 use crate::wire::opcode::Opcode;
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -111,6 +112,29 @@ impl Injector {
             self.log.pop_front();
         }
         self.log.push_back(i);
+    }
+
+    /// Asks the plan at a verb or completion point (no packet), logging and counting a firing.
+    pub fn decide_here(&mut self, now: Nanos, site: Site, qpn: Option<u32>, c: &mut Counters) -> Option<Action> {
+        if !self.plan.watches(site) {
+            return None;
+        }
+        let d = self.plan.decide(now, &Point { site: Some(site), qpn, ..Point::default() })?;
+        self.push_log(Injected { at: now, fault: d.fault, action: d.action, site, qpn, psn: None });
+        c.faults_injected += 1;
+        Some(d.action)
+    }
+
+    /// The status a fault plan gives a send completion about to be reported as a success
+    /// (site `completion`); the completer then takes the error path a real one takes (the QP
+    /// to ERROR, the rest flushed).
+    #[cold]
+    #[inline(never)]
+    pub fn completion_fault(&mut self, now: Nanos, qpn: u32, c: &mut Counters) -> Option<WcStatus> {
+        match self.decide_here(now, Site::Completion, Some(qpn), c)? {
+            Action::WcStatus(code) => WcStatus::from_u32(code).filter(|s| *s != WcStatus::Success),
+            _ => None,
+        }
     }
 
     /// Whether the port is down now (a packet sent or received now is lost, as on a dead link).

@@ -20,7 +20,6 @@ mod inject;
 mod plan;
 mod spec;
 
-pub(crate) use door::completion_fault;
 pub use inject::Injected;
 pub(crate) use inject::Injector;
 pub use plan::*;

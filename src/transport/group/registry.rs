@@ -22,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::JoinError;
+use super::error::JoinError;
 
 /// Byte whose lock serialises joins, group creation and listener-table changes.
 pub const SETUP_LOCK: u64 = 1024;
