@@ -30,11 +30,18 @@ cargo run -q -p urxe-provider --example version_script "${FLAGS[@]}" > "$OUT/lib
 mv "$OUT/libibverbs.map.tmp" "$OUT/libibverbs.map"
 # Native libraries Rust's std needs (rustc --print native-static-libs for a staticlib on
 # x86_64-linux-gnu): gcc_s util rt pthread m dl c.
+# The 33 names that also have a name@IBVERBS_1.0 compat entry (provider/src/compat.rs) get their
+# default version by name in a copy of the archive (name -> name@@IBVERBS_1.1), as rdma-core's
+# .symver does: a plain definition listed in the script would hide the compat one.
+cargo run -q -p urxe-provider --example version_script "${FLAGS[@]}" -- --renames > "$OUT/renames.tmp"
+objcopy --redefine-syms="$OUT/renames.tmp" "$TARGET/$PROFILE/liburxe_provider.a" "$OUT/liburxe_provider.a.tmp"
+rm -f "$OUT/renames.tmp"
 gcc -shared -o "$OUT/libibverbs.so.1.tmp" \
-  -Wl,--whole-archive "$TARGET/$PROFILE/liburxe_provider.a" -Wl,--no-whole-archive \
+  -Wl,--whole-archive "$OUT/liburxe_provider.a.tmp" -Wl,--no-whole-archive \
   -Wl,--version-script="$OUT/libibverbs.map" -Wl,-soname,libibverbs.so.1 \
   -Wl,-z,now -Wl,-z,relro -Wl,--gc-sections \
   -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+rm -f "$OUT/liburxe_provider.a.tmp"
 mv "$OUT/libibverbs.so.1.tmp" "$OUT/libibverbs.so.1"
 echo "$OUT/libibverbs.so.1"
 # librdmacm.so.1 (rdmacm/build.sh) goes next to it, linked against this libibverbs.so.1.

@@ -41,6 +41,8 @@ fi
 mkdir -p target/urxe/reports
 /usr/bin/python3 scripts/rdma_core_suite.py --lib target/urxe/lib \
   --out target/urxe/reports/rdma-core-suite.md --log target/urxe/reports/rdma-core-suite.log
+step "programs we did not write: rdma-core 56, its pyverbs suite, perftest 25.01, fabtests 2.1 (tests/external)"
+bash tests/external/run.sh -o target/urxe/reports
 step "interoperability with the kernel's rdma_rxe (qemu VMs, both directions, 5% loss rows)"
 IX_SKIP_BUILD=1 bash tests/interop/ci.sh -o target/interop/ci
 step "one address, many processes: 4 urxe processes on 10.77.0.1 with kernel rxe at once, both directions"

@@ -7,6 +7,8 @@
 //!   check and is harmless.
 //! - `/sys/class/infiniband/<ibdev>/ports/1/gid_attrs/{types,ndevs}/<index>`: UCX reads the GID
 //!   type from sysfs, not through verbs; without it every GID counts as RoCE v1.
+//! - `/sys/class/infiniband/<ibdev>/ports/1/pkeys/0`: the default P_Key (0xffff), which
+//!   rdma-core 56's test suite reads to check `ibv_query_pkey`/`ibv_get_pkey_index`.
 //! - `/sys/class/infiniband/<ibdev>/device/net/<ifname>/`: rdma-core's test suite (and other
 //!   tools) find a device's network interface, and from it the IP address for RDMA-CM, by
 //!   listing this directory, as the kernel shows it for rxe and RoCE NICs.
@@ -66,6 +68,9 @@ impl Spec {
         v.push((PathBuf::from("node_type"), "1: CA\n".to_string()));
         v.push((PathBuf::from("ports/1/link_layer"), "Ethernet\n".to_string()));
         v.push((PathBuf::from("ports/1/state"), "4: ACTIVE\n".to_string()));
+        // The P_Key table's one entry, the default full-member key that `ibv_query_pkey`
+        // returns; rdma-core 56's suite (test_get_pkey_index) compares the two.
+        v.push((PathBuf::from("ports/1/pkeys/0"), "0xffff\n".to_string()));
         v
     }
 
@@ -362,6 +367,8 @@ mod tests {
         }
         assert!(!f.iter().any(|(p, _)| p.ends_with("types/4")));
         assert_eq!(s.sys_dirs(), vec![PathBuf::from("device/net/veth0")]);
+        let pkey = f.iter().find(|(p, _)| p == Path::new("ports/1/pkeys/0")).expect("pkeys/0");
+        assert_eq!(pkey.1, "0xffff\n");
     }
 
     #[test]

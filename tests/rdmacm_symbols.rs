@@ -54,6 +54,17 @@ fn exports_equal_debians_librdmacm() {
 }
 
 #[test]
+fn exports_every_symbol_of_rdma_core_56_map() {
+    // rdma-core 56.1's librdmacm.map: the same 68 names and nodes as Debian 44's library.
+    let data = std::fs::read_to_string(root().join("tests/data/symbols-librdmacm-56.txt")).unwrap();
+    let want: BTreeSet<String> = data.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+    assert_eq!(want.len(), 68);
+    let have: BTreeSet<String> = exported(&rdmacm_lib()).iter().map(|n| n.replace("@@", "@")).collect();
+    let missing: Vec<_> = want.difference(&have).collect();
+    assert!(missing.is_empty(), "missing exports of rdma-core 56: {missing:?}");
+}
+
+#[test]
 fn soname_needed_and_chained_version_nodes() {
     let o = run(Command::new("readelf").args(["-d", "-V", "-W"]).arg(rdmacm_lib()));
     let t = text(&o);

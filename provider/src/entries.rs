@@ -97,6 +97,7 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("ibv_cmd_create_counters", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_create_cq", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_create_cq_ex", "IBVERBS_PRIVATE_34"),
+    ("ibv_cmd_create_cq_ex2", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_create_flow", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_create_flow_action_esp", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_create_qp", "IBVERBS_PRIVATE_34"),
@@ -134,6 +135,7 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("ibv_cmd_post_send", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_post_srq_recv", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_query_context", "IBVERBS_PRIVATE_34"),
+    ("ibv_cmd_query_device", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_query_device_any", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_query_mr", "IBVERBS_PRIVATE_34"),
     ("ibv_cmd_query_port", "IBVERBS_PRIVATE_34"),
@@ -148,6 +150,7 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("ibv_cmd_resize_cq", "IBVERBS_PRIVATE_34"),
     ("ibv_query_gid_type", "IBVERBS_PRIVATE_34"),
     ("ibv_read_ibdev_sysfs_file", "IBVERBS_PRIVATE_34"),
+    ("ibv_wr_opcode_str", "IBVERBS_PRIVATE_34"),
     ("verbs_allow_disassociate_destroy", "IBVERBS_PRIVATE_34"),
     ("verbs_init_cq", "IBVERBS_PRIVATE_34"),
     ("verbs_open_device", "IBVERBS_PRIVATE_34"),
@@ -163,6 +166,58 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("urxe_gsi_unlisten", "URXE_PRIVATE_1"),
     ("urxe_gsi_cm_counters", "URXE_PRIVATE_1"),
 ];
+
+/// `(symbol, non-default version node)` of every entry defined here.
+pub const COMPAT_ENTRIES: &[(&str, &str)] = &[
+    ("ibv_ack_async_event", "IBVERBS_1.0"),
+    ("ibv_ack_cq_events", "IBVERBS_1.0"),
+    ("ibv_alloc_pd", "IBVERBS_1.0"),
+    ("ibv_attach_mcast", "IBVERBS_1.0"),
+    ("ibv_close_device", "IBVERBS_1.0"),
+    ("ibv_create_ah", "IBVERBS_1.0"),
+    ("ibv_create_cq", "IBVERBS_1.0"),
+    ("ibv_create_qp", "IBVERBS_1.0"),
+    ("ibv_create_srq", "IBVERBS_1.0"),
+    ("ibv_dealloc_pd", "IBVERBS_1.0"),
+    ("ibv_dereg_mr", "IBVERBS_1.0"),
+    ("ibv_destroy_ah", "IBVERBS_1.0"),
+    ("ibv_destroy_cq", "IBVERBS_1.0"),
+    ("ibv_destroy_qp", "IBVERBS_1.0"),
+    ("ibv_destroy_srq", "IBVERBS_1.0"),
+    ("ibv_detach_mcast", "IBVERBS_1.0"),
+    ("ibv_free_device_list", "IBVERBS_1.0"),
+    ("ibv_get_async_event", "IBVERBS_1.0"),
+    ("ibv_get_cq_event", "IBVERBS_1.0"),
+    ("ibv_get_device_guid", "IBVERBS_1.0"),
+    ("ibv_get_device_list", "IBVERBS_1.0"),
+    ("ibv_get_device_name", "IBVERBS_1.0"),
+    ("ibv_modify_qp", "IBVERBS_1.0"),
+    ("ibv_modify_srq", "IBVERBS_1.0"),
+    ("ibv_open_device", "IBVERBS_1.0"),
+    ("ibv_query_device", "IBVERBS_1.0"),
+    ("ibv_query_gid", "IBVERBS_1.0"),
+    ("ibv_query_pkey", "IBVERBS_1.0"),
+    ("ibv_query_port", "IBVERBS_1.0"),
+    ("ibv_query_qp", "IBVERBS_1.0"),
+    ("ibv_query_srq", "IBVERBS_1.0"),
+    ("ibv_reg_mr", "IBVERBS_1.0"),
+    ("ibv_register_driver", "IBVERBS_1.1"),
+    ("ibv_resize_cq", "IBVERBS_1.0"),
+];
+
+/// The `objcopy --redefine-syms` lines provider/build.sh applies to the archive: each name that
+/// also has a `@IBVERBS_1.0` compat entry gets its default version by name (`name@@NODE`, the
+/// node of [`ENTRY_POINTS`]), as rdma-core's own `.symver` does; a plain definition would take
+/// the name from the compat entry.
+pub fn default_renames() -> String {
+    let mut s = String::new();
+    for (name, node) in COMPAT_ENTRIES.iter().filter(|(_, n)| *n == "IBVERBS_1.0") {
+        let (_, default) = ENTRY_POINTS.iter().find(|(n, _)| n == name).expect("compat name without a default");
+        debug_assert!(*default != *node);
+        s.push_str(&format!("{name} {name}@@{default}\n"));
+    }
+    s
+}
 
 /// Version nodes in the order rdma-core defines them; each 1.x node inherits the previous one.
 /// IBVERBS_PRIVATE_34 and urxe's URXE_PRIVATE_1 stand alone.
@@ -191,7 +246,8 @@ pub fn version_script() -> String {
     for (i, node) in VERSION_NODES.iter().enumerate() {
         s.push_str(node);
         s.push_str(" {\n  global:\n");
-        for (name, _) in ENTRY_POINTS.iter().filter(|(_, v)| v == node) {
+        let compat = COMPAT_ENTRIES.iter().filter(|(_, v)| v == node && *node == "IBVERBS_1.0");
+        for (name, _) in ENTRY_POINTS.iter().filter(|(_, v)| v == node).chain(compat) {
             s.push_str("    ");
             s.push_str(name);
             s.push_str(";\n");
@@ -227,7 +283,7 @@ mod tests {
             assert!(VERSION_NODES.contains(node), "{name}: unknown node {node}");
             assert!(seen.insert(*name), "{name} listed twice");
         }
-        assert_eq!(ENTRY_POINTS.len(), 153);
+        assert_eq!(ENTRY_POINTS.len(), 156);
     }
 
     #[test]

@@ -27,6 +27,7 @@
 pub mod export;
 
 pub mod abi;
+pub mod compat;
 pub mod config;
 pub mod context;
 pub mod convert;

@@ -163,6 +163,33 @@ export! {
     }
 }
 
+/// `ibv_wr_opcode_str` names, indexed by `enum ibv_wr_opcode` (rdma-core 56; 12 and 13 are
+/// unassigned and read "unknown" like every value out of range).
+const WR_OPCODE_STR: &[&str] = &[
+    "rdma-write\0",
+    "rdma-write-with-imm\0",
+    "send\0",
+    "send-with-imm\0",
+    "rdma-read\0",
+    "atomic-cmp-and-swp\0",
+    "atomic-fetch-and-add\0",
+    "local-inv\0",
+    "bind-mw\0",
+    "send-with-inv\0",
+    "tso\0",
+    "driver1\0",
+    UNKNOWN,
+    UNKNOWN,
+    "flush\0",
+    "atomic-write\0",
+];
+export! {
+    /// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 in rdma-core 56, declared in verbs.h).
+    fn ibv_wr_opcode_str(opcode: c_uint) -> *const c_char as value(UNKNOWN.as_ptr() as *const c_char) {
+        pick(WR_OPCODE_STR, opcode as i64)
+    }
+}
+
 export! {
     /// `ibv_fork_init(3)`: nothing to do; urxe never pins memory for DMA, so fork is safe.
     fn ibv_fork_init() -> c_int as value(0) { 0 }
@@ -249,6 +276,10 @@ mod tests {
         // SAFETY: no pointers in.
         unsafe {
             assert_eq!(s(ibv_wc_status_str(0)), "success");
+            assert_eq!(s(ibv_wr_opcode_str(2)), "send");
+            assert_eq!(s(ibv_wr_opcode_str(15)), "atomic-write");
+            assert_eq!(s(ibv_wr_opcode_str(12)), "unknown");
+            assert_eq!(s(ibv_wr_opcode_str(16)), "unknown");
             assert_eq!(s(ibv_wc_status_str(5)), "Work Request Flushed Error");
             assert_eq!(s(ibv_wc_status_str(23)), "TM software rendezvous");
             assert_eq!(s(ibv_wc_status_str(24)), "unknown");
