@@ -265,39 +265,8 @@ cm_export! {
         key(id)?;
         // SAFETY: the caller passes a valid sockaddr (or NULL).
         let a = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?;
-        let mut lib = lock();
-        bind(&mut lib, id, a)?;
-        steer_at_bind(&mut lib, id as usize);
+        bind(&mut lock(), id, a)?;
         Ok(0)
-    }
-}
-
-/// At most this many IDs of a process have their service steered at bind time: the group's
-/// listener table (shared by every process of the address) holds 128.
-pub(crate) const BIND_STEERED_MAX: usize = 16;
-
-/// Steers the bound ID's service to this process now, at `rdma_bind_addr`, instead of in
-/// `rdma_listen`: the group's listener table is a locked file and a rebuilt steering program,
-/// 60-150 us, which made `rdma_listen` slower than the peer's address and route resolution.
-/// A program that tells its peer the bound port before it listens (qperf 0.4.11) then lost the
-/// race more often: a REQ that reached the group before the steering went to another process
-/// of the address (the default slot), which answered REJ 8. Best effort: without steering
-/// here, `rdma_listen` steers as before. A REQ for a steered service that is not listened on
-/// yet gets this process's REJ 8, as it would have got another's.
-pub(crate) fn steer_at_bind(lib: &mut Lib, k: usize) {
-    if lib.ids.values().filter(|s| s.steered.is_some()).count() >= BIND_STEERED_MAX {
-        return;
-    }
-    let Some(service) = lib.ids.get(&k).and_then(|st| st.src.map(|s| rdma_cm_service_id(st.ps as u16, s.port())))
-    else {
-        return;
-    };
-    let Ok(gsi) = lib.device().map(|d| d.gsi) else { return };
-    // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
-    if unsafe { (gsi.listen)(service) } == 0 {
-        if let Some(st) = lib.ids.get_mut(&k) {
-            st.steered = Some(service);
-        }
     }
 }
 
@@ -406,8 +375,7 @@ cm_export! {
         // As the kernel's ucma: a backlog of 0 or less, or above max_backlog, is max_backlog.
         st.backlog = u32::try_from(backlog).ok().filter(|&b| b > 0 && b < MAX_BACKLOG).unwrap_or(MAX_BACKLOG);
         lib.cm()?.listen(service, qp).map_err(|e| e.errno())?;
-        // At a shared address, REQs for the service must be steered to this process (done
-        // already if rdma_bind_addr could, see steer_at_bind).
+        // At a shared address, REQs for the service must be steered to this process.
         let gsi = lib.device()?.gsi;
         // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
         if !steered && unsafe { (gsi.listen)(service) } != 0 {

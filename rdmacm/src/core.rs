@@ -98,8 +98,9 @@ pub struct Id {
     pub dst: Option<SocketAddr>,
     pub comm: Option<CommId>,
     pub listen_service: Option<u64>,
-    /// The service steered to this process when the ID was bound (`rdma_bind_addr`), so that
-    /// `rdma_listen` finds the group's steering done (see `api::steer_at_bind`).
+    /// A service steered to this process before `rdma_listen` (none today: steering at
+    /// `rdma_bind_addr` made a REQ that came before `rdma_listen` get this process's REJ 8
+    /// instead of waiting at the group's default slot for the listener, tests/rdmacm_group.rs).
     pub steered: Option<u64>,
     pub agreed: Agreed,
     pub tos: u8,
