@@ -28,26 +28,6 @@ const CLIENT_ADDR: &str = "127.31.0.3";
 const SETTLE: Duration = Duration::from_millis(2000);
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// librdmacm.so.1 next to libibverbs.so.1 (rdmacm/build.sh if it is missing).
-fn ensure_rdmacm() {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    DONE.get_or_init(|| {
-        if lib_dir().join("librdmacm.so.1").is_file() {
-            return Ok(());
-        }
-        let mut cmd = Command::new("bash");
-        cmd.arg(repo_root().join("rdmacm/build.sh")).current_dir(repo_root());
-        let out = run_bounded(&mut cmd, Duration::from_secs(900)).map_err(|e| e.to_string())?;
-        if out.success() {
-            Ok(())
-        } else {
-            Err(format!("rdmacm/build.sh failed:\n{out}"))
-        }
-    })
-    .clone()
-    .unwrap_or_else(|e| panic!("{e}"));
-}
-
 fn cmd(program: impl AsRef<std::path::Path>, addr: &str, args: &[&str]) -> Command {
     ensure_rdmacm();
     let mut c = urxe_cmd(program);

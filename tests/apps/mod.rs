@@ -62,6 +62,27 @@ fn find_or_build_lib() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// urxe's librdmacm.so.1 next to its libibverbs.so.1 (rdmacm/build.sh if it is missing).
+#[allow(dead_code)] // the rdmacm test binaries use it; tests/apps.rs does not
+pub fn ensure_rdmacm() {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        if lib_dir().join("librdmacm.so.1").is_file() {
+            return Ok(());
+        }
+        let mut cmd = Command::new("bash");
+        cmd.arg(repo_root().join("rdmacm/build.sh")).current_dir(repo_root());
+        let out = run_bounded(&mut cmd, Duration::from_secs(900)).map_err(|e| e.to_string())?;
+        if out.success() {
+            Ok(())
+        } else {
+            Err(format!("rdmacm/build.sh failed:\n{out}"))
+        }
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// The C programs of tests/verbs_c, compiled once per test binary.
 pub fn c_program(name: &str) -> PathBuf {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
