@@ -23,11 +23,14 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+pub mod rdma_id;
 mod recv;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_rdma_id;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;

@@ -1,0 +1,284 @@
+//! The rdma_cm ID above the IB CM, sans-IO like the rest of [`crate::cm`]: what librdmacm's C
+//! shims used to decide inside themselves (issue #36 step 4). No sockets, no clock, no C
+//! structs: the shims convert C arguments, ask this module, then do the I/O it names.
+//!
+//! - [`IdState`] and its transitions: which call is valid in which state (EINVAL otherwise, as
+//!   the kernel's ucma), and what a call needs first (an implicit bind).
+//! - The private data of a request: the 36-byte CMA header (IP version, source port, source
+//!   and destination address) in front of the user's bytes, the size limits of each message,
+//!   and what a listener learns from a received header ([`request_private_data`],
+//!   [`parse_request`]).
+//! - [`Rng`]: the PSNs a connection starts with (random, as the kernel's CMA picks them) and
+//!   ephemeral ports.
+//! - [`Handles`]: a table keyed by index and generation, so a stale or forged key names no
+//!   object (IDs keyed by a handle, not by a pointer value).
+//!
+//! A fault hook (a REJ, a lost RTU, a device removal injected by a test) sits between these
+//! decisions and the shim's I/O: every decision is a value the caller can inspect or replace.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::wire::cm::{CmaHeader, CmaHeaderError, CMA_HEADER_LEN};
+
+/// An errno value (positive), what the C shims return through errno.
+pub type Errno = i32;
+
+/// Where an ID is in its life (the kernel's `rdma_cm_state`, reduced to what is branched on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdState {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    /// Active: REQ or SIDR_REQ sent.
+    Connecting,
+    /// Passive: CONNECT_REQUEST delivered, the user has not answered.
+    RequestReceived,
+    /// Passive: REP sent.
+    Accepted,
+    /// Active: REP received, no QP: waiting for `rdma_establish`.
+    ResponseReceived,
+    Connected,
+    Disconnected,
+}
+
+/// What a call must do before its own step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Before {
+    /// Nothing: the ID is bound already.
+    Nothing,
+    /// Bind to the wildcard address, port 0 (an ephemeral port), first.
+    BindAny,
+}
+
+impl IdState {
+    /// `rdma_bind_addr`: an ID that is idle and holds no port.
+    pub fn bind(self, bound: bool) -> Result<(), Errno> {
+        if bound || self != IdState::Idle {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// `rdma_resolve_addr`: from idle (bind first) or bound.
+    pub fn resolve_addr(self) -> Result<Before, Errno> {
+        match self {
+            IdState::Idle => Ok(Before::BindAny),
+            IdState::AddrBound => Ok(Before::Nothing),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// `rdma_resolve_route`: only after the address is resolved; moves to RouteResolved.
+    pub fn resolve_route(&mut self) -> Result<(), Errno> {
+        if *self != IdState::AddrResolved {
+            return Err(libc::EINVAL);
+        }
+        *self = IdState::RouteResolved;
+        Ok(())
+    }
+
+    /// `rdma_listen`, first part: from idle (bind first) or bound.
+    pub fn listen(self) -> Result<Before, Errno> {
+        match self {
+            IdState::Idle => Ok(Before::BindAny),
+            IdState::AddrBound => Ok(Before::Nothing),
+            _ => Err(libc::EINVAL),
+        }
+    }
+
+    /// `rdma_connect`: only with a resolved route.
+    pub fn connect(self) -> Result<(), Errno> {
+        if self != IdState::RouteResolved {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// `rdma_accept` / `rdma_reject`: only for a request delivered and not answered.
+    pub fn answer(self) -> Result<(), Errno> {
+        if self != IdState::RequestReceived {
+            return Err(libc::EINVAL);
+        }
+        Ok(())
+    }
+}
+
+/// The most CONNECT_REQUESTs a listener holds undelivered: the kernel's ucma takes
+/// `rdma_listen`'s backlog up to its `max_backlog` sysctl, 1024 by default (and 1024 for a
+/// backlog of 0 or less).
+pub const MAX_BACKLOG: u32 = 1024;
+
+/// A listener's backlog as the kernel's ucma takes it: 0 or less, or `MAX_BACKLOG` and above,
+/// are `MAX_BACKLOG`.
+pub fn listen_backlog(backlog: i32) -> u32 {
+    u32::try_from(backlog).ok().filter(|&b| b > 0 && b < MAX_BACKLOG).unwrap_or(MAX_BACKLOG)
+}
+
+/// What a connection agreed: the values the QP's RTR/RTS come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Agreed {
+    pub remote_qpn: u32,
+    /// The PSN the peer expects to receive first (our sq_psn).
+    pub remote_psn: u32,
+    /// The PSN we expect to receive first (our rq_psn).
+    pub local_psn: u32,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub path_mtu: u8,
+}
+
+/// Private data room of each CM message (IBTA Vol 1 ch. 12.6): REQ 92, SIDR_REQ 216, REP 196,
+/// SIDR_REP 136 bytes. A request's room holds the CMA header too.
+pub mod room {
+    pub const REQ: usize = 92;
+    pub const SIDR_REQ: usize = 216;
+    pub const REP: usize = 196;
+    pub const SIDR_REP: usize = 136;
+}
+
+/// The user's room in a request (REQ, or SIDR_REQ for `ud`): what the CMA header leaves.
+pub fn request_user_room(ud: bool) -> usize {
+    (if ud { room::SIDR_REQ } else { room::REQ }) - CMA_HEADER_LEN
+}
+
+/// The private data of a REQ (or SIDR_REQ for `ud`) from `src` to `dst`: the CMA header, then
+/// `user`. EINVAL if `user` does not fit.
+pub fn request_private_data(src: SocketAddr, dst: SocketAddr, user: &[u8], ud: bool) -> Result<Vec<u8>, Errno> {
+    if user.len() > request_user_room(ud) {
+        return Err(libc::EINVAL);
+    }
+    let mut pdata = vec![0u8; CMA_HEADER_LEN];
+    CmaHeader { version: 0, src_port: src.port(), src: src.ip(), dst: dst.ip() }.emit(&mut pdata);
+    pdata.extend_from_slice(user);
+    Ok(pdata)
+}
+
+/// What a listener learns from a received request's private data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestAddrs<'a> {
+    /// Our side: the device's address (or the header's destination) and the service's port.
+    pub local: SocketAddr,
+    /// The requester: the header's source (the sender's address if the header leaves it
+    /// unspecified) and source port.
+    pub remote: SocketAddr,
+    /// The user's bytes after the header.
+    pub user: &'a [u8],
+}
+
+/// Parses a request (REQ or SIDR_REQ) for `service_id` from `peer`, received by a device at
+/// `dev_addr`: the CMA header must be valid (a request without one is refused).
+pub fn parse_request(
+    pdata: &[u8],
+    peer: IpAddr,
+    service_id: u64,
+    dev_addr: Option<IpAddr>,
+) -> Result<RequestAddrs<'_>, CmaHeaderError> {
+    let hdr = CmaHeader::parse(pdata)?;
+    let local = SocketAddr::new(dev_addr.unwrap_or(hdr.dst), (service_id & 0xFFFF) as u16);
+    let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
+    Ok(RequestAddrs { local, remote, user: &pdata[CMA_HEADER_LEN..] })
+}
+
+/// xorshift64*: PSNs and ephemeral ports, not secrets. The seed comes from the caller (the
+/// shim mixes the clock and the pid in), so tests are deterministic.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A starting PSN (24 bits): random, as the kernel's CMA picks it.
+    pub fn psn(&mut self) -> u32 {
+        (self.next_u64() as u32) & 0xFF_FFFF
+    }
+}
+
+/// A key into [`Handles`]: a slot index and the generation of its occupant. A handle of a
+/// removed object stays invalid after its slot is reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Handle {
+    pub index: u32,
+    pub generation: u32,
+}
+
+/// A table of objects keyed by [`Handle`].
+#[derive(Debug)]
+pub struct Handles<T> {
+    slots: Vec<(u32, Option<T>)>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T> Default for Handles<T> {
+    fn default() -> Self {
+        Handles { slots: Vec::new(), free: Vec::new(), len: 0 }
+    }
+}
+
+impl<T> Handles<T> {
+    pub fn insert(&mut self, value: T) -> Handle {
+        self.len += 1;
+        if let Some(index) = self.free.pop() {
+            let slot = &mut self.slots[index as usize];
+            slot.0 = slot.0.wrapping_add(1);
+            slot.1 = Some(value);
+            return Handle { index, generation: slot.0 };
+        }
+        self.slots.push((0, Some(value)));
+        Handle { index: (self.slots.len() - 1) as u32, generation: 0 }
+    }
+
+    pub fn get(&self, h: Handle) -> Option<&T> {
+        match self.slots.get(h.index as usize) {
+            Some((g, Some(v))) if *g == h.generation => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn get_mut(&mut self, h: Handle) -> Option<&mut T> {
+        match self.slots.get_mut(h.index as usize) {
+            Some((g, Some(v))) if *g == h.generation => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn remove(&mut self, h: Handle) -> Option<T> {
+        let slot = self.slots.get_mut(h.index as usize)?;
+        if slot.0 != h.generation {
+            return None;
+        }
+        let v = slot.1.take()?;
+        self.free.push(h.index);
+        self.len -= 1;
+        Some(v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Every live object with its handle.
+    pub fn iter(&self) -> impl Iterator<Item = (Handle, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (g, v))| v.as_ref().map(|v| (Handle { index: i as u32, generation: *g }, v)))
+    }
+}
