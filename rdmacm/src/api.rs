@@ -12,8 +12,9 @@ use crate::verbs::*;
 use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr;
+use urxe::cm::rdma_id::{listen_backlog, request_private_data, request_user_room, room, Before};
 use urxe::cm::{reject, sidr_status, ListenQp, State};
-use urxe::wire::cm::{rdma_cm_service_id, CmaHeader, CMA_HEADER_LEN};
+use urxe::wire::cm::rdma_cm_service_id;
 
 // ---- IDs ------------------------------------------------------------------------------------
 
@@ -231,9 +232,7 @@ pub(crate) fn with_port(mut a: SocketAddr, port: u16) -> SocketAddr {
 pub(crate) fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
     let k = id as usize;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    if st.bound || !matches!(st.state, IdState::Idle) {
-        return Err(libc::EINVAL);
-    }
+    st.state.bind(st.bound)?;
     let (ps, reuse) = (st.ps, st.reuseaddr);
     // With its scope id: a link-local address is local on the interface it names.
     let mut probe = addr;
@@ -275,10 +274,7 @@ pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: So
     let mut lib = lock();
     let dev_addr = lib.device()?.addr;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    if !matches!(st.state, IdState::Idle | IdState::AddrBound) {
-        return Err(libc::EINVAL);
-    }
-    if st.state == IdState::Idle {
+    if st.state.resolve_addr()? == Before::BindAny {
         let any =
             if dev_addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
         bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0)))?;
@@ -332,11 +328,7 @@ cm_export! {
 pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
-    let st = lib.id(id)?;
-    if st.state != IdState::AddrResolved {
-        return Err(libc::EINVAL);
-    }
-    st.state = IdState::RouteResolved;
+    lib.id(id)?.state.resolve_route()?;
     lib.fill_route(k);
     lib.post(k, 0, event::ROUTE_RESOLVED, 0, |_| {});
     Ok(())
@@ -356,13 +348,11 @@ cm_export! {
         let k = key(id)?;
         let mut lib = lock();
         let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-        if st.state == IdState::Idle {
+        if st.state.listen()? == Before::BindAny {
             bind(&mut lib, id, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
         }
         let st = lib.id(id)?;
-        if st.state != IdState::AddrBound {
-            return Err(libc::EINVAL);
-        }
+        st.state.listen()?;
         let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
         let steered = st.steered == Some(service);
         // The kernel's cma_check_req_qp_type: requests for the listener's own QP type only.
@@ -373,7 +363,7 @@ cm_export! {
             _ => ListenQp::Any,
         };
         // As the kernel's ucma: a backlog of 0 or less, or above max_backlog, is max_backlog.
-        st.backlog = u32::try_from(backlog).ok().filter(|&b| b > 0 && b < MAX_BACKLOG).unwrap_or(MAX_BACKLOG);
+        st.backlog = listen_backlog(backlog);
         lib.cm()?.listen(service, qp).map_err(|e| e.errno())?;
         // At a shared address, REQs for the service must be steered to this process.
         let gsi = lib.device()?.gsi;
@@ -426,18 +416,13 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    if st.state != IdState::RouteResolved {
-        return Err(libc::EINVAL);
-    }
+    st.state.connect()?;
     let (src, dst, ps, ud) = (st.src, st.dst, st.ps, st.qp_type == qp_type::UD);
     let (src, dst) = (src.ok_or(libc::EINVAL)?, dst.ok_or(libc::EINVAL)?);
     let mut p = param.unwrap_or_else(default_param);
     let qpn = qp_num(id).unwrap_or(p.qp_num);
-    let max = if ud { 216 } else { 92 } - CMA_HEADER_LEN;
-    let user = user_data(p.private_data, p.private_data_len, max)?;
-    let mut pdata = vec![0u8; CMA_HEADER_LEN];
-    CmaHeader { version: 0, src_port: src.port(), src: src.ip(), dst: dst.ip() }.emit(&mut pdata);
-    pdata.extend_from_slice(&user);
+    let user = user_data(p.private_data, p.private_data_len, request_user_room(ud))?;
+    let pdata = request_private_data(src, dst, &user, ud)?;
     let t = now();
     let comm = if ud {
         let service = rdma_cm_service_id(ps as u16, dst.port());
@@ -445,7 +430,7 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
     } else {
         p.responder_resources = p.responder_resources.min(DEVICE_MAX_RD_ATOMIC);
         p.initiator_depth = p.initiator_depth.min(DEVICE_MAX_RD_ATOMIC);
-        let psn = (lib.random() as u32) & 0xFF_FFFF;
+        let psn = lib.psn();
         let mtu = lib.device()?.active_mtu;
         let st = lib.id(id)?;
         st.agreed.local_psn = psn;
@@ -476,15 +461,13 @@ pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Res
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    if st.state != IdState::RequestReceived {
-        return Err(libc::EINVAL);
-    }
+    st.state.answer()?;
     let comm = st.comm.ok_or(libc::EINVAL)?;
     let ud = st.qp_type == qp_type::UD;
     let p = param.unwrap_or_else(default_param);
     let qpn = qp_num(id).unwrap_or(p.qp_num);
     if ud {
-        let user = user_data(p.private_data, p.private_data_len, 136)?;
+        let user = user_data(p.private_data, p.private_data_len, room::SIDR_REP)?;
         lib.cm()?.send_sidr_rep(comm, sidr_status::VALID, qpn, RDMA_UDP_QKEY, &user).map_err(|e| e.errno())?;
         lib.by_comm.remove(&comm);
         let st = lib.id(id)?;
@@ -493,7 +476,7 @@ pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Res
         lib.flush();
         return Ok(false);
     }
-    let user = user_data(p.private_data, p.private_data_len, 196)?;
+    let user = user_data(p.private_data, p.private_data_len, room::REP)?;
     let st = lib.id(id)?;
     st.agreed.responder_resources = p.responder_resources.min(st.agreed.responder_resources.max(1));
     st.agreed.initiator_depth = p.initiator_depth.min(st.agreed.initiator_depth);
@@ -528,7 +511,7 @@ pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> R
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     let comm = st.comm.ok_or(libc::EINVAL)?;
     let ud = st.qp_type == qp_type::UD;
-    let user = user_data(pdata, len, if ud { 136 } else { 148 })?;
+    let user = user_data(pdata, len, if ud { room::SIDR_REP } else { room::REJ })?;
     if ud {
         lib.cm()?.send_sidr_rep(comm, sidr_status::REJECTED, 0, 0, &user).map_err(|e| e.errno())?;
     } else {

@@ -22,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use urxe::cm::rdma_id::Rng;
 use urxe::cm::{sidr_status, Cm, CmConfig, CmCounters, CmEvent, CommId, Nanos};
 use urxe::wire::mad::MAD_LEN;
 
@@ -35,47 +36,12 @@ pub const MRA_SERVICE_TIMEOUT: u8 = 24;
 /// SIDR_REQ timeout exponent and retries (the kernel's `CMA_CM_RESPONSE_TIMEOUT`, 15 tries).
 pub const SIDR_TIMEOUT: u8 = 20;
 pub const HOP_LIMIT: u8 = 64;
-/// The most CONNECT_REQUESTs a listener holds undelivered: the kernel's ucma takes
-/// `rdma_listen`'s backlog up to its `max_backlog` sysctl, 1024 by default (and 1024 for a
-/// backlog of 0 or less).
-pub const MAX_BACKLOG: u32 = 1024;
+pub use urxe::cm::rdma_id::MAX_BACKLOG;
 
 pub use crate::channel::{Channel, EventBox};
 
-/// Where an ID is in its life (the kernel's `rdma_cm_state`, reduced to what we branch on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IdState {
-    Idle,
-    AddrBound,
-    AddrResolved,
-    RouteResolved,
-    Listening,
-    /// Active: REQ or SIDR_REQ sent.
-    Connecting,
-    /// Passive: CONNECT_REQUEST delivered, the user has not answered.
-    RequestReceived,
-    /// Passive: REP sent.
-    Accepted,
-    /// Active: REP received, no QP: waiting for `rdma_establish`.
-    ResponseReceived,
-    Connected,
-    Disconnected,
-}
-
-/// What a connection agreed: the values the QP's RTR/RTS come from.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Agreed {
-    pub remote_qpn: u32,
-    /// The PSN the peer expects to receive first (our sq_psn).
-    pub remote_psn: u32,
-    /// The PSN we expect to receive first (our rq_psn).
-    pub local_psn: u32,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub path_mtu: u8,
-}
+/// The ID's state and what a connection agreed: the sans-IO core's ([`urxe::cm::rdma_id`]).
+pub use urxe::cm::rdma_id::{Agreed, IdState};
 
 /// One group an ID has joined.
 #[derive(Clone, Copy, Debug)]
@@ -174,7 +140,7 @@ pub struct Lib {
     pub ports: HashSet<(c_int, u16)>,
     pub outstanding: HashSet<usize>,
     pub timerfd: c_int,
-    rng: u64,
+    rng: Rng,
     /// The CM's counters as `urxe stat` last got them.
     pub(crate) reported: CmCounters,
 }
@@ -202,7 +168,7 @@ pub fn lock() -> MutexGuard<'static, Lib> {
             ports: HashSet::new(),
             outstanding: HashSet::new(),
             timerfd: -1,
-            rng: seed | 1,
+            rng: Rng::new(seed),
             reported: CmCounters::default(),
         })
     });
@@ -299,12 +265,14 @@ pub unsafe fn load_sockaddr(sa: *const libc::sockaddr) -> Result<Option<SocketAd
 }
 
 impl Lib {
+    /// PSNs and ephemeral ports, not secrets ([`Rng`]).
     pub fn random(&mut self) -> u64 {
-        // xorshift64*: PSNs and ephemeral ports, not secrets.
-        self.rng ^= self.rng >> 12;
-        self.rng ^= self.rng << 25;
-        self.rng ^= self.rng >> 27;
-        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.rng.next_u64()
+    }
+
+    /// A connection's starting PSN, random as the kernel's CMA picks it.
+    pub fn psn(&mut self) -> u32 {
+        self.rng.psn()
     }
 
     /// The device, opened on first use (with the CM thread).

@@ -8,8 +8,8 @@ use crate::abi::*;
 use crate::core::*;
 use std::net::{IpAddr, SocketAddr};
 use std::ptr;
+use urxe::cm::rdma_id::parse_request;
 use urxe::cm::{reject, sidr_status, CommId, ReqInfo};
-use urxe::wire::cm::{CmaHeader, CMA_HEADER_LEN};
 
 impl Lib {
     /// The CONNECT_REQUEST of `child` left its listener's channel (delivered, or dropped with
@@ -95,8 +95,9 @@ impl Lib {
 
     pub(crate) fn on_req(&mut self, comm_id: CommId, peer: IpAddr, req: &ReqInfo) {
         let listen = self.listeners.get(&req.service_id).copied();
-        let hdr = CmaHeader::parse(&req.private_data);
-        let (Some(listen), Ok(hdr)) = (listen, hdr) else {
+        let dev = self.dev.as_ref().map(|d| d.addr);
+        let addrs = parse_request(&req.private_data, peer, req.service_id, dev);
+        let (Some(listen), Ok(addrs)) = (listen, addrs) else {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
             return;
         };
@@ -104,15 +105,14 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.refuse_request(comm_id));
             return;
         }
-        let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (req.service_id & 0xFFFF) as u16);
-        let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
-        let Ok(id) = self.child(listen, local, remote) else {
+        let pdata = addrs.user.to_vec();
+        let Ok(id) = self.child(listen, addrs.local, addrs.remote) else {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::NO_RESOURCES, &[]));
             return;
         };
         let mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu).min(req.path_mtu.max(1));
         // The PSN we expect to receive first: random, as the kernel's CMA picks it.
-        let local_psn = (self.random() as u32) & 0xFF_FFFF;
+        let local_psn = self.psn();
         if let Some(st) = self.ids.get_mut(&id) {
             st.comm = Some(comm_id);
             st.agreed = Agreed {
@@ -130,7 +130,6 @@ impl Lib {
         let mut conn = conn_param(&self.ids[&id].agreed, req.srq);
         conn.responder_resources = req.responder_resources;
         conn.initiator_depth = req.initiator_depth;
-        let pdata = req.private_data[CMA_HEADER_LEN..].to_vec();
         self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
             b.ev.param.conn = conn;
             b.private_data = pdata;
@@ -141,8 +140,9 @@ impl Lib {
 
     pub(crate) fn on_sidr_req(&mut self, request_id: CommId, peer: IpAddr, service_id: u64, pdata: Vec<u8>) {
         let listen = self.listeners.get(&service_id).copied();
-        let hdr = CmaHeader::parse(&pdata);
-        let (Some(listen), Ok(hdr)) = (listen, hdr) else {
+        let dev = self.dev.as_ref().map(|d| d.addr);
+        let addrs = parse_request(&pdata, peer, service_id, dev);
+        let (Some(listen), Ok(addrs)) = (listen, addrs) else {
             let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::REJECTED, 0, 0, &[]));
             return;
         };
@@ -150,9 +150,8 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.refuse_request(request_id));
             return;
         }
-        let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (service_id & 0xFFFF) as u16);
-        let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
-        let Ok(id) = self.child(listen, local, remote) else {
+        let rest = addrs.user.to_vec();
+        let Ok(id) = self.child(listen, addrs.local, addrs.remote) else {
             let _ = self.cm.as_mut().map(|cm| cm.send_sidr_rep(request_id, sidr_status::NO_QP, 0, 0, &[]));
             return;
         };
@@ -161,7 +160,6 @@ impl Lib {
         }
         self.by_comm.insert(request_id, id);
         let ah = self.ah_to_peer(id);
-        let rest = pdata[CMA_HEADER_LEN..].to_vec();
         self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
             b.ev.param.ud =
                 rdma_ud_param { private_data: ptr::null(), private_data_len: 0, ah_attr: ah, qp_num: 0, qkey: 0 };

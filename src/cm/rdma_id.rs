@@ -132,12 +132,13 @@ pub struct Agreed {
 }
 
 /// Private data room of each CM message (IBTA Vol 1 ch. 12.6): REQ 92, SIDR_REQ 216, REP 196,
-/// SIDR_REP 136 bytes. A request's room holds the CMA header too.
+/// SIDR_REP 136, REJ 148 bytes. A request's room holds the CMA header too.
 pub mod room {
     pub const REQ: usize = 92;
     pub const SIDR_REQ: usize = 216;
     pub const REP: usize = 196;
     pub const SIDR_REP: usize = 136;
+    pub const REJ: usize = 148;
 }
 
 /// The user's room in a request (REQ, or SIDR_REQ for `ud`): what the CMA header leaves.
