@@ -12,7 +12,7 @@ use crate::verbs::*;
 use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr;
-use urxe::cm::rdma_id::{listen_backlog, request_private_data, request_user_room, room, Before};
+use urxe::cm::rdma_id::{request_private_data, request_user_room, room, Before};
 use urxe::cm::{reject, sidr_status, ListenQp, State};
 use urxe::wire::cm::rdma_cm_service_id;
 
@@ -352,8 +352,7 @@ cm_export! {
             bind(&mut lib, id, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
         }
         let st = lib.id(id)?;
-        st.state.listen()?;
-        let service = rdma_cm_service_id(st.ps as u16, st.src.map_or(0, |s| s.port()));
+        let service = st.listen(backlog)?;
         let steered = st.steered == Some(service);
         // The kernel's cma_check_req_qp_type: requests for the listener's own QP type only.
         let qp = match st.qp_type {
@@ -362,8 +361,6 @@ cm_export! {
             qp_type::UD => ListenQp::Ud,
             _ => ListenQp::Any,
         };
-        // As the kernel's ucma: a backlog of 0 or less, or above max_backlog, is max_backlog.
-        st.backlog = listen_backlog(backlog);
         lib.cm()?.listen(service, qp).map_err(|e| e.errno())?;
         // At a shared address, REQs for the service must be steered to this process.
         let gsi = lib.device()?.gsi;
@@ -374,9 +371,7 @@ cm_export! {
             return Err(e);
         }
         lib.listeners.insert(service, k);
-        let st = lib.id(id)?;
-        st.listen_service = Some(service);
-        st.state = IdState::Listening;
+        lib.id(id)?.listening(service);
         Ok(0)
     }
 }

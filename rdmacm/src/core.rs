@@ -22,7 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use urxe::cm::rdma_id::Rng;
+use urxe::cm::rdma_id::{RdmaId, Rng};
 use urxe::cm::{sidr_status, Cm, CmConfig, CmCounters, CmEvent, CommId, Nanos};
 use urxe::wire::mad::MAD_LEN;
 
@@ -52,28 +52,13 @@ pub struct Join {
     pub send_only: bool,
 }
 
-/// The Rust side of one `rdma_cm_id`.
+/// The Rust side of one `rdma_cm_id`: the sans-IO core's [`RdmaId`] (state, addresses,
+/// connection; reached through `Deref`) and the C-side objects beside it.
 pub struct Id {
-    pub ps: c_int,
-    pub qp_type: c_int,
+    pub core: RdmaId,
     pub channel: usize,
     /// A synchronous ID (created with a NULL channel) owns `channel`.
     pub sync: bool,
-    pub state: IdState,
-    pub src: Option<SocketAddr>,
-    pub dst: Option<SocketAddr>,
-    pub comm: Option<CommId>,
-    pub listen_service: Option<u64>,
-    /// A service steered to this process before `rdma_listen` (none today: steering at
-    /// `rdma_bind_addr` made a REQ that came before `rdma_listen` get this process's REJ 8
-    /// instead of waiting at the group's default slot for the listener, tests/rdmacm_group.rs).
-    pub steered: Option<u64>,
-    pub agreed: Agreed,
-    pub tos: u8,
-    pub ack_timeout: Option<u8>,
-    pub reuseaddr: bool,
-    /// `src` holds a port this ID reserved (bind, resolve_addr).
-    pub bound: bool,
     /// From `rdma_create_ep` on a passive endpoint: every request gets a QP like this.
     pub ep_qp: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
     /// CQs and channels this library made for the QP (`rdma_create_qp` without CQs).
@@ -82,9 +67,6 @@ pub struct Id {
     pub local_ece: ibv_ece,
     /// Multicast groups joined (`rdma_join_multicast`).
     pub mcast: Vec<Join>,
-    /// A listener: the most CONNECT_REQUESTs it holds undelivered, and how many it holds.
-    pub backlog: u32,
-    pub pending: u32,
     /// A new ID whose CONNECT_REQUEST waits, undelivered, on this listener's channel (0: none).
     pub request_of: usize,
 }
@@ -93,30 +75,29 @@ impl Id {
     pub fn new(ps: c_int, channel: usize, sync: bool) -> Id {
         let qp_type = if ps == ps::UDP || ps == ps::IPOIB { qp_type::UD } else { qp_type::RC };
         Id {
-            ps,
-            qp_type,
+            core: RdmaId::new(ps, qp_type),
             channel,
             sync,
-            state: IdState::Idle,
-            src: None,
-            dst: None,
-            comm: None,
-            listen_service: None,
-            steered: None,
-            agreed: Agreed::default(),
-            tos: 0,
-            ack_timeout: None,
-            reuseaddr: false,
-            bound: false,
             ep_qp: None,
             own_cqs: false,
             path_rec: ptr::null_mut(),
             local_ece: ibv_ece::default(),
             mcast: Vec::new(),
-            backlog: MAX_BACKLOG,
-            pending: 0,
             request_of: 0,
         }
+    }
+}
+
+impl std::ops::Deref for Id {
+    type Target = RdmaId;
+    fn deref(&self) -> &RdmaId {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Id {
+    fn deref_mut(&mut self) -> &mut RdmaId {
+        &mut self.core
     }
 }
 

@@ -18,7 +18,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::wire::cm::{CmaHeader, CmaHeaderError, CMA_HEADER_LEN};
+use super::CommId;
+use crate::wire::cm::{rdma_cm_service_id, CmaHeader, CmaHeaderError, CMA_HEADER_LEN};
 
 /// An errno value (positive), what the C shims return through errno.
 pub type Errno = i32;
@@ -102,6 +103,80 @@ impl IdState {
             return Err(libc::EINVAL);
         }
         Ok(())
+    }
+}
+
+/// The sans-IO part of one rdma_cm ID: its state, addresses, connection and listener
+/// figures. The C library keeps the C-side objects (channel, QP attributes, path record) beside
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RdmaId {
+    /// Port space (`RDMA_PS_*`).
+    pub ps: i32,
+    /// libibverbs' QP type the ID connects (RC, UC or UD).
+    pub qp_type: i32,
+    pub state: IdState,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    pub comm: Option<CommId>,
+    pub listen_service: Option<u64>,
+    /// A service steered to this process before `rdma_listen` (none today: steering at
+    /// `rdma_bind_addr` made a REQ that came before `rdma_listen` get this process's REJ 8
+    /// instead of waiting at the group's default slot for the listener, tests/rdmacm_group.rs).
+    pub steered: Option<u64>,
+    pub agreed: Agreed,
+    pub tos: u8,
+    pub ack_timeout: Option<u8>,
+    pub reuseaddr: bool,
+    /// `src` holds a port this ID reserved (bind, resolve_addr).
+    pub bound: bool,
+    /// A listener: the most CONNECT_REQUESTs it holds undelivered, and how many it holds.
+    pub backlog: u32,
+    pub pending: u32,
+}
+
+impl RdmaId {
+    /// A new, idle ID of port space `ps` for QPs of type `qp_type`.
+    pub fn new(ps: i32, qp_type: i32) -> RdmaId {
+        RdmaId {
+            ps,
+            qp_type,
+            state: IdState::Idle,
+            src: None,
+            dst: None,
+            comm: None,
+            listen_service: None,
+            steered: None,
+            agreed: Agreed::default(),
+            tos: 0,
+            ack_timeout: None,
+            reuseaddr: false,
+            bound: false,
+            backlog: MAX_BACKLOG,
+            pending: 0,
+        }
+    }
+
+    /// The service ID a listener on this ID serves: its port space and bound port.
+    pub fn service_id(&self) -> u64 {
+        rdma_cm_service_id(self.ps as u16, self.src.map_or(0, |s| s.port()))
+    }
+
+    /// `rdma_listen`, second part (the ID is bound): takes the backlog as the kernel's ucma and
+    /// names the service to listen on. The caller registers it (the CM, the group's steering
+    /// table), then calls [`RdmaId::listening`].
+    pub fn listen(&mut self, backlog: i32) -> Result<u64, Errno> {
+        if self.state != IdState::AddrBound {
+            return Err(libc::EINVAL);
+        }
+        self.backlog = listen_backlog(backlog);
+        Ok(self.service_id())
+    }
+
+    /// The service is registered: the ID listens on it.
+    pub fn listening(&mut self, service: u64) {
+        self.listen_service = Some(service);
+        self.state = IdState::Listening;
     }
 }
 

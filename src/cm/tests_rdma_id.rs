@@ -151,3 +151,22 @@ fn a_removed_handle_names_nothing_even_when_its_slot_is_reused() {
     assert!(t.get_mut(Handle { index: 99, generation: 0 }).is_none());
     assert_eq!(t.remove(Handle { index: 99, generation: 0 }), None);
 }
+
+#[test]
+fn a_new_id_is_idle_and_listens_only_once_bound() {
+    let mut id = RdmaId::new(0x0106, 2);
+    assert_eq!((id.state, id.src, id.bound, id.backlog, id.pending), (IdState::Idle, None, false, MAX_BACKLOG, 0));
+    assert_eq!(id.listen(8), Err(libc::EINVAL), "an unbound ID does not listen");
+    id.src = Some(DST);
+    id.bound = true;
+    id.state = IdState::AddrBound;
+    assert_eq!(id.listen(8), Ok(SERVICE), "port space TCP, port 7471");
+    assert_eq!((id.backlog, id.state), (8, IdState::AddrBound), "listening only once registered");
+    id.listening(SERVICE);
+    assert_eq!((id.state, id.listen_service), (IdState::Listening, Some(SERVICE)));
+    assert_eq!(id.listen(8), Err(libc::EINVAL), "a listener does not listen again");
+    assert_eq!(id.listen(-1).err(), Some(libc::EINVAL));
+    let mut fresh = RdmaId::new(0x0106, 2);
+    fresh.state = IdState::AddrBound;
+    assert_eq!((fresh.listen(0), fresh.backlog), (Ok(0x0106_0000), MAX_BACKLOG));
+}
