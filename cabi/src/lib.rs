@@ -11,5 +11,7 @@
 #![deny(clippy::missing_safety_doc)]
 
 pub mod export;
+pub mod verbs;
+pub mod verbs_layout;
 
 pub use urxe_cabi_macros::{c_fn, export};
