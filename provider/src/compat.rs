@@ -17,50 +17,174 @@
 //! provider/build.sh renames the default definition `name` to `name@@IBVERBS_1.1` in the
 //! archive ([`default_renames`](crate::entries::default_renames)) so that both versions coexist.
 
-use libc::{c_char, c_void};
+use libc::{c_char, c_int, c_void};
 
-/// The 1.0 stand-ins by convention: pointer-returning (NULL + EOPNOTSUPP), errno-returning,
-/// -1 + errno (`ibv_get_*_event`) and `void` (the acks, `ibv_free_device_list`).
-macro_rules! compat_fns {
-    (ptr: $($p:ident),*; errno: $($e:ident),*; neg1: $($n:ident),*; void: $($v:ident),*;) => {
-        $(export! {
-            /// 1.0 compat entry (module doc): NULL + EOPNOTSUPP.
-            fn $p() -> *mut c_void as ptr { Err(libc::EOPNOTSUPP) }
-        })*
-        $(export! {
-            /// 1.0 compat entry (module doc): returns EOPNOTSUPP.
-            fn $e() -> c_int as errno { Err(libc::EOPNOTSUPP) }
-        })*
-        $(export! {
-            /// 1.0 compat entry (module doc): -1 + EOPNOTSUPP.
-            fn $n() -> c_int as neg1 { Err(libc::EOPNOTSUPP) }
-        })*
-        $(export! {
-            /// 1.0 compat entry (module doc): nothing to do.
-            fn $v() as void {}
-        })*
-    };
+// The 1.0 stand-ins, one function each (written out so that its C name finds it), by
+// convention: pointer-returning (NULL + EOPNOTSUPP), errno-returning, -1 + errno
+// (`ibv_get_*_event`) and `void` (the acks, `ibv_free_device_list`).
+
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_alloc_pd() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
 }
 
-compat_fns! {
-    ptr: urxe_compat_alloc_pd, urxe_compat_create_ah, urxe_compat_create_cq, urxe_compat_create_qp, urxe_compat_create_srq, urxe_compat_get_device_list, urxe_compat_open_device, urxe_compat_reg_mr;
-    errno: urxe_compat_attach_mcast, urxe_compat_close_device, urxe_compat_dealloc_pd, urxe_compat_dereg_mr, urxe_compat_destroy_ah, urxe_compat_destroy_cq, urxe_compat_destroy_qp, urxe_compat_destroy_srq, urxe_compat_detach_mcast, urxe_compat_modify_qp, urxe_compat_modify_srq, urxe_compat_query_device, urxe_compat_query_gid, urxe_compat_query_pkey, urxe_compat_query_port, urxe_compat_query_qp, urxe_compat_query_srq, urxe_compat_resize_cq;
-    neg1: urxe_compat_get_async_event, urxe_compat_get_cq_event;
-    void: urxe_compat_ack_async_event, urxe_compat_ack_cq_events, urxe_compat_free_device_list;
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_create_ah() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
 }
 
-export! {
-    /// `ibv_get_device_name@IBVERBS_1.0`: NULL + EOPNOTSUPP (there is no 1.0 device to name).
-    fn urxe_compat_get_device_name(device: *mut c_void) -> *const c_char as ptr { Err(libc::EOPNOTSUPP) }
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_create_cq() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
 }
-export! {
-    /// `ibv_get_device_guid@IBVERBS_1.0`: 0 (no 1.0 device).
-    fn urxe_compat_get_device_guid(device: *mut c_void) -> u64 as value(0) { 0 }
+
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_create_qp() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
 }
-export! {
-    /// `ibv_register_driver@IBVERBS_1.1`: no-op, as in rdma-core (providers are private).
-    fn urxe_compat_register_driver(name: *const c_char, init: *mut c_void) as void {}
+
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_create_srq() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
 }
+
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_get_device_list() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_open_device() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_reg_mr() -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_attach_mcast() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_close_device() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_dealloc_pd() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_dereg_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_destroy_ah() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_destroy_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_destroy_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_destroy_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_detach_mcast() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_modify_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_modify_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_query_device() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_query_gid() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_query_pkey() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_query_port() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_query_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_query_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn urxe_compat_resize_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_compat_get_async_event() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_compat_get_cq_event() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn urxe_compat_ack_async_event() {}
+
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn urxe_compat_ack_cq_events() {}
+
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn urxe_compat_free_device_list() {}
+
+/// `ibv_get_device_name@IBVERBS_1.0`: NULL + EOPNOTSUPP (there is no 1.0 device to name).
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn urxe_compat_get_device_name(device: *mut c_void) -> *const c_char {
+    Err(libc::EOPNOTSUPP)
+}
+/// `ibv_get_device_guid@IBVERBS_1.0`: 0 (no 1.0 device).
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn urxe_compat_get_device_guid(device: *mut c_void) -> u64 {
+    0
+}
+/// `ibv_register_driver@IBVERBS_1.1`: no-op, as in rdma-core (providers are private).
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn urxe_compat_register_driver(name: *const c_char, init: *mut c_void) {}
 
 // The versioned names. The symbol table of the static archive carries them as
 // `ibv_x@IBVERBS_1.0` aliases of the local implementations; the final link keeps them global

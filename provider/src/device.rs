@@ -97,129 +97,121 @@ fn open_context(dev: &'static UrxeDevice, cmd_fd: c_int) -> Result<*mut ibv_cont
     Ok(unsafe { (*raw).ibv() })
 }
 
-export! {
-    /// `ibv_get_device_list(3)`: one device, `urxe0`. NULL + EINVAL/EADDRINUSE (with a message
-    /// on stderr naming URXE_ADDR) when the address configuration is unusable.
-    fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device as ptr {
-        let dev = device()?;
-        // SAFETY: calloc of two pointer slots; freed by ibv_free_device_list.
-        let list = unsafe { libc::calloc(2, size_of::<*mut ibv_device>()) } as *mut *mut ibv_device;
-        if list.is_null() {
-            return Err(libc::ENOMEM);
-        }
-        // SAFETY: `list` has two zeroed slots; slot 1 stays NULL (terminator).
-        unsafe { *list = dev as *const UrxeDevice as *mut ibv_device };
-        refcount(dev).fetch_add(1, Ordering::Relaxed);
-        if !num_devices.is_null() {
-            // SAFETY: caller passes a writable int or NULL.
-            unsafe { *num_devices = 1 };
-        }
-        Ok(list)
+/// `ibv_get_device_list(3)`: one device, `urxe0`. NULL + EINVAL/EADDRINUSE (with a message
+/// on stderr naming URXE_ADDR) when the address configuration is unusable.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    let dev = device()?;
+    // SAFETY: calloc of two pointer slots; freed by ibv_free_device_list.
+    let list = unsafe { libc::calloc(2, size_of::<*mut ibv_device>()) } as *mut *mut ibv_device;
+    if list.is_null() {
+        return Err(libc::ENOMEM);
     }
+    // SAFETY: `list` has two zeroed slots; slot 1 stays NULL (terminator).
+    unsafe { *list = dev as *const UrxeDevice as *mut ibv_device };
+    refcount(dev).fetch_add(1, Ordering::Relaxed);
+    if !num_devices.is_null() {
+        // SAFETY: caller passes a writable int or NULL.
+        unsafe { *num_devices = 1 };
+    }
+    Ok(list)
 }
 
-export! {
-    /// `ibv_free_device_list(3)`: drops the list's device references and frees the array.
-    fn ibv_free_device_list(list: *mut *mut ibv_device) as void {
-        if list.is_null() {
-            return;
-        }
-        let mut i = 0;
-        loop {
-            // SAFETY: `list` is a NULL-terminated array from ibv_get_device_list.
-            let d = unsafe { *list.add(i) };
-            if d.is_null() {
-                break;
-            }
-            if let Ok(dev) = device_from(d) {
-                refcount(dev).fetch_sub(1, Ordering::Relaxed);
-            }
-            i += 1;
-        }
-        // SAFETY: allocated with calloc in ibv_get_device_list.
-        unsafe { libc::free(list as *mut c_void) };
+/// `ibv_free_device_list(3)`: drops the list's device references and frees the array.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    if list.is_null() {
+        return;
     }
+    let mut i = 0;
+    loop {
+        // SAFETY: `list` is a NULL-terminated array from ibv_get_device_list.
+        let d = unsafe { *list.add(i) };
+        if d.is_null() {
+            break;
+        }
+        if let Ok(dev) = device_from(d) {
+            refcount(dev).fetch_sub(1, Ordering::Relaxed);
+        }
+        i += 1;
+    }
+    // SAFETY: allocated with calloc in ibv_get_device_list.
+    unsafe { libc::free(list as *mut c_void) };
 }
 
-export! {
-    /// `ibv_get_device_name(3)`.
-    fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char as ptr {
-        let d = device_from(device)?;
-        Ok(d.vdev.device.name.as_ptr())
-    }
+/// `ibv_get_device_name(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    let d = device_from(device)?;
+    Ok(d.vdev.device.name.as_ptr())
 }
 
-export! {
-    /// `ibv_get_device_guid(3)`: node GUID in network byte order (0 + EINVAL on a bad device).
-    fn ibv_get_device_guid(device: *mut ibv_device) -> u64 as value(0) {
-        match device_from(device) {
-            Ok(d) => u64::from_ne_bytes(d.info.guid),
-            Err(e) => {
-                set_errno(e);
-                0
-            }
+/// `ibv_get_device_guid(3)`: node GUID in network byte order (0 + EINVAL on a bad device).
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    match device_from(device) {
+        Ok(d) => u64::from_ne_bytes(d.info.guid),
+        Err(e) => {
+            set_errno(e);
+            0
         }
     }
 }
 
-export! {
-    /// `ibv_get_device_index(3)`: 0 for urxe0, -1 for anything else.
-    fn ibv_get_device_index(device: *mut ibv_device) -> c_int as neg1 {
-        device_from(device).map(|_| 0)
-    }
+/// `ibv_get_device_index(3)`: 0 for urxe0, -1 for anything else.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    device_from(device).map(|_| 0)
 }
 
-export! {
-    /// `ibv_open_device(3)`.
-    fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context as ptr {
-        let dev = device_from(device)?;
-        let fd = new_cmd_fd()?;
-        open_context(dev, fd).inspect_err(|_| {
-            // SAFETY: fd is ours and unused.
-            unsafe { libc::close(fd) };
-        })
-    }
+/// `ibv_open_device(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    let dev = device_from(device)?;
+    let fd = new_cmd_fd()?;
+    open_context(dev, fd).inspect_err(|_| {
+        // SAFETY: fd is ours and unused.
+        unsafe { libc::close(fd) };
+    })
 }
 
-export! {
-    /// `ibv_import_device(3)`: a new context over a (dup of a) `cmd_fd` of one of our
-    /// contexts; the fd is owned by the new context.
-    fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context as ptr {
-        let id = fd_identity(cmd_fd).ok_or(libc::EBADF)?;
-        let known = CMD_FDS.lock().unwrap_or_else(|e| e.into_inner()).contains(&id);
-        if !known {
-            return Err(libc::EINVAL);
-        }
-        let dev = device()?;
-        open_context(dev, cmd_fd)
+/// `ibv_import_device(3)`: a new context over a (dup of a) `cmd_fd` of one of our
+/// contexts; the fd is owned by the new context.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    let id = fd_identity(cmd_fd).ok_or(libc::EBADF)?;
+    let known = CMD_FDS.lock().unwrap_or_else(|e| e.into_inner()).contains(&id);
+    if !known {
+        return Err(libc::EINVAL);
     }
+    let dev = device()?;
+    open_context(dev, cmd_fd)
 }
 
-export! {
-    /// `ibv_close_device(3)`: 0, or -1 + errno.
-    fn ibv_close_device(context: *mut ibv_context) -> c_int as neg1 {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }? as *const UrxeContext as *mut UrxeContext;
-        // SAFETY: `u` came from Box::into_raw in open_context and is closed once.
-        let b = unsafe { Box::from_raw(u) };
-        let c = &b.vctx.context;
-        if let Some(id) = fd_identity(c.cmd_fd) {
-            let mut fds = CMD_FDS.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = fds.iter().position(|x| *x == id) {
-                fds.swap_remove(i);
-            }
+/// `ibv_close_device(3)`: 0, or -1 + errno.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }? as *const UrxeContext as *mut UrxeContext;
+    // SAFETY: `u` came from Box::into_raw in open_context and is closed once.
+    let b = unsafe { Box::from_raw(u) };
+    let c = &b.vctx.context;
+    if let Some(id) = fd_identity(c.cmd_fd) {
+        let mut fds = CMD_FDS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = fds.iter().position(|x| *x == id) {
+            fds.swap_remove(i);
         }
-        crate::events::unregister_context_pipe(b.async_write);
-        // SAFETY: these fds belong to the context being destroyed.
-        unsafe {
-            libc::close(c.cmd_fd);
-            libc::close(c.async_fd);
-            libc::close(b.async_write);
-            libc::pthread_mutex_destroy(ptr::addr_of!(c.mutex) as *mut libc::pthread_mutex_t);
-        }
-        refcount(b.device()).fetch_sub(1, Ordering::Relaxed);
-        Ok(0)
     }
+    crate::events::unregister_context_pipe(b.async_write);
+    // SAFETY: these fds belong to the context being destroyed.
+    unsafe {
+        libc::close(c.cmd_fd);
+        libc::close(c.async_fd);
+        libc::close(b.async_write);
+        libc::pthread_mutex_destroy(ptr::addr_of!(c.mutex) as *mut libc::pthread_mutex_t);
+    }
+    refcount(b.device()).fetch_sub(1, Ordering::Relaxed);
+    Ok(0)
 }
 
 /// `ibv_device_attr` of urxe0.
@@ -317,68 +309,65 @@ unsafe fn copy_prefix<T>(dst: *mut u8, len: usize, src: &T) {
     }
 }
 
-export! {
-    /// `ibv_query_device(3)`: 0 or errno.
-    fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int as errno {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        let out = non_null(device_attr)?;
-        // SAFETY: caller passes a writable ibv_device_attr.
-        unsafe { out.write(self::device_attr(u.device())) };
-        Ok(())
-    }
+/// `ibv_query_device(3)`: 0 or errno.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_query_device(context: *mut ibv_context, device_attr: *mut ibv_device_attr) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }?;
+    let out = non_null(device_attr)?;
+    // SAFETY: caller passes a writable ibv_device_attr.
+    unsafe { out.write(self::device_attr(u.device())) };
+    Ok(())
 }
 
-crate::c_fn! {
-    /// `verbs_context.query_device_ex`: fills `attr_size` bytes (older binaries pass less
-    /// than 400), EINVAL for unknown input bits or a buffer smaller than
-    /// `ibv_device_attr`.
-    fn query_device_ex_op(
-        context: *mut ibv_context,
-        input: *const ibv_query_device_ex_input,
-        attr: *mut ibv_device_attr_ex,
-        attr_size: usize,
-    ) -> c_int as errno {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        // SAFETY: `input` is NULL or readable.
-        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
-            return Err(libc::EINVAL);
-        }
-        let attr = non_null(attr)?;
-        if attr_size < size_of::<ibv_device_attr>() {
-            return Err(libc::EINVAL);
-        }
-        let a = device_attr_ex(u.device());
-        // SAFETY: the caller's buffer is `attr_size` bytes.
-        unsafe { copy_prefix(attr as *mut u8, attr_size, &a) };
-        Ok(())
+/// `verbs_context.query_device_ex`: fills `attr_size` bytes (older binaries pass less
+/// than 400), EINVAL for unknown input bits or a buffer smaller than
+/// `ibv_device_attr`.
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn query_device_ex_op(
+    context: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }?;
+    // SAFETY: `input` is NULL or readable.
+    if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+        return Err(libc::EINVAL);
     }
+    let attr = non_null(attr)?;
+    if attr_size < size_of::<ibv_device_attr>() {
+        return Err(libc::EINVAL);
+    }
+    let a = device_attr_ex(u.device());
+    // SAFETY: the caller's buffer is `attr_size` bytes.
+    unsafe { copy_prefix(attr as *mut u8, attr_size, &a) };
+    Ok(())
 }
 
-crate::c_fn! {
-    /// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex(3)`): with
-    /// IBV_VALUES_MASK_RAW_CLOCK asked, the device clock in `raw_clock.tv_nsec` (one tick per
-    /// ns, `hca_core_clock` 1 GHz; `tv_sec` 0, as completion timestamps read it); `comp_mask`
-    /// comes back with what was filled. EINVAL for unknown mask bits.
-    fn query_rt_values_op(context: *mut ibv_context, values: *mut ibv_values_ex) -> c_int as errno {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        let values = non_null(values)?;
-        // SAFETY: caller passes a readable and writable ibv_values_ex.
-        let v = unsafe { &mut *values };
-        if u64::from(v.comp_mask) & !IBV_VALUES_MASK_RAW_CLOCK != 0 {
-            return Err(libc::EINVAL);
-        }
-        let mut filled = 0;
-        if u64::from(v.comp_mask) & IBV_VALUES_MASK_RAW_CLOCK != 0 {
-            let t = crate::glue::clock(u.device())?;
-            v.raw_clock = libc::timespec { tv_sec: 0, tv_nsec: t as libc::c_long };
-            filled |= IBV_VALUES_MASK_RAW_CLOCK as u32;
-        }
-        v.comp_mask = filled;
-        Ok(())
+/// `verbs_context.query_rt_values` (`ibv_query_rt_values_ex(3)`): with
+/// IBV_VALUES_MASK_RAW_CLOCK asked, the device clock in `raw_clock.tv_nsec` (one tick per
+/// ns, `hca_core_clock` 1 GHz; `tv_sec` 0, as completion timestamps read it); `comp_mask`
+/// comes back with what was filled. EINVAL for unknown mask bits.
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn query_rt_values_op(context: *mut ibv_context, values: *mut ibv_values_ex) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }?;
+    let values = non_null(values)?;
+    // SAFETY: caller passes a readable and writable ibv_values_ex.
+    let v = unsafe { &mut *values };
+    if u64::from(v.comp_mask) & !IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        return Err(libc::EINVAL);
     }
+    let mut filled = 0;
+    if u64::from(v.comp_mask) & IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        let t = crate::glue::clock(u.device())?;
+        v.raw_clock = libc::timespec { tv_sec: 0, tv_nsec: t as libc::c_long };
+        filled |= IBV_VALUES_MASK_RAW_CLOCK as u32;
+    }
+    v.comp_mask = filled;
+    Ok(())
 }
 
 /// Write port `port_num`'s attributes as the first `len` bytes of `out` (the one body behind
@@ -399,21 +388,28 @@ unsafe fn query_port_into(context: *mut ibv_context, port_num: u8, out: *mut u8,
     Ok(())
 }
 
-crate::c_fn! {
-    /// `verbs_context.query_port`: honours `port_attr_len` (52 today, 48 for old binaries).
-    fn query_port_op(context: *mut ibv_context, port_num: u8, port_attr: *mut ibv_port_attr, port_attr_len: usize) -> c_int as errno {
-        // SAFETY: caller passes a context of ours and a buffer of `port_attr_len` bytes.
-        unsafe { query_port_into(context, port_num, port_attr as *mut u8, port_attr_len) }
-    }
+/// `verbs_context.query_port`: honours `port_attr_len` (52 today, 48 for old binaries).
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn query_port_op(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut ibv_port_attr,
+    port_attr_len: usize,
+) -> c_int {
+    // SAFETY: caller passes a context of ours and a buffer of `port_attr_len` bytes.
+    unsafe { query_port_into(context, port_num, port_attr as *mut u8, port_attr_len) }
 }
 
-export! {
-    /// `ibv_query_port@@IBVERBS_1.1`: the exported compat entry, 48-byte attribute struct.
-    fn ibv_query_port(context: *mut ibv_context, port_num: u8, port_attr: *mut _compat_ibv_port_attr) -> c_int as errno {
-        // SAFETY: caller passes a context of ours; old and new callers both pass at least 48
-        // writable bytes.
-        unsafe { query_port_into(context, port_num, port_attr as *mut u8, COMPAT_PORT_ATTR_SIZE) }
-    }
+/// `ibv_query_port@@IBVERBS_1.1`: the exported compat entry, 48-byte attribute struct.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr: *mut _compat_ibv_port_attr,
+) -> c_int {
+    // SAFETY: caller passes a context of ours; old and new callers both pass at least 48
+    // writable bytes.
+    unsafe { query_port_into(context, port_num, port_attr as *mut u8, COMPAT_PORT_ATTR_SIZE) }
 }
 
 fn check_gid(port: u32, index: u32) -> Result<(), i32> {
@@ -423,35 +419,43 @@ fn check_gid(port: u32, index: u32) -> Result<(), i32> {
     Ok(())
 }
 
-export! {
-    /// `ibv_query_gid(3)`: 0, or -1 + EINVAL for a bad port/index.
-    fn ibv_query_gid(context: *mut ibv_context, port_num: u8, index: c_int, gid: *mut ibv_gid) -> c_int as neg1 {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        let out = non_null(gid)?;
-        let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
-        check_gid(port_num as u32, index)?;
-        // An empty entry reads as the zero GID (rdma-core's behaviour for ENODATA).
-        let raw = if index < GID_ENTRIES { u.device().info.gid } else { [0; 16] };
-        // SAFETY: caller passes a writable ibv_gid.
-        unsafe { out.write(ibv_gid { raw }) };
-        Ok(0)
-    }
+/// `ibv_query_gid(3)`: 0, or -1 + EINVAL for a bad port/index.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }?;
+    let out = non_null(gid)?;
+    let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
+    check_gid(port_num as u32, index)?;
+    // An empty entry reads as the zero GID (rdma-core's behaviour for ENODATA).
+    let raw = if index < GID_ENTRIES { u.device().info.gid } else { [0; 16] };
+    // SAFETY: caller passes a writable ibv_gid.
+    unsafe { out.write(ibv_gid { raw }) };
+    Ok(0)
 }
 
-export! {
-    /// rdma-core private `ibv_query_gid_type`: every populated GID is RoCE v2 (sysfs encoding 1).
-    fn ibv_query_gid_type(context: *mut ibv_context, port_num: u8, index: libc::c_uint, gid_type: *mut u32) -> c_int as neg1 {
-        // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        let out = non_null(gid_type)?;
-        check_gid(port_num as u32, index)?;
-        // An empty entry reports IB/RoCE v1, as rdma-core does for ENODATA.
-        let t = if index < GID_ENTRIES { IBV_GID_TYPE_SYSFS_ROCE_V2 } else { IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
-        // SAFETY: caller passes a writable enum slot.
-        unsafe { out.write(t) };
-        Ok(0)
-    }
+/// rdma-core private `ibv_query_gid_type`: every populated GID is RoCE v2 (sysfs encoding 1).
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: libc::c_uint,
+    gid_type: *mut u32,
+) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    unsafe { ctx_from(context) }?;
+    let out = non_null(gid_type)?;
+    check_gid(port_num as u32, index)?;
+    // An empty entry reports IB/RoCE v1, as rdma-core does for ENODATA.
+    let t = if index < GID_ENTRIES { IBV_GID_TYPE_SYSFS_ROCE_V2 } else { IBV_GID_TYPE_SYSFS_IB_ROCE_V1 };
+    // SAFETY: caller passes a writable enum slot.
+    unsafe { out.write(t) };
+    Ok(0)
 }
 
 fn gid_entry(dev: &UrxeDevice, index: u32) -> ibv_gid_entry {
@@ -464,77 +468,91 @@ fn gid_entry(dev: &UrxeDevice, index: u32) -> ibv_gid_entry {
     }
 }
 
-export! {
-    /// `ibv_query_gid_ex(3)` (the exported half): 0 or a positive errno.
-    fn _ibv_query_gid_ex(context: *mut ibv_context, port_num: u32, gid_index: u32, entry: *mut ibv_gid_entry, flags: u32, entry_size: usize) -> c_int as errno {
+/// `ibv_query_gid_ex(3)` (the exported half): 0 or a positive errno.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }?;
+    let out = non_null(entry)?;
+    if flags != 0 {
+        return Err(libc::EINVAL);
+    }
+    check_gid(port_num, gid_index)?;
+    if gid_index >= GID_ENTRIES {
+        return Err(libc::ENODATA);
+    }
+    let e = gid_entry(u.device(), gid_index);
+    // SAFETY: the caller's entry is `entry_size` bytes.
+    unsafe { copy_prefix(out as *mut u8, entry_size, &e) };
+    Ok(())
+}
+
+/// `ibv_query_gid_table(3)` (the exported half): number of entries, or a negative errno.
+#[urxe_cabi::export(value(-(libc::EIO as isize)))]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let r = (|| {
         // SAFETY: caller passes a context of ours.
         let u = unsafe { ctx_from(context) }?;
-        let out = non_null(entry)?;
-        if flags != 0 {
+        let out = non_null(entries)?;
+        if flags != 0 || entry_size == 0 || (max_entries as u64) < GID_ENTRIES as u64 {
             return Err(libc::EINVAL);
         }
-        check_gid(port_num, gid_index)?;
-        if gid_index >= GID_ENTRIES {
-            return Err(libc::ENODATA);
+        for i in 0..GID_ENTRIES {
+            let e = gid_entry(u.device(), i);
+            // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
+            unsafe { copy_prefix((out as *mut u8).add(i as usize * entry_size), entry_size, &e) };
         }
-        let e = gid_entry(u.device(), gid_index);
-        // SAFETY: the caller's entry is `entry_size` bytes.
-        unsafe { copy_prefix(out as *mut u8, entry_size, &e) };
-        Ok(())
-    }
+        Ok(GID_ENTRIES as isize)
+    })();
+    r.unwrap_or_else(|e| {
+        set_errno(e);
+        -(e as isize)
+    })
 }
 
-export! {
-    /// `ibv_query_gid_table(3)` (the exported half): number of entries, or a negative errno.
-    fn _ibv_query_gid_table(context: *mut ibv_context, entries: *mut ibv_gid_entry, max_entries: usize, flags: u32, entry_size: usize) -> isize as value(-(libc::EIO as isize)) {
-        let r = (|| {
-            // SAFETY: caller passes a context of ours.
-            let u = unsafe { ctx_from(context) }?;
-            let out = non_null(entries)?;
-            if flags != 0 || entry_size == 0 || (max_entries as u64) < GID_ENTRIES as u64 {
-                return Err(libc::EINVAL);
-            }
-            for i in 0..GID_ENTRIES {
-                let e = gid_entry(u.device(), i);
-                // SAFETY: the caller's array holds `max_entries` entries of `entry_size` bytes.
-                unsafe { copy_prefix((out as *mut u8).add(i as usize * entry_size), entry_size, &e) };
-            }
-            Ok(GID_ENTRIES as isize)
-        })();
-        r.unwrap_or_else(|e| {
-            set_errno(e);
-            -(e as isize)
-        })
+/// `ibv_query_pkey(3)`: index 0 holds the default P_Key 0xFFFF; 0 or -1 + EINVAL.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    unsafe { ctx_from(context) }?;
+    let out = non_null(pkey)?;
+    if port_num != PORT_NUM || index != 0 {
+        return Err(libc::EINVAL);
     }
+    // SAFETY: caller passes a writable __be16.
+    unsafe { out.write(PKEY_DEFAULT.to_be()) };
+    Ok(0)
 }
 
-export! {
-    /// `ibv_query_pkey(3)`: index 0 holds the default P_Key 0xFFFF; 0 or -1 + EINVAL.
-    fn ibv_query_pkey(context: *mut ibv_context, port_num: u8, index: c_int, pkey: *mut u16) -> c_int as neg1 {
-        // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        let out = non_null(pkey)?;
-        if port_num != PORT_NUM || index != 0 {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: caller passes a writable __be16.
-        unsafe { out.write(PKEY_DEFAULT.to_be()) };
+/// `ibv_get_pkey_index(3)`: the index of `pkey` (network order), or -1 + ENOENT.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pkey: u16) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    unsafe { ctx_from(context) }?;
+    if port_num != PORT_NUM {
+        return Err(libc::EINVAL);
+    }
+    if u16::from_be(pkey) == PKEY_DEFAULT {
         Ok(0)
-    }
-}
-
-export! {
-    /// `ibv_get_pkey_index(3)`: the index of `pkey` (network order), or -1 + ENOENT.
-    fn ibv_get_pkey_index(context: *mut ibv_context, port_num: u8, pkey: u16) -> c_int as neg1 {
-        // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        if port_num != PORT_NUM {
-            return Err(libc::EINVAL);
-        }
-        if u16::from_be(pkey) == PKEY_DEFAULT {
-            Ok(0)
-        } else {
-            Err(libc::ENOENT)
-        }
+    } else {
+        Err(libc::ENOENT)
     }
 }

@@ -253,68 +253,64 @@ fn blocking_verb<const N: usize>(
         let _off = CancelOff::begin();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)) {
             Ok(Ok(fd)) => fd,
-            r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),
+            r => return crate::export::finish(name, r.map(|r| r.map(|_| 0)), -1),
         }
     };
     loop {
         // The caller's cancellation setting here (no `CancelOff` lives across the wait).
         let rec = match wait_record::<N>(fd) {
             Ok(rec) => rec,
-            Err(e) => return crate::export::conv_neg1(name, Ok(Err(e))),
+            Err(e) => return crate::export::finish(name, Ok(Err(e)), -1),
         };
         let _off = CancelOff::begin();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(rec))) {
             Ok(Ok(None)) => continue,
-            r => return crate::export::conv_neg1(name, r.map(|r| r.map(|_| 0))),
+            r => return crate::export::finish(name, r.map(|r| r.map(|_| 0)), -1),
         }
     }
 }
 
-export! {
-    /// `ibv_create_comp_channel(3)`.
-    fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel as ptr {
-        // SAFETY: caller passes a context of ours.
-        let u = unsafe { ctx_from(context) }?;
-        let mut fds = [0 as c_int; 2];
-        // SAFETY: pipe2 writes two new fds.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(errno());
-        }
-        // SAFETY: fcntl on our own fd.
-        unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
-        let ch = Box::new(UrxeChannel {
-            ibv: ibv_comp_channel { context: u.ibv(), fd: fds[0], refcnt: 0 },
-            write_fd: fds[1],
-        });
-        Ok(Box::into_raw(ch) as *mut ibv_comp_channel)
+/// `ibv_create_comp_channel(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
+    // SAFETY: caller passes a context of ours.
+    let u = unsafe { ctx_from(context) }?;
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 writes two new fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(errno());
     }
+    // SAFETY: fcntl on our own fd.
+    unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
+    let ch =
+        Box::new(UrxeChannel { ibv: ibv_comp_channel { context: u.ibv(), fd: fds[0], refcnt: 0 }, write_fd: fds[1] });
+    Ok(Box::into_raw(ch) as *mut ibv_comp_channel)
 }
 
-export! {
-    /// `ibv_destroy_comp_channel(3)`: EBUSY while CQs are attached.
-    fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int as errno {
-        // SAFETY: caller passes a channel of ours.
-        let ch: &UrxeChannel = unsafe { shell(channel) }?;
-        // SAFETY: the channel's context is live (contexts outlive their channels).
-        let u = unsafe { ctx_from(ch.ibv.context) }?;
-        let m = ptr::addr_of!(u.vctx.context.mutex) as *mut libc::pthread_mutex_t;
-        // SAFETY: the context mutex is initialised; refcnt is only changed under it.
-        unsafe { libc::pthread_mutex_lock(m) };
-        let busy = ch.ibv.refcnt > 0;
-        // SAFETY: locked above.
-        unsafe { libc::pthread_mutex_unlock(m) };
-        if busy {
-            return Err(libc::EBUSY);
-        }
-        // SAFETY: created by Box::into_raw in ibv_create_comp_channel; freed once here.
-        let b = unsafe { Box::from_raw(channel as *mut UrxeChannel) };
-        // SAFETY: our fds.
-        unsafe {
-            libc::close(b.ibv.fd);
-            libc::close(b.write_fd);
-        }
-        Ok(())
+/// `ibv_destroy_comp_channel(3)`: EBUSY while CQs are attached.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    // SAFETY: caller passes a channel of ours.
+    let ch: &UrxeChannel = unsafe { shell(channel) }?;
+    // SAFETY: the channel's context is live (contexts outlive their channels).
+    let u = unsafe { ctx_from(ch.ibv.context) }?;
+    let m = ptr::addr_of!(u.vctx.context.mutex) as *mut libc::pthread_mutex_t;
+    // SAFETY: the context mutex is initialised; refcnt is only changed under it.
+    unsafe { libc::pthread_mutex_lock(m) };
+    let busy = ch.ibv.refcnt > 0;
+    // SAFETY: locked above.
+    unsafe { libc::pthread_mutex_unlock(m) };
+    if busy {
+        return Err(libc::EBUSY);
     }
+    // SAFETY: created by Box::into_raw in ibv_create_comp_channel; freed once here.
+    let b = unsafe { Box::from_raw(channel as *mut UrxeChannel) };
+    // SAFETY: our fds.
+    unsafe {
+        libc::close(b.ibv.fd);
+        libc::close(b.write_fd);
+    }
+    Ok(())
 }
 
 /// Attach/detach a CQ to its channel (refcnt under the context mutex).
@@ -375,20 +371,19 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
     blocking_verb("ibv_get_cq_event", start, finish)
 }
 
-export! {
-    /// `ibv_ack_cq_events(3)`.
-    fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) as void {
-        if cq.is_null() {
-            return;
-        }
-        // SAFETY: caller passes a live CQ; the counter is only written under its mutex.
-        unsafe {
-            let m = ptr::addr_of_mut!((*cq).mutex);
-            libc::pthread_mutex_lock(m);
-            (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents);
-            libc::pthread_cond_signal(ptr::addr_of_mut!((*cq).cond));
-            libc::pthread_mutex_unlock(m);
-        }
+/// `ibv_ack_cq_events(3)`.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    if cq.is_null() {
+        return;
+    }
+    // SAFETY: caller passes a live CQ; the counter is only written under its mutex.
+    unsafe {
+        let m = ptr::addr_of_mut!((*cq).mutex);
+        libc::pthread_mutex_lock(m);
+        (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents);
+        libc::pthread_cond_signal(ptr::addr_of_mut!((*cq).cond));
+        libc::pthread_mutex_unlock(m);
     }
 }
 
@@ -459,36 +454,42 @@ pub unsafe extern "C-unwind" fn ibv_get_async_event(context: *mut ibv_context, e
     blocking_verb("ibv_get_async_event", start, finish)
 }
 
-export! {
-    /// `ibv_ack_async_event(3)`: counts the ack on the object so its destroy can proceed.
-    fn ibv_ack_async_event(event: *mut ibv_async_event) as void {
-        if event.is_null() {
+/// `ibv_ack_async_event(3)`: counts the ack on the object so its destroy can proceed.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    if event.is_null() {
+        return;
+    }
+    // SAFETY: caller passes an event filled by ibv_get_async_event; its element is live.
+    unsafe {
+        let t = (*event).event_type;
+        let (m, c, counter): (*mut libc::pthread_mutex_t, *mut libc::pthread_cond_t, *mut u32) = if is_cq_event(t) {
+            let cq = (*event).element.cq;
+            (
+                ptr::addr_of_mut!((*cq).mutex),
+                ptr::addr_of_mut!((*cq).cond),
+                ptr::addr_of_mut!((*cq).async_events_completed),
+            )
+        } else if is_qp_event(t) {
+            let qp = (*event).element.qp;
+            (ptr::addr_of_mut!((*qp).mutex), ptr::addr_of_mut!((*qp).cond), ptr::addr_of_mut!((*qp).events_completed))
+        } else if is_srq_event(t) {
+            let srq = (*event).element.srq;
+            (
+                ptr::addr_of_mut!((*srq).mutex),
+                ptr::addr_of_mut!((*srq).cond),
+                ptr::addr_of_mut!((*srq).events_completed),
+            )
+        } else {
+            return;
+        };
+        if m.is_null() || c.is_null() {
             return;
         }
-        // SAFETY: caller passes an event filled by ibv_get_async_event; its element is live.
-        unsafe {
-            let t = (*event).event_type;
-            let (m, c, counter): (*mut libc::pthread_mutex_t, *mut libc::pthread_cond_t, *mut u32) =
-                if is_cq_event(t) {
-                    let cq = (*event).element.cq;
-                    (ptr::addr_of_mut!((*cq).mutex), ptr::addr_of_mut!((*cq).cond), ptr::addr_of_mut!((*cq).async_events_completed))
-                } else if is_qp_event(t) {
-                    let qp = (*event).element.qp;
-                    (ptr::addr_of_mut!((*qp).mutex), ptr::addr_of_mut!((*qp).cond), ptr::addr_of_mut!((*qp).events_completed))
-                } else if is_srq_event(t) {
-                    let srq = (*event).element.srq;
-                    (ptr::addr_of_mut!((*srq).mutex), ptr::addr_of_mut!((*srq).cond), ptr::addr_of_mut!((*srq).events_completed))
-                } else {
-                    return;
-                };
-            if m.is_null() || c.is_null() {
-                return;
-            }
-            libc::pthread_mutex_lock(m);
-            *counter = (*counter).wrapping_add(1);
-            libc::pthread_cond_signal(c);
-            libc::pthread_mutex_unlock(m);
-        }
+        libc::pthread_mutex_lock(m);
+        *counter = (*counter).wrapping_add(1);
+        libc::pthread_cond_signal(c);
+        libc::pthread_mutex_unlock(m);
     }
 }
 

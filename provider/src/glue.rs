@@ -7,10 +7,12 @@
 //! [`crate::events`]: completions to the CQ's completion channel, async events to the
 //! context's async fd.
 //!
-//! The data path calls the device's typed methods ([`Device::post_send`],
-//! [`Device::post_recv`], [`Device::poll_cq`], ...), which own the transport's policy (when
-//! packets leave, who is woken); control verbs run on the engine through [`Device::control`].
-//! What is left here is errno conversion.
+//! Every function calls one typed method of the device: the data path
+//! ([`Device::post_sends`], [`Device::post_recvs`], [`Device::poll_cq`], ...), whose
+//! methods own the transport's policy (when packets leave, who is woken), and the control
+//! verbs ([`Device::alloc_pd`], [`Device::create_qp`], ...), which the device runs on the
+//! engine. The provider never reaches the engine itself. What is left here is starting the
+//! device and errno conversion.
 //!
 //! Must not: touch C structs or raw pointers (the only exception is memory registration, which
 //! passes the application's address range as plain integers).
@@ -18,10 +20,9 @@
 use crate::context::UrxeDevice;
 use urxe::engine::{
     AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrChange, MrId, MrInfo, MwBind, MwId, MwType, PdId,
-    QpAttr, QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
-    XrcdId,
+    QpAttr, QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SrqAttr, SrqAttrMask, SrqId, WorkCompletion, XrcdId,
 };
-use urxe::transport::Device;
+use urxe::transport::{Device, PostSend};
 
 /// A verb's outcome: its value, or the errno the C ABI returns.
 type VerbResult<T> = Result<T, i32>;
@@ -77,45 +78,45 @@ pub fn wallclock_ns(dev: &UrxeDevice, t: u64) -> VerbResult<u64> {
 }
 
 pub fn alloc_pd(dev: &UrxeDevice) -> VerbResult<PdId> {
-    transport(dev)?.control(|en, _| en.alloc_pd()).map_err(errno)
+    transport(dev)?.alloc_pd().map_err(errno)
 }
 pub fn dealloc_pd(dev: &UrxeDevice, pd: PdId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.dealloc_pd(pd)).map_err(errno)
+    transport(dev)?.dealloc_pd(pd).map_err(errno)
 }
 /// Register `[addr, addr+len)` of this process, addressed remotely as `iova`.
 pub fn reg_mr(dev: &UrxeDevice, pd: PdId, addr: u64, len: u64, iova: u64, access: AccessFlags) -> VerbResult<MrKeys> {
-    let h = transport(dev)?.control(|en, _| en.reg_mr(pd, addr, len, iova, access)).map_err(errno)?;
+    let h = transport(dev)?.reg_mr(pd, addr, len, iova, access).map_err(errno)?;
     Ok(MrKeys { id: h.id, lkey: h.lkey, rkey: h.rkey })
 }
 /// Checks that PD `pd` exists (importing it into another context of this process).
 pub fn query_pd(dev: &UrxeDevice, pd: PdId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.query_pd(pd)).map_err(errno)
+    transport(dev)?.query_pd(pd).map_err(errno)
 }
 /// Attributes of MR `mr` (importing it into another context of this process).
 pub fn query_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<MrInfo> {
-    transport(dev)?.control(|en, _| en.query_mr(mr)).map_err(errno)
+    transport(dev)?.query_mr(mr).map_err(errno)
 }
 /// The MR `key` names and its attributes (`ibv_advise_mr`): ENOENT when the key names
 /// nothing, EINVAL when it names a memory window.
 pub fn mr_by_key(dev: &UrxeDevice, key: u32) -> VerbResult<MrInfo> {
-    transport(dev)?.control(|en, _| en.mr_by_key(key).and_then(|mr| en.query_mr(mr))).map_err(errno)
+    transport(dev)?.mr_by_key(key).map_err(errno)
 }
 /// Re-register MR `mr` in place (keys kept).
 pub fn rereg_mr(dev: &UrxeDevice, mr: MrId, change: &MrChange) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.rereg_mr(mr, change)).map_err(errno)
+    transport(dev)?.rereg_mr(mr, change).map_err(errno)
 }
 pub fn dereg_mr(dev: &UrxeDevice, mr: MrId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.dereg_mr(mr)).map_err(errno)
+    transport(dev)?.dereg_mr(mr).map_err(errno)
 }
 /// Returns the CQ and the granted number of entries (>= `cqe`).
 pub fn create_cq(dev: &UrxeDevice, cqe: u32) -> VerbResult<(CqId, u32)> {
-    transport(dev)?.control(|en, _| en.create_cq(cqe)).map_err(errno)
+    transport(dev)?.create_cq(cqe).map_err(errno)
 }
 pub fn resize_cq(dev: &UrxeDevice, cq: CqId, cqe: u32) -> VerbResult<u32> {
-    transport(dev)?.control(|en, _| en.resize_cq(cq, cqe)).map_err(errno)
+    transport(dev)?.resize_cq(cq, cqe).map_err(errno)
 }
 pub fn destroy_cq(dev: &UrxeDevice, cq: CqId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.destroy_cq(cq)).map_err(errno)
+    transport(dev)?.destroy_cq(cq).map_err(errno)
 }
 /// The data-path poll: progresses the device in the caller's thread, then reads the CQ.
 pub fn poll_cq(dev: &UrxeDevice, cq: CqId, out: &mut [WorkCompletion]) -> VerbResult<usize> {
@@ -126,16 +127,16 @@ pub fn req_notify_cq(dev: &UrxeDevice, cq: CqId, solicited_only: bool) -> VerbRe
 }
 /// Returns the QPN and the granted capacities.
 pub fn create_qp(dev: &UrxeDevice, attr: &QpInitAttr) -> VerbResult<(Qpn, QpCap)> {
-    transport(dev)?.control(|en, _| en.create_qp(attr)).map_err(errno)
+    transport(dev)?.create_qp(attr).map_err(errno)
 }
 pub fn modify_qp(dev: &UrxeDevice, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.modify_qp(qpn, attr, mask)).map_err(errno)
+    transport(dev)?.modify_qp(qpn, attr, mask).map_err(errno)
 }
 pub fn query_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<QpAttr> {
-    transport(dev)?.control(|en, _| en.query_qp(qpn)).map(|(a, _)| a).map_err(errno)
+    transport(dev)?.query_qp(qpn).map_err(errno)
 }
 pub fn destroy_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.destroy_qp(qpn)).map_err(errno)
+    transport(dev)?.destroy_qp(qpn).map_err(errno)
 }
 /// `ibv_attach_mcast`: UD QP `qpn` joins the multicast group GID `gid`.
 pub fn attach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()> {
@@ -143,44 +144,43 @@ pub fn attach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()>
 }
 /// `IBV_QP_CREATE_BLOCK_SELF_MCAST_LB` on a new UD QP.
 pub fn block_self_mcast_loopback(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.block_self_mcast_loopback(qpn)).map_err(errno)
+    transport(dev)?.block_self_mcast_loopback(qpn).map_err(errno)
 }
 /// `ibv_detach_mcast`.
 pub fn detach_mcast(dev: &UrxeDevice, qpn: Qpn, gid: [u8; 16]) -> VerbResult<()> {
     transport(dev)?.detach_mcast(qpn, gid).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
-/// Posts a chain of send WRs under one lock and transmits once, so the packets of the whole
-/// chain can leave in one batch. `each` walks the chain, calling `post` per converted WR;
-/// its error (the first WR that failed) is returned as is.
-/// Each WR comes with the remote XRC SRQ number it names (XRC initiators only).
-pub fn post_send_chain(
-    dev: &UrxeDevice,
-    qpn: Qpn,
-    each: impl FnOnce(&mut dyn FnMut(Option<u32>, &SendWr<'_>) -> VerbResult<()>) -> VerbResult<()>,
-) -> VerbResult<()> {
-    transport(dev)?.post_send_to(qpn, |post| each(&mut |srqn, wr| post(srqn, wr).map_err(errno)))
+/// Posts send WRs already converted from the application's list: one lock, one transmit.
+/// `Err((i, errno))`: WR `i` was refused, those before it are posted.
+pub fn post_sends(dev: &UrxeDevice, qpn: Qpn, wrs: &[PostSend<'_>]) -> Result<(), (usize, i32)> {
+    transport(dev).map_err(|e| (0, e))?.post_sends(qpn, wrs).map_err(|(i, e)| (i, errno(e)))
 }
-pub fn post_recv(dev: &UrxeDevice, qpn: Qpn, wr: &RecvWr<'_>) -> VerbResult<()> {
-    transport(dev)?.post_recv(qpn, wr).map_err(errno)
+/// Posts converted receive WRs to QP `qpn` under one lock; `Err((i, errno))` as [`post_sends`].
+pub fn post_recvs(dev: &UrxeDevice, qpn: Qpn, wrs: &[RecvWr<'_>]) -> Result<(), (usize, i32)> {
+    transport(dev).map_err(|e| (0, e))?.post_recvs(qpn, wrs).map_err(|(i, e)| (i, errno(e)))
+}
+/// Posts converted receive WRs to SRQ `srq` under one lock; `Err((i, errno))` as [`post_sends`].
+pub fn post_srq_recvs(dev: &UrxeDevice, srq: SrqId, wrs: &[RecvWr<'_>]) -> Result<(), (usize, i32)> {
+    transport(dev).map_err(|e| (0, e))?.post_srq_recvs(srq, wrs).map_err(|(i, e)| (i, errno(e)))
 }
 /// Returns the SRQ and the granted attributes.
 pub fn create_srq(dev: &UrxeDevice, pd: PdId, attr: SrqAttr) -> VerbResult<(SrqId, SrqAttr)> {
-    transport(dev)?.control(|en, _| en.create_srq(pd, &attr)).map_err(errno)
+    transport(dev)?.create_srq(pd, &attr).map_err(errno)
 }
 pub fn modify_srq(dev: &UrxeDevice, srq: SrqId, attr: SrqAttr, mask: SrqAttrMask) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.modify_srq(srq, &attr, mask)).map_err(errno)
+    transport(dev)?.modify_srq(srq, &attr, mask).map_err(errno)
 }
 pub fn query_srq(dev: &UrxeDevice, srq: SrqId) -> VerbResult<SrqAttr> {
-    transport(dev)?.control(|en, _| en.query_srq(srq)).map_err(errno)
+    transport(dev)?.query_srq(srq).map_err(errno)
 }
 pub fn destroy_srq(dev: &UrxeDevice, srq: SrqId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.destroy_srq(srq)).map_err(errno)
+    transport(dev)?.destroy_srq(srq).map_err(errno)
 }
 pub fn alloc_xrcd(dev: &UrxeDevice) -> VerbResult<XrcdId> {
-    transport(dev)?.control(|en, _| en.alloc_xrcd()).map_err(errno)
+    transport(dev)?.alloc_xrcd().map_err(errno)
 }
 pub fn dealloc_xrcd(dev: &UrxeDevice, xrcd: XrcdId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.dealloc_xrcd(xrcd)).map_err(errno)
+    transport(dev)?.dealloc_xrcd(xrcd).map_err(errno)
 }
 /// Returns the SRQ, the granted attributes and the SRQ number.
 pub fn create_xrc_srq(
@@ -190,34 +190,26 @@ pub fn create_xrc_srq(
     cq: CqId,
     attr: SrqAttr,
 ) -> VerbResult<(SrqId, SrqAttr, u32)> {
-    transport(dev)?
-        .control(|en, _| {
-            let (id, got) = en.create_xrc_srq(pd, xrcd, cq, &attr)?;
-            Ok((id, got, en.srq_num(id)?))
-        })
-        .map_err(errno)
+    transport(dev)?.create_xrc_srq(pd, xrcd, cq, &attr).map_err(errno)
 }
 pub fn create_xrc_recv_qp(dev: &UrxeDevice, xrcd: XrcdId) -> VerbResult<Qpn> {
-    transport(dev)?.control(|en, _| en.create_xrc_recv_qp(xrcd)).map_err(errno)
+    transport(dev)?.create_xrc_recv_qp(xrcd).map_err(errno)
 }
 pub fn open_xrc_qp(dev: &UrxeDevice, xrcd: XrcdId, qpn: Qpn) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.open_xrc_qp(xrcd, qpn)).map_err(errno)
-}
-pub fn post_srq_recv(dev: &UrxeDevice, srq: SrqId, wr: &RecvWr<'_>) -> VerbResult<()> {
-    transport(dev)?.post_srq_recv(srq, wr).map_err(errno)
+    transport(dev)?.open_xrc_qp(xrcd, qpn).map_err(errno)
 }
 pub fn create_ah(dev: &UrxeDevice, pd: PdId, attr: &AhAttr) -> VerbResult<AhId> {
-    transport(dev)?.control(|en, _| en.create_ah(pd, attr)).map_err(errno)
+    transport(dev)?.create_ah(pd, attr).map_err(errno)
 }
 pub fn destroy_ah(dev: &UrxeDevice, ah: AhId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.destroy_ah(ah)).map_err(errno)
+    transport(dev)?.destroy_ah(ah).map_err(errno)
 }
 /// Returns the MW and its initial rkey.
 pub fn alloc_mw(dev: &UrxeDevice, pd: PdId, ty: MwType) -> VerbResult<(MwId, u32)> {
-    transport(dev)?.control(|en, _| en.alloc_mw(pd, ty)).map_err(errno)
+    transport(dev)?.alloc_mw(pd, ty).map_err(errno)
 }
 pub fn dealloc_mw(dev: &UrxeDevice, mw: MwId) -> VerbResult<()> {
-    transport(dev)?.control(|en, _| en.dealloc_mw(mw)).map_err(errno)
+    transport(dev)?.dealloc_mw(mw).map_err(errno)
 }
 /// Type 1 bind through `ibv_bind_mw` (posted as a BIND_MW send WR on `qpn`); returns the
 /// window's new rkey.

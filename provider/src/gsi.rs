@@ -48,96 +48,85 @@ fn gid_of(a: IpAddr) -> [u8; 16] {
     }
 }
 
-export! {
-    /// `urxe_gsi_fd`: the GSI wakeup eventfd (see the module table).
-    fn urxe_gsi_fd() -> c_int as neg1 {
-        gsi_fd()
-    }
+/// `urxe_gsi_fd`: the GSI wakeup eventfd (see the module table).
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_fd() -> c_int {
+    gsi_fd()
 }
 
-export! {
-    /// `urxe_gsi_recv`: the next MAD for QP1 (0), or 1 if none is queued.
-    fn urxe_gsi_recv(peer: *mut u8, mad: *mut u8) -> c_int as neg1 {
-        if peer.is_null() || mad.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let Some((src, m)) = transport(device()?)?.control(|en, _| en.poll_gsi()) else {
-            return Ok(1);
-        };
-        // SAFETY: the caller's 16- and 256-byte buffers (the documented contract).
-        unsafe {
-            std::ptr::copy_nonoverlapping(gid_of(src).as_ptr(), peer, 16);
-            std::ptr::copy_nonoverlapping(m.as_ptr(), mad, MAD_LEN);
-        }
-        Ok(0)
+/// `urxe_gsi_recv`: the next MAD for QP1 (0), or 1 if none is queued.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_recv(peer: *mut u8, mad: *mut u8) -> c_int {
+    if peer.is_null() || mad.is_null() {
+        return Err(libc::EINVAL);
     }
+    let Some((src, m)) = transport(device()?)?.poll_gsi() else {
+        return Ok(1);
+    };
+    // SAFETY: the caller's 16- and 256-byte buffers (the documented contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(gid_of(src).as_ptr(), peer, 16);
+        std::ptr::copy_nonoverlapping(m.as_ptr(), mad, MAD_LEN);
+    }
+    Ok(0)
 }
 
-export! {
-    /// `urxe_gsi_send`: queue a MAD for QP1 of `peer` and send it.
-    fn urxe_gsi_send(peer: *const u8, mad: *const u8) -> c_int as neg1 {
-        if peer.is_null() || mad.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let mut g = [0u8; 16];
-        let mut m = [0u8; MAD_LEN];
-        // SAFETY: the caller's 16- and 256-byte buffers.
-        unsafe {
-            std::ptr::copy_nonoverlapping(peer, g.as_mut_ptr(), 16);
-            std::ptr::copy_nonoverlapping(mad, m.as_mut_ptr(), MAD_LEN);
-        }
-        let dst = peer_of(g);
-        transport(device()?)?.control(|en, _| en.send_gsi(dst, &m)).map_err(|e| e.errno())?;
-        Ok(0)
+/// `urxe_gsi_send`: queue a MAD for QP1 of `peer` and send it.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_send(peer: *const u8, mad: *const u8) -> c_int {
+    if peer.is_null() || mad.is_null() {
+        return Err(libc::EINVAL);
     }
+    let mut g = [0u8; 16];
+    let mut m = [0u8; MAD_LEN];
+    // SAFETY: the caller's 16- and 256-byte buffers.
+    unsafe {
+        std::ptr::copy_nonoverlapping(peer, g.as_mut_ptr(), 16);
+        std::ptr::copy_nonoverlapping(mad, m.as_mut_ptr(), MAD_LEN);
+    }
+    let dst = peer_of(g);
+    transport(device()?)?.send_gsi(dst, &m).map_err(|e| e.errno())?;
+    Ok(0)
 }
 
-export! {
-    /// `urxe_gsi_comm_id_base`: this process's comm ID base: its group slot in the high byte
-    /// (every process sharing the address hands out distinct comm IDs, and the group steers
-    /// CM replies by that byte); 0 when the device could not start.
-    fn urxe_gsi_comm_id_base() -> u32 as value(0) {
-        device()
-            .and_then(transport)
-            .ok()
-            .and_then(|t| t.group().map(|m| m.comm_base()))
-            .unwrap_or(0)
-    }
+/// `urxe_gsi_comm_id_base`: this process's comm ID base: its group slot in the high byte
+/// (every process sharing the address hands out distinct comm IDs, and the group steers
+/// CM replies by that byte); 0 when the device could not start.
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn urxe_gsi_comm_id_base() -> u32 {
+    device().and_then(transport).ok().and_then(|t| t.group().map(|m| m.comm_base())).unwrap_or(0)
 }
 
-export! {
-    /// `urxe_gsi_listen`: steer CM REQs and SIDR_REQs for `service_id` arriving at the shared
-    /// address to this process (the group's listener table). 0 or -1 + errno.
-    fn urxe_gsi_listen(service_id: u64) -> c_int as neg1 {
-        if let Some(m) = transport(device()?)?.group() {
-            m.listen(service_id).map_err(|e| e.errno())?;
-        }
-        Ok(0)
+/// `urxe_gsi_listen`: steer CM REQs and SIDR_REQs for `service_id` arriving at the shared
+/// address to this process (the group's listener table). 0 or -1 + errno.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_listen(service_id: u64) -> c_int {
+    if let Some(m) = transport(device()?)?.group() {
+        m.listen(service_id).map_err(|e| e.errno())?;
     }
+    Ok(0)
 }
 
-export! {
-    /// `urxe_gsi_unlisten`: stop steering `service_id` to this process. 0 or -1 + errno.
-    fn urxe_gsi_unlisten(service_id: u64) -> c_int as neg1 {
-        if let Some(m) = transport(device()?)?.group() {
-            m.unlisten(service_id).map_err(|e| e.errno())?;
-        }
-        Ok(0)
+/// `urxe_gsi_unlisten`: stop steering `service_id` to this process. 0 or -1 + errno.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_unlisten(service_id: u64) -> c_int {
+    if let Some(m) = transport(device()?)?.group() {
+        m.unlisten(service_id).map_err(|e| e.errno())?;
     }
+    Ok(0)
 }
 
-export! {
-    /// `urxe_gsi_cm_counters`: librdmacm's CM counters, `n` values in
-    /// `urxe::cm::CmCounters::named` order, kept for `urxe stat` (what the process's CM
-    /// refused, dropped and released). 0, or -1 + EINVAL for a NULL `values`.
-    fn urxe_gsi_cm_counters(values: *const u64, n: u32) -> c_int as neg1 {
-        if values.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let n = (n as usize).min(urxe::transport::cmstat::CM_COUNTERS);
-        // SAFETY: the caller's array of at least `n` u64s (the documented contract).
-        let v = unsafe { std::slice::from_raw_parts(values, n) };
-        urxe::transport::cmstat::set_cm_counters(v);
-        Ok(0)
+/// `urxe_gsi_cm_counters`: librdmacm's CM counters, `n` values in
+/// `urxe::cm::CmCounters::named` order, kept for `urxe stat` (what the process's CM
+/// refused, dropped and released). 0, or -1 + EINVAL for a NULL `values`.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_cm_counters(values: *const u64, n: u32) -> c_int {
+    if values.is_null() {
+        return Err(libc::EINVAL);
     }
+    let n = (n as usize).min(urxe::transport::cmstat::CM_COUNTERS);
+    // SAFETY: the caller's array of at least `n` u64s (the documented contract).
+    let v = unsafe { std::slice::from_raw_parts(values, n) };
+    urxe::transport::cmstat::set_cm_counters(v);
+    Ok(0)
 }

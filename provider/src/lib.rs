@@ -5,7 +5,8 @@
 //!
 //! Modules (the C ABI layer; no protocol logic here), from the ground floor up:
 //! - [`abi`]: `#[repr(C)]` mirrors of `<infiniband/verbs.h>` (and [`abi::Zeroable`], the
-//!   types whose all-zero value is valid); [`layout`]: their layout report.
+//!   types whose all-zero value is valid), from the shared C-ABI toolkit (`urxe_cabi::verbs`,
+//!   with their layout report `urxe_cabi::verbs_layout`).
 //! - [`export`](mod@export): the `export!` macro every C entry point goes through; [`entries`]: the table.
 //! - [`config`]: address selection (URXE_ADDR / per-process loopback).
 //! - [`context`]: the device `urxe0`, its contexts, and `ctx_from` / `dev_of` (C handle ->
@@ -26,7 +27,7 @@
 #[macro_use]
 pub mod export;
 
-pub mod abi;
+pub use urxe_cabi::verbs as abi;
 pub mod compat;
 pub mod config;
 pub mod context;
@@ -38,10 +39,9 @@ mod event_tests;
 pub mod events;
 pub mod glue;
 pub mod gsi;
-pub mod layout;
 pub mod objects;
 pub mod private;
 pub mod stateless;
 pub mod verbs;
 
-pub use layout::layout_report;
+pub use urxe_cabi::verbs_layout::layout_report;

@@ -23,158 +23,392 @@ use std::sync::atomic::AtomicBool;
 #[no_mangle]
 pub static verbs_allow_disassociate_destroy: AtomicBool = AtomicBool::new(false);
 
-macro_rules! cmd_stubs {
-    ($($name:ident,)*) => {
-        $(export! {
-            /// Kernel command wrapper of rdma-core's provider ABI: EOPNOTSUPP (no kernel).
-            fn $name() -> c_int as errno {
-                Err(libc::EOPNOTSUPP)
-            }
-        })*
-    };
+// The kernel command wrappers of rdma-core's provider ABI: EOPNOTSUPP (no kernel). One
+// function each, written out so that its C name finds it.
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_advise_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
 }
 
-cmd_stubs! {
-    ibv_cmd_advise_mr,
-    ibv_cmd_alloc_dm,
-    ibv_cmd_alloc_mw,
-    ibv_cmd_alloc_pd,
-    ibv_cmd_attach_mcast,
-    ibv_cmd_close_xrcd,
-    ibv_cmd_create_ah,
-    ibv_cmd_create_counters,
-    ibv_cmd_create_cq,
-    ibv_cmd_create_cq_ex,
-    ibv_cmd_create_cq_ex2,
-    ibv_cmd_create_flow,
-    ibv_cmd_create_flow_action_esp,
-    ibv_cmd_create_qp,
-    ibv_cmd_create_qp_ex,
-    ibv_cmd_create_qp_ex2,
-    ibv_cmd_create_rwq_ind_table,
-    ibv_cmd_create_srq,
-    ibv_cmd_create_srq_ex,
-    ibv_cmd_create_wq,
-    ibv_cmd_dealloc_mw,
-    ibv_cmd_dealloc_pd,
-    ibv_cmd_dereg_mr,
-    ibv_cmd_destroy_ah,
-    ibv_cmd_destroy_counters,
-    ibv_cmd_destroy_cq,
-    ibv_cmd_destroy_flow,
-    ibv_cmd_destroy_flow_action,
-    ibv_cmd_destroy_qp,
-    ibv_cmd_destroy_rwq_ind_table,
-    ibv_cmd_destroy_srq,
-    ibv_cmd_destroy_wq,
-    ibv_cmd_detach_mcast,
-    ibv_cmd_free_dm,
-    ibv_cmd_get_context,
-    ibv_cmd_modify_cq,
-    ibv_cmd_modify_flow_action_esp,
-    ibv_cmd_modify_qp,
-    ibv_cmd_modify_qp_ex,
-    ibv_cmd_modify_srq,
-    ibv_cmd_modify_wq,
-    ibv_cmd_open_qp,
-    ibv_cmd_open_xrcd,
-    ibv_cmd_post_recv,
-    ibv_cmd_post_send,
-    ibv_cmd_post_srq_recv,
-    ibv_cmd_query_context,
-    ibv_cmd_query_device,
-    ibv_cmd_query_device_any,
-    ibv_cmd_query_mr,
-    ibv_cmd_query_port,
-    ibv_cmd_query_qp,
-    ibv_cmd_query_srq,
-    ibv_cmd_read_counters,
-    ibv_cmd_reg_dm_mr,
-    ibv_cmd_reg_dmabuf_mr,
-    ibv_cmd_reg_mr,
-    ibv_cmd_req_notify_cq,
-    ibv_cmd_rereg_mr,
-    ibv_cmd_resize_cq,
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_alloc_dm() -> c_int {
+    Err(libc::EOPNOTSUPP)
 }
 
-export! {
-    /// `ibv_cmd_poll_cq`: -1 + EOPNOTSUPP.
-    fn ibv_cmd_poll_cq(ibcq: *mut ibv_cq, ne: c_int, wc: *mut ibv_wc) -> c_int as neg1 {
-        Err(libc::EOPNOTSUPP)
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_alloc_mw() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_alloc_pd() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_attach_mcast() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_close_xrcd() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_ah() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_counters() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_cq_ex() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_cq_ex2() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_flow() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_flow_action_esp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_qp_ex() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_qp_ex2() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_rwq_ind_table() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_srq_ex() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_create_wq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_dealloc_mw() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_dealloc_pd() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_dereg_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_ah() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_counters() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_flow() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_flow_action() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_rwq_ind_table() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_destroy_wq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_detach_mcast() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_free_dm() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_get_context() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_modify_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_modify_flow_action_esp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_modify_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_modify_qp_ex() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_modify_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_modify_wq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_open_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_open_xrcd() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_post_recv() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_post_send() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_post_srq_recv() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_context() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_device() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_device_any() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_port() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_qp() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_query_srq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_read_counters() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_reg_dm_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_reg_dmabuf_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_reg_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_req_notify_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_rereg_mr() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_cmd_resize_cq() -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+/// `ibv_cmd_poll_cq`: -1 + EOPNOTSUPP.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_cmd_poll_cq(ibcq: *mut ibv_cq, ne: c_int, wc: *mut ibv_wc) -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+/// `execute_ioctl`: 0 or errno; EOPNOTSUPP.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn execute_ioctl(context: *mut ibv_context, cmd: *mut c_void) -> c_int {
+    Err(libc::EOPNOTSUPP)
+}
+
+/// `__ioctl_final_num_attrs`: the attribute count, unchanged.
+#[urxe_cabi::export(value(num_attrs))]
+pub unsafe extern "C" fn __ioctl_final_num_attrs(num_attrs: c_uint, link: *mut c_void) -> c_uint {
+    num_attrs
+}
+
+/// `__verbs_log(ctx, level, fmt, ...)`: provider debug logging; ignored (the variadic
+/// arguments are never read).
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn __verbs_log(ctx: *mut verbs_context, level: u32, fmt: *const c_char) {}
+
+/// `_verbs_init_and_alloc_context`: providers allocate contexts through it; NULL + EOPNOTSUPP.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn _verbs_init_and_alloc_context(
+    device: *mut ibv_device,
+    cmd_fd: c_int,
+    alloc_size: usize,
+    context_offset: *mut verbs_context,
+    driver_id: u32,
+) -> *mut c_void {
+    Err(libc::EOPNOTSUPP)
+}
+
+/// `verbs_open_device`: NULL + EOPNOTSUPP (applications use ibv_open_device).
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn verbs_open_device(device: *mut ibv_device, private_data: *mut c_void) -> *mut ibv_context {
+    Err(libc::EOPNOTSUPP)
+}
+
+/// `verbs_register_driver_34`: called by libmlx5/libefa constructors; no-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn verbs_register_driver_34(ops: *const c_void) {}
+
+/// `verbs_set_ops`: only for provider contexts; no-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn verbs_set_ops(vctx: *mut verbs_context, ops: *const c_void) {}
+
+/// `verbs_uninit_context`: only for provider contexts; no-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn verbs_uninit_context(context: *mut verbs_context) {}
+
+/// `verbs_init_cq`: initialise the common `ibv_cq` fields of a provider CQ.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn verbs_init_cq(
+    cq: *mut ibv_cq,
+    context: *mut ibv_context,
+    channel: *mut ibv_comp_channel,
+    cq_context: *mut c_void,
+) {
+    if cq.is_null() {
+        return;
+    }
+    // SAFETY: the caller passes a writable CQ whose storage will not move.
+    unsafe {
+        (*cq).context = context;
+        (*cq).channel = channel;
+        (*cq).cq_context = cq_context;
+        (*cq).comp_events_completed = 0;
+        (*cq).async_events_completed = 0;
+        init_sync(ptr::addr_of_mut!((*cq).mutex), ptr::addr_of_mut!((*cq).cond));
+        let _ = channel_ref(channel, 1);
     }
 }
 
-export! {
-    /// `execute_ioctl`: 0 or errno; EOPNOTSUPP.
-    fn execute_ioctl(context: *mut ibv_context, cmd: *mut c_void) -> c_int as errno {
-        Err(libc::EOPNOTSUPP)
-    }
-}
-
-export! {
-    /// `__ioctl_final_num_attrs`: the attribute count, unchanged.
-    fn __ioctl_final_num_attrs(num_attrs: c_uint, link: *mut c_void) -> c_uint as value(num_attrs) {
-        num_attrs
-    }
-}
-
-export! {
-    /// `__verbs_log(ctx, level, fmt, ...)`: provider debug logging; ignored (the variadic
-    /// arguments are never read).
-    fn __verbs_log(ctx: *mut verbs_context, level: u32, fmt: *const c_char) as void {}
-}
-
-export! {
-    /// `_verbs_init_and_alloc_context`: providers allocate contexts through it; NULL + EOPNOTSUPP.
-    fn _verbs_init_and_alloc_context(device: *mut ibv_device, cmd_fd: c_int, alloc_size: usize, context_offset: *mut verbs_context, driver_id: u32) -> *mut c_void as ptr {
-        Err(libc::EOPNOTSUPP)
-    }
-}
-
-export! {
-    /// `verbs_open_device`: NULL + EOPNOTSUPP (applications use ibv_open_device).
-    fn verbs_open_device(device: *mut ibv_device, private_data: *mut c_void) -> *mut ibv_context as ptr {
-        Err(libc::EOPNOTSUPP)
-    }
-}
-
-export! {
-    /// `verbs_register_driver_34`: called by libmlx5/libefa constructors; no-op.
-    fn verbs_register_driver_34(ops: *const c_void) as void {}
-}
-
-export! {
-    /// `verbs_set_ops`: only for provider contexts; no-op.
-    fn verbs_set_ops(vctx: *mut verbs_context, ops: *const c_void) as void {}
-}
-
-export! {
-    /// `verbs_uninit_context`: only for provider contexts; no-op.
-    fn verbs_uninit_context(context: *mut verbs_context) as void {}
-}
-
-export! {
-    /// `verbs_init_cq`: initialise the common `ibv_cq` fields of a provider CQ.
-    fn verbs_init_cq(cq: *mut ibv_cq, context: *mut ibv_context, channel: *mut ibv_comp_channel, cq_context: *mut c_void) as void {
-        if cq.is_null() {
-            return;
-        }
-        // SAFETY: the caller passes a writable CQ whose storage will not move.
-        unsafe {
-            (*cq).context = context;
-            (*cq).channel = channel;
-            (*cq).cq_context = cq_context;
-            (*cq).comp_events_completed = 0;
-            (*cq).async_events_completed = 0;
-            init_sync(ptr::addr_of_mut!((*cq).mutex), ptr::addr_of_mut!((*cq).cond));
-            let _ = channel_ref(channel, 1);
-        }
-    }
-}
-
-export! {
-    /// `ibv_read_ibdev_sysfs_file`: there is no sysfs device; -1 + ENOENT.
-    fn ibv_read_ibdev_sysfs_file(buf: *mut c_char, size: usize, sysfs_dev: *mut c_void, fnfmt: *const c_char) -> c_int as neg1 {
-        Err(libc::ENOENT)
-    }
+/// `ibv_read_ibdev_sysfs_file`: there is no sysfs device; -1 + ENOENT.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_read_ibdev_sysfs_file(
+    buf: *mut c_char,
+    size: usize,
+    sysfs_dev: *mut c_void,
+    fnfmt: *const c_char,
+) -> c_int {
+    Err(libc::ENOENT)
 }

@@ -52,21 +52,25 @@ fn rlookup(t: &[(u64, c_int)], v: c_int) -> c_uint {
     t.iter().find(|(_, x)| *x == v).map_or(IBV_RATE_MAX as c_uint, |(r, _)| *r as c_uint)
 }
 
-export! {
-    /// `ibv_rate_to_mult(3)`: multiple of 2.5 Gb/s, or -1.
-    fn ibv_rate_to_mult(rate: c_uint) -> c_int as value(-1) { lookup(RATE_MULT, rate) }
+/// `ibv_rate_to_mult(3)`: multiple of 2.5 Gb/s, or -1.
+#[urxe_cabi::export(value(-1))]
+pub unsafe extern "C" fn ibv_rate_to_mult(rate: c_uint) -> c_int {
+    lookup(RATE_MULT, rate)
 }
-export! {
-    /// `mult_to_ibv_rate(3)`: IBV_RATE_MAX for an unknown multiple.
-    fn mult_to_ibv_rate(mult: c_int) -> c_uint as value(0) { rlookup(RATE_MULT, mult) }
+/// `mult_to_ibv_rate(3)`: IBV_RATE_MAX for an unknown multiple.
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn mult_to_ibv_rate(mult: c_int) -> c_uint {
+    rlookup(RATE_MULT, mult)
 }
-export! {
-    /// `ibv_rate_to_mbps(3)`: Mb/s, or -1.
-    fn ibv_rate_to_mbps(rate: c_uint) -> c_int as value(-1) { lookup(RATE_MBPS, rate) }
+/// `ibv_rate_to_mbps(3)`: Mb/s, or -1.
+#[urxe_cabi::export(value(-1))]
+pub unsafe extern "C" fn ibv_rate_to_mbps(rate: c_uint) -> c_int {
+    lookup(RATE_MBPS, rate)
 }
-export! {
-    /// `mbps_to_ibv_rate(3)`: IBV_RATE_MAX for an unknown value.
-    fn mbps_to_ibv_rate(mbps: c_int) -> c_uint as value(0) { rlookup(RATE_MBPS, mbps) }
+/// `mbps_to_ibv_rate(3)`: IBV_RATE_MAX for an unknown value.
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_uint {
+    rlookup(RATE_MBPS, mbps)
 }
 
 macro_rules! cstrs {
@@ -138,29 +142,29 @@ fn pick(t: &[&'static str], i: i64) -> *const c_char {
     usize::try_from(i).ok().and_then(|i| t.get(i)).copied().unwrap_or(UNKNOWN).as_ptr() as *const c_char
 }
 
-export! {
-    /// `ibv_node_type_str(3)`.
-    fn ibv_node_type_str(node_type: c_int) -> *const c_char as value(UNKNOWN.as_ptr() as *const c_char) {
-        if node_type < 1 { pick(&[], -1) } else { pick(NODE_TYPE_STR, node_type as i64) }
+/// `ibv_node_type_str(3)`.
+#[urxe_cabi::export(value(UNKNOWN.as_ptr() as *const c_char))]
+pub unsafe extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
+    if node_type < 1 {
+        pick(&[], -1)
+    } else {
+        pick(NODE_TYPE_STR, node_type as i64)
     }
 }
-export! {
-    /// `ibv_port_state_str(3)`.
-    fn ibv_port_state_str(port_state: c_uint) -> *const c_char as value(UNKNOWN.as_ptr() as *const c_char) {
-        pick(PORT_STATE_STR, port_state as i64)
-    }
+/// `ibv_port_state_str(3)`.
+#[urxe_cabi::export(value(UNKNOWN.as_ptr() as *const c_char))]
+pub unsafe extern "C" fn ibv_port_state_str(port_state: c_uint) -> *const c_char {
+    pick(PORT_STATE_STR, port_state as i64)
 }
-export! {
-    /// `ibv_event_type_str(3)`.
-    fn ibv_event_type_str(event: c_uint) -> *const c_char as value(UNKNOWN.as_ptr() as *const c_char) {
-        pick(EVENT_STR, event as i64)
-    }
+/// `ibv_event_type_str(3)`.
+#[urxe_cabi::export(value(UNKNOWN.as_ptr() as *const c_char))]
+pub unsafe extern "C" fn ibv_event_type_str(event: c_uint) -> *const c_char {
+    pick(EVENT_STR, event as i64)
 }
-export! {
-    /// `ibv_wc_status_str(3)`.
-    fn ibv_wc_status_str(status: c_uint) -> *const c_char as value(UNKNOWN.as_ptr() as *const c_char) {
-        pick(WC_STATUS_STR, status as i64)
-    }
+/// `ibv_wc_status_str(3)`.
+#[urxe_cabi::export(value(UNKNOWN.as_ptr() as *const c_char))]
+pub unsafe extern "C" fn ibv_wc_status_str(status: c_uint) -> *const c_char {
+    pick(WC_STATUS_STR, status as i64)
 }
 
 /// `ibv_wr_opcode_str` names, indexed by `enum ibv_wr_opcode` (rdma-core 56; 12 and 13 are
@@ -183,66 +187,74 @@ const WR_OPCODE_STR: &[&str] = &[
     "flush\0",
     "atomic-write\0",
 ];
-export! {
-    /// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 in rdma-core 56, declared in verbs.h).
-    fn ibv_wr_opcode_str(opcode: c_uint) -> *const c_char as value(UNKNOWN.as_ptr() as *const c_char) {
-        pick(WR_OPCODE_STR, opcode as i64)
-    }
+/// `ibv_wr_opcode_str` (IBVERBS_PRIVATE_34 in rdma-core 56, declared in verbs.h).
+#[urxe_cabi::export(value(UNKNOWN.as_ptr() as *const c_char))]
+pub unsafe extern "C" fn ibv_wr_opcode_str(opcode: c_uint) -> *const c_char {
+    pick(WR_OPCODE_STR, opcode as i64)
 }
 
-export! {
-    /// `ibv_fork_init(3)`: nothing to do; urxe never pins memory for DMA, so fork is safe.
-    fn ibv_fork_init() -> c_int as value(0) { 0 }
+/// `ibv_fork_init(3)`: nothing to do; urxe never pins memory for DMA, so fork is safe.
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn ibv_fork_init() -> c_int {
+    0
 }
-export! {
-    /// `ibv_is_fork_initialized(3)`: IBV_FORK_UNNEEDED.
-    fn ibv_is_fork_initialized() -> c_uint as value(IBV_FORK_UNNEEDED as c_uint) { IBV_FORK_UNNEEDED as c_uint }
+/// `ibv_is_fork_initialized(3)`: IBV_FORK_UNNEEDED.
+#[urxe_cabi::export(value(IBV_FORK_UNNEEDED as c_uint))]
+pub unsafe extern "C" fn ibv_is_fork_initialized() -> c_uint {
+    IBV_FORK_UNNEEDED as c_uint
 }
-export! {
-    /// `ibv_dontfork_range`: 0 (nothing pinned).
-    fn ibv_dontfork_range(base: *mut c_void, size: usize) -> c_int as value(0) { 0 }
+/// `ibv_dontfork_range`: 0 (nothing pinned).
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn ibv_dontfork_range(base: *mut c_void, size: usize) -> c_int {
+    0
 }
-export! {
-    /// `ibv_dofork_range`: 0.
-    fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int as value(0) { 0 }
-}
-
-export! {
-    /// `ibv_get_sysfs_path`: "/sys" (librdmacm builds paths from it; nothing under it is ours).
-    fn ibv_get_sysfs_path() -> *const c_char as value(c"/sys".as_ptr()) { c"/sys".as_ptr() }
-}
-export! {
-    /// `ibv_read_sysfs_file`: urxe has no sysfs files; -1 + ENOENT (callers fall back:
-    /// librdmacm assumes the newest ABI, ibv_devinfo omits board_id).
-    fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_char, buf: *mut c_char, size: usize) -> c_int as neg1 {
-        Err(libc::ENOENT)
-    }
+/// `ibv_dofork_range`: 0.
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int {
+    0
 }
 
-export! {
-    /// `ibv_resolve_eth_l2_from_gid`: used only by libmlx5's create_ah; EOPNOTSUPP.
-    fn ibv_resolve_eth_l2_from_gid(context: *mut ibv_context, attr: *mut ibv_ah_attr, eth_mac: *mut u8, vid: *mut u16) -> c_int as errno {
-        Err(libc::EOPNOTSUPP)
-    }
+/// `ibv_get_sysfs_path`: "/sys" (librdmacm builds paths from it; nothing under it is ours).
+#[urxe_cabi::export(value(c"/sys".as_ptr()))]
+pub unsafe extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+/// `ibv_read_sysfs_file`: urxe has no sysfs files; -1 + ENOENT (callers fall back:
+/// librdmacm assumes the newest ABI, ibv_devinfo omits board_id).
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    Err(libc::ENOENT)
 }
 
-export! {
-    /// `ibv_copy_path_rec_from_kern`: converts a kernel `ib_user_path_rec`, which only exists
-    /// in replies from the kernel rdma_cm; never produced with urxe. No-op.
-    fn ibv_copy_path_rec_from_kern(dst: *mut c_void, src: *mut c_void) as void {}
+/// `ibv_resolve_eth_l2_from_gid`: used only by libmlx5's create_ah; EOPNOTSUPP.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
+    context: *mut ibv_context,
+    attr: *mut ibv_ah_attr,
+    eth_mac: *mut u8,
+    vid: *mut u16,
+) -> c_int {
+    Err(libc::EOPNOTSUPP)
 }
-export! {
-    /// `ibv_copy_path_rec_to_kern`: see ibv_copy_path_rec_from_kern. No-op.
-    fn ibv_copy_path_rec_to_kern(dst: *mut c_void, src: *mut c_void) as void {}
-}
-export! {
-    /// `ibv_copy_qp_attr_from_kern`: kernel `ib_uverbs_qp_attr` replies only. No-op.
-    fn ibv_copy_qp_attr_from_kern(dst: *mut ibv_qp_attr, src: *mut c_void) as void {}
-}
-export! {
-    /// `ibv_copy_ah_attr_from_kern`: kernel `ib_uverbs_ah_attr` replies only. No-op.
-    fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *mut c_void) as void {}
-}
+
+/// `ibv_copy_path_rec_from_kern`: converts a kernel `ib_user_path_rec`, which only exists
+/// in replies from the kernel rdma_cm; never produced with urxe. No-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(dst: *mut c_void, src: *mut c_void) {}
+/// `ibv_copy_path_rec_to_kern`: see ibv_copy_path_rec_from_kern. No-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(dst: *mut c_void, src: *mut c_void) {}
+/// `ibv_copy_qp_attr_from_kern`: kernel `ib_uverbs_qp_attr` replies only. No-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_copy_qp_attr_from_kern(dst: *mut ibv_qp_attr, src: *mut c_void) {}
+/// `ibv_copy_ah_attr_from_kern`: kernel `ib_uverbs_ah_attr` replies only. No-op.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_copy_ah_attr_from_kern(dst: *mut ibv_ah_attr, src: *mut c_void) {}
 
 #[cfg(test)]
 mod tests {

@@ -4,7 +4,6 @@
 //! the event that completes the call, as librdmacm does.
 
 use crate::abi::*;
-use crate::cm_export;
 use crate::core::*;
 use crate::events::*;
 pub use crate::qp::*;
@@ -39,21 +38,20 @@ pub(crate) fn create_id(
     Ok(b)
 }
 
-cm_export! {
-    fn rdma_create_id(
-        channel: *mut rdma_event_channel,
-        id: *mut *mut rdma_cm_id,
-        context: *mut c_void,
-        ps: c_int,
-    ) -> c_int as int {
-        if id.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let b = create_id(channel, context, ps)?;
-        // SAFETY: the caller's out-parameter.
-        unsafe { *id = b };
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    if id.is_null() {
+        return Err(libc::EINVAL);
     }
+    let b = create_id(channel, context, ps)?;
+    // SAFETY: the caller's out-parameter.
+    unsafe { *id = b };
+    Ok(0)
 }
 
 /// How long `rdma_destroy_id` of a connection waits for the peer's DREP, and how often it sends
@@ -197,11 +195,10 @@ pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     Ok(())
 }
 
-cm_export! {
-    fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int as int {
-        destroy_id(id)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    destroy_id(id)?;
+    Ok(0)
 }
 
 /// True if something (a urxe group, kernel rxe) holds UDP port 4791 on `ip`.
@@ -259,14 +256,13 @@ pub(crate) fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Resu
     Ok(())
 }
 
-cm_export! {
-    fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int as int {
-        key(id)?;
-        // SAFETY: the caller passes a valid sockaddr (or NULL).
-        let a = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?;
-        bind(&mut lock(), id, a)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    key(id)?;
+    // SAFETY: the caller passes a valid sockaddr (or NULL).
+    let a = unsafe { load_sockaddr(addr) }?.ok_or(libc::EINVAL)?;
+    bind(&mut lock(), id, a)?;
+    Ok(0)
 }
 
 pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
@@ -309,20 +305,19 @@ pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: So
     Ok(())
 }
 
-cm_export! {
-    fn rdma_resolve_addr(
-        id: *mut rdma_cm_id,
-        src_addr: *mut sockaddr,
-        dst_addr: *mut sockaddr,
-        timeout_ms: c_int,
-    ) -> c_int as int {
-        let _ = timeout_ms;
-        // SAFETY: valid sockaddrs or NULL, per the man page.
-        let (src, dst) = unsafe { (load_sockaddr(src_addr)?, load_sockaddr(dst_addr)?) };
-        resolve_addr(id, src, dst.ok_or(libc::EINVAL)?)?;
-        sync_wait(id, event::ADDR_RESOLVED)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src_addr: *mut sockaddr,
+    dst_addr: *mut sockaddr,
+    timeout_ms: c_int,
+) -> c_int {
+    let _ = timeout_ms;
+    // SAFETY: valid sockaddrs or NULL, per the man page.
+    let (src, dst) = unsafe { (load_sockaddr(src_addr)?, load_sockaddr(dst_addr)?) };
+    resolve_addr(id, src, dst.ok_or(libc::EINVAL)?)?;
+    sync_wait(id, event::ADDR_RESOLVED)?;
+    Ok(0)
 }
 
 pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
@@ -334,46 +329,44 @@ pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     Ok(())
 }
 
-cm_export! {
-    fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int as int {
-        let _ = timeout_ms;
-        resolve_route(id)?;
-        sync_wait(id, event::ROUTE_RESOLVED)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+    let _ = timeout_ms;
+    resolve_route(id)?;
+    sync_wait(id, event::ROUTE_RESOLVED)?;
+    Ok(0)
 }
 
-cm_export! {
-    fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int as int {
-        let k = key(id)?;
-        let mut lib = lock();
-        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-        if st.state.listen()? == Before::BindAny {
-            bind(&mut lib, id, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
-        }
-        let st = lib.id(id)?;
-        let service = st.listen(backlog)?;
-        let steered = st.steered == Some(service);
-        // The kernel's cma_check_req_qp_type: requests for the listener's own QP type only.
-        let qp = match st.qp_type {
-            qp_type::RC => ListenQp::Rc,
-            qp_type::UC => ListenQp::Uc,
-            qp_type::UD => ListenQp::Ud,
-            _ => ListenQp::Any,
-        };
-        lib.cm()?.listen(service, qp).map_err(|e| e.errno())?;
-        // At a shared address, REQs for the service must be steered to this process.
-        let gsi = lib.device()?.gsi;
-        // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
-        if !steered && unsafe { (gsi.listen)(service) } != 0 {
-            let e = crate::export_errno();
-            let _ = lib.cm.as_mut().map(|cm| cm.unlisten(service));
-            return Err(e);
-        }
-        lib.listeners.insert(service, k);
-        lib.id(id)?.listening(service);
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    if st.state.listen()? == Before::BindAny {
+        bind(&mut lib, id, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
     }
+    let st = lib.id(id)?;
+    let service = st.listen(backlog)?;
+    let steered = st.steered == Some(service);
+    // The kernel's cma_check_req_qp_type: requests for the listener's own QP type only.
+    let qp = match st.qp_type {
+        qp_type::RC => ListenQp::Rc,
+        qp_type::UC => ListenQp::Uc,
+        qp_type::UD => ListenQp::Ud,
+        _ => ListenQp::Any,
+    };
+    lib.cm()?.listen(service, qp).map_err(|e| e.errno())?;
+    // At a shared address, REQs for the service must be steered to this process.
+    let gsi = lib.device()?.gsi;
+    // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
+    if !steered && unsafe { (gsi.listen)(service) } != 0 {
+        let e = crate::export_errno();
+        let _ = lib.cm.as_mut().map(|cm| cm.unlisten(service));
+        return Err(e);
+    }
+    lib.listeners.insert(service, k);
+    lib.id(id)?.listening(service);
+    Ok(0)
 }
 
 pub(crate) fn qp_num(id: *mut rdma_cm_id) -> Option<u32> {
@@ -442,14 +435,13 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
     Ok(())
 }
 
-cm_export! {
-    fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int as int {
-        // SAFETY: NULL or the caller's parameters.
-        let p = unsafe { conn_param.as_ref().copied() };
-        connect(id, p)?;
-        sync_wait(id, event::ESTABLISHED)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int {
+    // SAFETY: NULL or the caller's parameters.
+    let p = unsafe { conn_param.as_ref().copied() };
+    connect(id, p)?;
+    sync_wait(id, event::ESTABLISHED)?;
+    Ok(0)
 }
 
 pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i32> {
@@ -489,15 +481,14 @@ pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Res
     Ok(true)
 }
 
-cm_export! {
-    fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int as int {
-        // SAFETY: NULL or the caller's parameters.
-        let p = unsafe { conn_param.as_ref().copied() };
-        if accept(id, p)? {
-            sync_wait(id, event::ESTABLISHED)?;
-        }
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int {
+    // SAFETY: NULL or the caller's parameters.
+    let p = unsafe { conn_param.as_ref().copied() };
+    if accept(id, p)? {
+        sync_wait(id, event::ESTABLISHED)?;
     }
+    Ok(0)
 }
 
 pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i32> {
@@ -520,166 +511,166 @@ pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> R
     Ok(())
 }
 
-cm_export! {
-    fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int as int {
-        reject_id(id, private_data, private_data_len)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int {
+    reject_id(id, private_data, private_data_len)?;
+    Ok(0)
 }
 
-cm_export! {
-    /// ECE is not negotiated (rxe has none): a plain reject.
-    fn rdma_reject_ece(id: *mut rdma_cm_id, private_data: *const c_void, private_data_len: u8) -> c_int as int {
-        reject_id(id, private_data, private_data_len)?;
-        Ok(0)
-    }
+/// ECE is not negotiated (rxe has none): a plain reject.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_reject_ece(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    reject_id(id, private_data, private_data_len)?;
+    Ok(0)
 }
 
-cm_export! {
-    fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int as int {
-        let k = key(id)?;
-        let mut lib = lock();
-        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-        let (comm, state) = (st.comm, st.state);
-        if !matches!(state, IdState::Connected | IdState::Disconnected | IdState::Accepted | IdState::ResponseReceived) {
-            return Err(libc::EINVAL);
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    let (comm, state) = (st.comm, st.state);
+    if !matches!(state, IdState::Connected | IdState::Disconnected | IdState::Accepted | IdState::ResponseReceived) {
+        return Err(libc::EINVAL);
+    }
+    lib.qp_to_err(k);
+    let t = now();
+    if let Some(c) = comm {
+        let cm = lib.cm()?;
+        match cm.state(c) {
+            Some(State::Established) => cm.disconnect(t, c, &[]).map_err(|e| e.errno())?,
+            Some(State::DreqRcvd) => cm.send_drep(t, c, &[]).map_err(|e| e.errno())?,
+            Some(State::RepSent | State::MraRepRcvd | State::RepRcvd | State::MraRepSent) => {
+                cm.destroy(c);
+                lib.by_comm.remove(&c);
+            }
+            _ => {}
         }
-        lib.qp_to_err(k);
-        let t = now();
+    }
+    lib.flush();
+    Ok(0)
+}
+
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+    let k = key(id)?;
+    let mut lib = lock();
+    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    if st.state != IdState::ResponseReceived {
+        return Err(libc::EINVAL);
+    }
+    let comm = st.comm.ok_or(libc::EINVAL)?;
+    lib.cm()?.send_rtu(comm, &[]).map_err(|e| e.errno())?;
+    lib.id(id)?.state = IdState::Connected;
+    lib.flush();
+    Ok(0)
+}
+
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    let k = key(id)?;
+    let mut lib = lock();
+    let comm = lib.ids.get(&k).ok_or(libc::EINVAL)?.comm;
+    if event == IBV_EVENT_COMM_EST {
         if let Some(c) = comm {
             let cm = lib.cm()?;
-            match cm.state(c) {
-                Some(State::Established) => cm.disconnect(t, c, &[]).map_err(|e| e.errno())?,
-                Some(State::DreqRcvd) => cm.send_drep(t, c, &[]).map_err(|e| e.errno())?,
-                Some(State::RepSent | State::MraRepRcvd | State::RepRcvd | State::MraRepSent) => {
-                    cm.destroy(c);
-                    lib.by_comm.remove(&c);
-                }
-                _ => {}
+            if matches!(cm.state(c), Some(State::RepSent | State::MraRepRcvd)) {
+                cm.establish(c).map_err(|e| e.errno())?;
             }
         }
-        lib.flush();
-        Ok(0)
     }
+    lib.flush();
+    Ok(0)
 }
 
-cm_export! {
-    fn rdma_establish(id: *mut rdma_cm_id) -> c_int as int {
-        let k = key(id)?;
-        let mut lib = lock();
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    let k = key(id)?;
+    if qp_attr.is_null() || qp_attr_mask.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's attribute struct (qp_state says which transition).
+    let state = unsafe { (*qp_attr).qp_state };
+    let (a, m) = lock().qp_attr(k, state)?;
+    // SAFETY: the caller's out-parameters.
+    unsafe {
+        *qp_attr = a;
+        *qp_attr_mask = m;
+    }
+    Ok(0)
+}
+
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
+    let k = key(id)?;
+    let mut lib = lock();
+    let (old, was_sync) = {
         let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-        if st.state != IdState::ResponseReceived {
-            return Err(libc::EINVAL);
+        (st.channel, st.sync)
+    };
+    let (new, sync) = if channel.is_null() {
+        (lib.new_channel()? as usize, true)
+    } else if lib.channels.contains_key(&(channel as usize)) {
+        (channel as usize, false)
+    } else {
+        return Err(libc::EINVAL);
+    };
+    // Queued events of this ID follow it to the new channel.
+    // Their counts go with them: the old channel's fd is readable only while it still
+    // has events, the new one's as soon as they are there.
+    let moved = lib.channels.get_mut(&old).map_or_else(Vec::new, |c| c.retain(|b| b.ev.id != id));
+    let st = lib.id(id)?;
+    st.channel = new;
+    st.sync = sync;
+    // SAFETY: a live ID box.
+    unsafe { (*id).channel = new as *mut rdma_event_channel };
+    if let Some(c) = lib.channels.get_mut(&new) {
+        for b in moved {
+            c.push(b);
         }
-        let comm = st.comm.ok_or(libc::EINVAL)?;
-        lib.cm()?.send_rtu(comm, &[]).map_err(|e| e.errno())?;
-        lib.id(id)?.state = IdState::Connected;
-        lib.flush();
-        Ok(0)
     }
+    if was_sync && old != new {
+        lib.free_channel(old);
+    }
+    Ok(0)
 }
 
-cm_export! {
-    fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int as int {
-        let k = key(id)?;
-        let mut lib = lock();
-        let comm = lib.ids.get(&k).ok_or(libc::EINVAL)?.comm;
-        if event == IBV_EVENT_COMM_EST {
-            if let Some(c) = comm {
-                let cm = lib.cm()?;
-                if matches!(cm.state(c), Some(State::RepSent | State::MraRepRcvd)) {
-                    cm.establish(c).map_err(|e| e.errno())?;
-                }
-            }
-        }
-        lib.flush();
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    let k = key(id)?;
+    if optval.is_null() {
+        return Err(libc::EINVAL);
     }
-}
-
-cm_export! {
-    fn rdma_init_qp_attr(id: *mut rdma_cm_id, qp_attr: *mut ibv_qp_attr, qp_attr_mask: *mut c_int) -> c_int as int {
-        let k = key(id)?;
-        if qp_attr.is_null() || qp_attr_mask.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's attribute struct (qp_state says which transition).
-        let state = unsafe { (*qp_attr).qp_state };
-        let (a, m) = lock().qp_attr(k, state)?;
-        // SAFETY: the caller's out-parameters.
-        unsafe {
-            *qp_attr = a;
-            *qp_attr_mask = m;
-        }
-        Ok(0)
+    let mut lib = lock();
+    let st = lib.ids.get_mut(&k).ok_or(libc::EINVAL)?;
+    // SAFETY: `optval` holds `optlen` bytes (checked per option below).
+    let byte = || unsafe { *(optval as *const u8) };
+    // SAFETY: as above.
+    let int = || unsafe { (optval as *const c_int).read_unaligned() };
+    match (level, optname) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen >= 1 => st.tos = byte(),
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if optlen >= 4 => st.reuseaddr = int() != 0,
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if optlen >= 4 => {}
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen >= 1 => st.ack_timeout = Some(byte().min(31)),
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => return Err(libc::EOPNOTSUPP),
+        (RDMA_OPTION_ID | RDMA_OPTION_IB, _) if optlen == 0 => return Err(libc::EINVAL),
+        _ => return Err(libc::ENOSYS),
     }
-}
-
-cm_export! {
-    fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int as int {
-        let k = key(id)?;
-        let mut lib = lock();
-        let (old, was_sync) = {
-            let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-            (st.channel, st.sync)
-        };
-        let (new, sync) = if channel.is_null() {
-            (lib.new_channel()? as usize, true)
-        } else if lib.channels.contains_key(&(channel as usize)) {
-            (channel as usize, false)
-        } else {
-            return Err(libc::EINVAL);
-        };
-        // Queued events of this ID follow it to the new channel.
-        // Their counts go with them: the old channel's fd is readable only while it still
-        // has events, the new one's as soon as they are there.
-        let moved = lib.channels.get_mut(&old).map_or_else(Vec::new, |c| c.retain(|b| b.ev.id != id));
-        let st = lib.id(id)?;
-        st.channel = new;
-        st.sync = sync;
-        // SAFETY: a live ID box.
-        unsafe { (*id).channel = new as *mut rdma_event_channel };
-        if let Some(c) = lib.channels.get_mut(&new) {
-            for b in moved {
-                c.push(b);
-            }
-        }
-        if was_sync && old != new {
-            lib.free_channel(old);
-        }
-        Ok(0)
-    }
-}
-
-cm_export! {
-    fn rdma_set_option(
-        id: *mut rdma_cm_id,
-        level: c_int,
-        optname: c_int,
-        optval: *mut c_void,
-        optlen: usize,
-    ) -> c_int as int {
-        let k = key(id)?;
-        if optval.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let mut lib = lock();
-        let st = lib.ids.get_mut(&k).ok_or(libc::EINVAL)?;
-        // SAFETY: `optval` holds `optlen` bytes (checked per option below).
-        let byte = || unsafe { *(optval as *const u8) };
-        // SAFETY: as above.
-        let int = || unsafe { (optval as *const c_int).read_unaligned() };
-        match (level, optname) {
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) if optlen >= 1 => st.tos = byte(),
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) if optlen >= 4 => st.reuseaddr = int() != 0,
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) if optlen >= 4 => {}
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) if optlen >= 1 => st.ack_timeout = Some(byte().min(31)),
-            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => return Err(libc::EOPNOTSUPP),
-            (RDMA_OPTION_ID | RDMA_OPTION_IB, _) if optlen == 0 => return Err(libc::EINVAL),
-            _ => return Err(libc::ENOSYS),
-        }
-        Ok(0)
-    }
+    Ok(0)
 }
 
 pub(crate) fn port_of(id: *mut rdma_cm_id, dst: bool) -> u16 {

@@ -2,7 +2,6 @@
 //! `rdma_ack_cm_event`, and the waits the synchronous calls share.
 
 use crate::abi::*;
-use crate::cm_export;
 use crate::core::*;
 pub use crate::qp::*;
 use libc::{c_char, c_int};
@@ -27,27 +26,25 @@ pub(crate) fn key<T>(p: *mut T) -> Result<usize, i32> {
 
 // ---- event channels and events ------------------------------------------------------------
 
-cm_export! {
-    /// A channel whose fd is readable exactly while events are queued.
-    fn rdma_create_event_channel() -> *mut rdma_event_channel as ptr {
-        lock().new_channel()
-    }
+/// A channel whose fd is readable exactly while events are queued.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    lock().new_channel()
 }
 
-cm_export! {
-    fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> c_int as int {
-        let ch = key(channel)?;
-        let mut lib = lock();
-        if !lib.channels.contains_key(&ch) {
-            return Err(libc::EINVAL);
-        }
-        // IDs still on it lose their channel: their later events are dropped.
-        for st in lib.ids.values_mut().filter(|s| s.channel == ch) {
-            st.channel = 0;
-        }
-        lib.free_channel(ch);
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> c_int {
+    let ch = key(channel)?;
+    let mut lib = lock();
+    if !lib.channels.contains_key(&ch) {
+        return Err(libc::EINVAL);
     }
+    // IDs still on it lose their channel: their later events are dropped.
+    for st in lib.ids.values_mut().filter(|s| s.channel == ch) {
+        st.channel = 0;
+    }
+    lib.free_channel(ch);
+    Ok(0)
 }
 
 /// Takes the next event of a channel for a synchronous call (`sync_wait`): blocks unless its fd
@@ -201,11 +198,10 @@ pub(crate) fn nonblocking(fd: c_int) -> bool {
     unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK != 0 }
 }
 
-cm_export! {
-    fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int as int {
-        ack(key(event)?)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    ack(key(event)?)?;
+    Ok(0)
 }
 
 /// `rdma_event_str`: the name of an event type.

@@ -39,9 +39,7 @@ pub mod verbs;
 
 pub use layout::layout_report;
 
-/// The calling thread's errno (after a failed libc or verbs call).
-pub fn export_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
-}
+/// The calling thread's errno (after a failed libc or verbs call; EIO when none is set).
+pub use urxe_cabi::export::last_errno as export_errno;
 #[cfg(test)]
 mod tests;

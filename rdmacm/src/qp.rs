@@ -3,7 +3,6 @@
 //! completion channels) made here when the caller gives none.
 
 use crate::abi::*;
-use crate::cm_export;
 use crate::core::*;
 use crate::verbs::*;
 use libc::{c_int, c_void};
@@ -211,25 +210,27 @@ unsafe fn create_qp_through(ctx: *mut ibv_context, a: &mut ibv_qp_init_attr_ex) 
     }
 }
 
-cm_export! {
-    fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> c_int as int {
-        create_qp(id, pd, qp_init_attr)?;
-        Ok(0)
-    }
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    qp_init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    create_qp(id, pd, qp_init_attr)?;
+    Ok(0)
 }
 
-cm_export! {
-    /// The extended attributes go to the provider's `ibv_create_qp_ex` as librdmacm passes
-    /// them (send ops flags for `ibv_qp_to_qp_ex`, ...); the PD is optional.
-    fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> c_int as int {
-        key(id)?;
-        if qp_init_attr.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: the caller's attributes.
-        create_qp_ex(id, unsafe { &mut *qp_init_attr })?;
-        Ok(0)
+/// The extended attributes go to the provider's `ibv_create_qp_ex` as librdmacm passes
+/// them (send ops flags for `ibv_qp_to_qp_ex`, ...); the PD is optional.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *mut ibv_qp_init_attr_ex) -> c_int {
+    key(id)?;
+    if qp_init_attr.is_null() {
+        return Err(libc::EINVAL);
     }
+    // SAFETY: the caller's attributes.
+    create_qp_ex(id, unsafe { &mut *qp_init_attr })?;
+    Ok(0)
 }
 
 pub(crate) fn destroy_qp(id: *mut rdma_cm_id) -> Result<(), i32> {

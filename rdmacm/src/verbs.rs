@@ -10,18 +10,10 @@
 use crate::abi::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
 use libc::{c_char, c_int, c_void};
 use std::sync::OnceLock;
+/// Mirrors shared with libibverbs.so.1's side, from the toolkit.
+pub use urxe_cabi::verbs::{ibv_qp_cap, ibv_srq_attr};
 
 pub type ibv_device = c_void;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_qp_cap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -94,14 +86,6 @@ pub struct ibv_qp_attr {
     pub alt_port_num: u8,
     pub alt_timeout: u8,
     pub rate_limit: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_srq_attr {
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub srq_limit: u32,
 }
 
 #[repr(C)]

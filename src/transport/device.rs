@@ -65,6 +65,14 @@ fn realtime_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// One send WR of a posted list, converted, with the remote XRC SRQ number it names (XRC
+/// initiators only): what [`Device::post_sends`] takes.
+#[derive(Clone, Copy, Debug)]
+pub struct PostSend<'a> {
+    pub srqn: Option<u32>,
+    pub wr: SendWr<'a>,
+}
+
 impl Device {
     /// Binds `local`:4791 and starts the progress thread. `EADDRINUSE` means the address and
     /// port belong to someone else (another urxe process or kernel rxe).
@@ -228,6 +236,52 @@ impl Device {
                 Ok(())
             });
             (r, bytes)
+        })
+    }
+
+    /// Posts send WRs already converted from the application's list (the provider converts
+    /// the whole list before this call: no C struct is read under the lock) to QP `qpn`: one
+    /// lock, one transmit, so the packets of the whole list can leave in one batch. Stops at
+    /// the first WR the engine refuses: `Err((i, e))`, WRs `..i` are posted.
+    ///
+    /// A list of small WRs (at most `SMALL_POST_BYTES` of payload each) in a burst of posts
+    /// may leave its packets for the next call (doorbell batching, see `pacing`).
+    pub fn post_sends(&self, qpn: Qpn, wrs: &[PostSend<'_>]) -> Result<(), (usize, Error)> {
+        self.send_path(|engine, pacing, now| {
+            let mut bytes = Some(0u64);
+            for (i, p) in wrs.iter().enumerate() {
+                let len = p.wr.request_payload_len();
+                if let Err(e) = engine.post_send_to(now, qpn, p.srqn, &p.wr) {
+                    return (Err((i, e)), bytes);
+                }
+                // A signaled WR that ends a run of unsignaled ones leaves now (see
+                // SELECTIVE_SIGNAL_RUN); so does a larger one.
+                let ends_run = pacing.send_wr_posted(p.wr.flags.contains(SendFlags::SIGNALED));
+                bytes = bytes.filter(|_| len <= SMALL_POST_BYTES && !ends_run).map(|b| b + len);
+            }
+            (Ok(()), bytes)
+        })
+    }
+
+    /// Posts converted receive WRs to QP `qpn` under one lock; `Err((i, e))` as
+    /// [`Device::post_sends`].
+    pub fn post_recvs(&self, qpn: Qpn, wrs: &[RecvWr<'_>]) -> Result<(), (usize, Error)> {
+        self.recv_path(|engine, epoch| {
+            for (i, wr) in wrs.iter().enumerate() {
+                engine.post_recv_at(qpn, wr, || epoch.now()).map_err(|e| (i, e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts converted receive WRs to SRQ `srq` under one lock; `Err((i, e))` as
+    /// [`Device::post_sends`].
+    pub fn post_srq_recvs(&self, srq: SrqId, wrs: &[RecvWr<'_>]) -> Result<(), (usize, Error)> {
+        self.recv_path(|engine, _| {
+            for (i, wr) in wrs.iter().enumerate() {
+                engine.post_srq_recv(srq, wr).map_err(|e| (i, e))?;
+            }
+            Ok(())
         })
     }
 

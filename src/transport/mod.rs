@@ -24,6 +24,7 @@
 mod away;
 mod clock;
 pub mod cmstat;
+mod control;
 pub mod device;
 pub mod fault;
 mod faultplan;
@@ -41,6 +42,6 @@ mod stats;
 pub mod sys;
 pub mod tap;
 
-pub use device::{Device, EventSink};
+pub use device::{Device, EventSink, PostSend};
 pub use stats::TransportCounters;
 pub use sys::random_seed;

@@ -8,32 +8,30 @@ use crate::convert;
 use crate::export::{non_null, non_null_const};
 use crate::glue;
 use crate::objects::*;
-use libc::c_void;
+use libc::{c_int, c_void};
 
-export! {
-    /// `ibv_create_ah(3)`.
-    fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah as ptr {
-        // SAFETY: caller passes a PD of ours.
-        let p: &UrxePd = unsafe { shell(pd) }?;
-        let a = non_null(attr)?;
-        // SAFETY: readable caller struct.
-        let ea = convert::ah_attr_from_c(unsafe { &*a })?;
-        if ea.port_num != PORT_NUM {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: its context is live.
-        let id = glue::create_ah(unsafe { dev_of(p.ibv.context) }?, p.id, &ea)?;
-        let ah = Box::new(UrxeAh { ibv: ibv_ah { context: p.ibv.context, pd, handle: id }, id });
-        Ok(Box::into_raw(ah) as *mut ibv_ah)
+/// `ibv_create_ah(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    // SAFETY: caller passes a PD of ours.
+    let p: &UrxePd = unsafe { shell(pd) }?;
+    let a = non_null(attr)?;
+    // SAFETY: readable caller struct.
+    let ea = convert::ah_attr_from_c(unsafe { &*a })?;
+    if ea.port_num != PORT_NUM {
+        return Err(libc::EINVAL);
     }
+    // SAFETY: its context is live.
+    let id = glue::create_ah(unsafe { dev_of(p.ibv.context) }?, p.id, &ea)?;
+    let ah = Box::new(UrxeAh { ibv: ibv_ah { context: p.ibv.context, pd, handle: id }, id });
+    Ok(Box::into_raw(ah) as *mut ibv_ah)
 }
 
-export! {
-    /// `ibv_destroy_ah(3)`.
-    fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int as errno {
-        // SAFETY: caller passes an AH of ours (from ibv_create_ah).
-        unsafe { destroy_plain(ah, |s: &UrxeAh| s.ibv.context, |dev, s| glue::destroy_ah(dev, s.id)) }
-    }
+/// `ibv_destroy_ah(3)`.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    // SAFETY: caller passes an AH of ours (from ibv_create_ah).
+    unsafe { destroy_plain(ah, |s: &UrxeAh| s.ibv.context, |dev, s| glue::destroy_ah(dev, s.id)) }
 }
 
 /// The 40-byte GRH area at the start of a UD receive buffer. For RoCEv2 over IPv4 the
@@ -71,42 +69,55 @@ pub fn ah_attr_from_grh(grh: &[u8; 40], wc: &ibv_wc, port_num: u8) -> Result<ibv
     })
 }
 
-export! {
-    /// `ibv_init_ah_from_wc(3)`: 0 or -1 + errno. RoCE requires the GRH (IBV_WC_GRH).
-    fn ibv_init_ah_from_wc(context: *mut ibv_context, port_num: u8, wc: *mut ibv_wc, grh: *mut c_void, ah_attr: *mut ibv_ah_attr) -> c_int as neg1 {
-        // SAFETY: caller passes a context of ours.
-        unsafe { ctx_from(context) }?;
-        if port_num != PORT_NUM {
-            return Err(libc::EINVAL);
-        }
-        let wc = non_null(wc)?;
-        let out = non_null(ah_attr)?;
-        // SAFETY: readable caller struct.
-        let w = unsafe { *wc };
-        if w.wc_flags & IBV_WC_GRH as u32 == 0 {
-            return Err(libc::EINVAL);
-        }
-        let g = non_null_const(grh as *const [u8; 40])?;
-        // SAFETY: with IBV_WC_GRH the caller passes the 40-byte GRH area of the receive buffer.
-        let a = ah_attr_from_grh(unsafe { &*g }, &w, port_num)?;
-        // SAFETY: writable caller struct.
-        unsafe { out.write(a) };
-        Ok(0)
+/// `ibv_init_ah_from_wc(3)`: 0 or -1 + errno. RoCE requires the GRH (IBV_WC_GRH).
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut c_void,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    // SAFETY: caller passes a context of ours.
+    unsafe { ctx_from(context) }?;
+    if port_num != PORT_NUM {
+        return Err(libc::EINVAL);
     }
+    let wc = non_null(wc)?;
+    let out = non_null(ah_attr)?;
+    // SAFETY: readable caller struct.
+    let w = unsafe { *wc };
+    if w.wc_flags & IBV_WC_GRH as u32 == 0 {
+        return Err(libc::EINVAL);
+    }
+    let g = non_null_const(grh as *const [u8; 40])?;
+    // SAFETY: with IBV_WC_GRH the caller passes the 40-byte GRH area of the receive buffer.
+    let a = ah_attr_from_grh(unsafe { &*g }, &w, port_num)?;
+    // SAFETY: writable caller struct.
+    unsafe { out.write(a) };
+    Ok(0)
 }
 
-export! {
-    /// `ibv_create_ah_from_wc(3)`.
-    fn ibv_create_ah_from_wc(pd: *mut ibv_pd, wc: *mut ibv_wc, grh: *mut c_void, port_num: u8) -> *mut ibv_ah as ptr {
-        let p = non_null(pd)?;
-        let mut a = ibv_ah_attr::zeroed();
-        // SAFETY: caller passes a PD of ours; forwarded pointers as documented.
-        unsafe {
-            if ibv_init_ah_from_wc((*p).context, port_num, wc, grh, &mut a) != 0 {
-                return Err(crate::export::errno());
-            }
-            let ah = ibv_create_ah(pd, &mut a);
-            if ah.is_null() { Err(crate::export::errno()) } else { Ok(ah) }
+/// `ibv_create_ah_from_wc(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut c_void,
+    port_num: u8,
+) -> *mut ibv_ah {
+    let p = non_null(pd)?;
+    let mut a = ibv_ah_attr::zeroed();
+    // SAFETY: caller passes a PD of ours; forwarded pointers as documented.
+    unsafe {
+        if ibv_init_ah_from_wc((*p).context, port_num, wc, grh, &mut a) != 0 {
+            return Err(crate::export::errno());
+        }
+        let ah = ibv_create_ah(pd, &mut a);
+        if ah.is_null() {
+            Err(crate::export::errno())
+        } else {
+            Ok(ah)
         }
     }
 }

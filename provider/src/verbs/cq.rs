@@ -109,92 +109,95 @@ pub(crate) unsafe fn free_cq_shell(raw: *mut UrxeCq) -> Result<(), i32> {
     Ok(())
 }
 
-export! {
-    /// `ibv_create_cq(3)`.
-    fn ibv_create_cq(context: *mut ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut ibv_comp_channel, comp_vector: c_int) -> *mut ibv_cq as ptr {
-        let mut attr = ibv_cq_init_attr_ex::zeroed();
-        attr.cqe = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-        attr.cq_context = cq_context;
-        attr.channel = channel;
-        attr.comp_vector = u32::try_from(comp_vector).map_err(|_| libc::EINVAL)?;
-        // SAFETY: caller passes a context of ours.
-        unsafe { create_cq_common(context, &attr) }.map(|p| p as *mut ibv_cq)
-    }
+/// `ibv_create_cq(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    let mut attr = ibv_cq_init_attr_ex::zeroed();
+    attr.cqe = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+    attr.cq_context = cq_context;
+    attr.channel = channel;
+    attr.comp_vector = u32::try_from(comp_vector).map_err(|_| libc::EINVAL)?;
+    // SAFETY: caller passes a context of ours.
+    unsafe { create_cq_common(context, &attr) }.map(|p| p as *mut ibv_cq)
 }
 
-crate::c_fn! {
-    /// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`).
-    fn create_cq_ex_op(context: *mut ibv_context, cq_attr: *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex as ptr {
-        let a = non_null(cq_attr)?;
-        // SAFETY: caller passes a context of ours and a readable attr.
-        unsafe { create_cq_common(context, &*a) }.map(|p| p as *mut ibv_cq_ex)
-    }
+/// `verbs_context.create_cq_ex` (`ibv_create_cq_ex(3)`).
+#[urxe_cabi::c_fn(ptr)]
+pub unsafe extern "C" fn create_cq_ex_op(
+    context: *mut ibv_context,
+    cq_attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    let a = non_null(cq_attr)?;
+    // SAFETY: caller passes a context of ours and a readable attr.
+    unsafe { create_cq_common(context, &*a) }.map(|p| p as *mut ibv_cq_ex)
 }
 
-export! {
-    /// `ibv_destroy_cq(3)`: waits until every event handed out for the CQ was acked.
-    fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int as errno {
-        // SAFETY: caller passes a CQ of ours.
-        let s: &UrxeCq = unsafe { shell(cq) }?;
-        // SAFETY: its context is live.
-        glue::destroy_cq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
-        // SAFETY: the engine CQ is gone; the shell is ours to free.
-        unsafe { free_cq_shell(s as *const UrxeCq as *mut UrxeCq) }?;
-        Ok(())
-    }
+/// `ibv_destroy_cq(3)`: waits until every event handed out for the CQ was acked.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    // SAFETY: caller passes a CQ of ours.
+    let s: &UrxeCq = unsafe { shell(cq) }?;
+    // SAFETY: its context is live.
+    glue::destroy_cq(unsafe { dev_of(s.ibv.context) }?, s.id)?;
+    // SAFETY: the engine CQ is gone; the shell is ours to free.
+    unsafe { free_cq_shell(s as *const UrxeCq as *mut UrxeCq) }?;
+    Ok(())
 }
 
-export! {
-    /// `ibv_resize_cq(3)`.
-    fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int as errno {
-        // SAFETY: caller passes a CQ of ours.
-        let s: &UrxeCq = unsafe { shell(cq) }?;
-        let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
-        // SAFETY: its context is live.
-        let granted = glue::resize_cq(unsafe { dev_of(s.ibv.context) }?, s.id, n)?;
-        // SAFETY: `cq` is live; a C-visible field written through the handle (no Rust
-        // reference to the shell is used after this point).
-        unsafe { ptr::addr_of_mut!((*cq).cqe).write(granted as c_int) };
-        Ok(())
-    }
+/// `ibv_resize_cq(3)`.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: caller passes a CQ of ours.
+    let s: &UrxeCq = unsafe { shell(cq) }?;
+    let n = u32::try_from(cqe).map_err(|_| libc::EINVAL)?;
+    // SAFETY: its context is live.
+    let granted = glue::resize_cq(unsafe { dev_of(s.ibv.context) }?, s.id, n)?;
+    // SAFETY: `cq` is live; a C-visible field written through the handle (no Rust
+    // reference to the shell is used after this point).
+    unsafe { ptr::addr_of_mut!((*cq).cqe).write(granted as c_int) };
+    Ok(())
 }
 
-crate::c_fn! {
-    /// `ops.poll_cq`: number of completions, or a negative errno.
-    fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int as negerrno {
-        // SAFETY: caller passes a CQ of ours.
-        let s: &UrxeCq = unsafe { shell(cq) }?;
-        let n = usize::try_from(num_entries).map_err(|_| libc::EINVAL)?;
-        if n == 0 {
-            return Ok(0);
+/// `ops.poll_cq`: number of completions, or a negative errno.
+#[urxe_cabi::c_fn(negerrno)]
+pub unsafe extern "C" fn poll_cq_op(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    // SAFETY: caller passes a CQ of ours.
+    let s: &UrxeCq = unsafe { shell(cq) }?;
+    let n = usize::try_from(num_entries).map_err(|_| libc::EINVAL)?;
+    if n == 0 {
+        return Ok(0);
+    }
+    let out = non_null(wc)?;
+    // SAFETY: its context is live.
+    let dev = unsafe { dev_of(s.ibv.context) }?;
+    let mut buf = [WorkCompletion::default(); 16];
+    let mut done = 0usize;
+    while done < n {
+        let want = (n - done).min(buf.len());
+        let got = glue::poll_cq(dev, s.id, &mut buf[..want])?;
+        for (i, w) in buf[..got].iter().enumerate() {
+            // SAFETY: the caller's array holds `num_entries` ibv_wc.
+            unsafe { out.add(done + i).write(convert::wc_to_c(w)) };
         }
-        let out = non_null(wc)?;
-        // SAFETY: its context is live.
-        let dev = unsafe { dev_of(s.ibv.context) }?;
-        let mut buf = [WorkCompletion::default(); 16];
-        let mut done = 0usize;
-        while done < n {
-            let want = (n - done).min(buf.len());
-            let got = glue::poll_cq(dev, s.id, &mut buf[..want])?;
-            for (i, w) in buf[..got].iter().enumerate() {
-                // SAFETY: the caller's array holds `num_entries` ibv_wc.
-                unsafe { out.add(done + i).write(convert::wc_to_c(w)) };
-            }
-            done += got;
-            if got < want {
-                break;
-            }
+        done += got;
+        if got < want {
+            break;
         }
-        Ok(done as c_int)
     }
+    Ok(done as c_int)
 }
 
-crate::c_fn! {
-    /// `ops.req_notify_cq`: arm the CQ (one shot).
-    fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int as errno {
-        // SAFETY: caller passes a CQ of ours.
-        let s: &UrxeCq = unsafe { shell(cq) }?;
-        // SAFETY: its context is live.
-        glue::req_notify_cq(unsafe { dev_of(s.ibv.context) }?, s.id, solicited_only != 0)
-    }
+/// `ops.req_notify_cq`: arm the CQ (one shot).
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn req_notify_cq_op(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: caller passes a CQ of ours.
+    let s: &UrxeCq = unsafe { shell(cq) }?;
+    // SAFETY: its context is live.
+    glue::req_notify_cq(unsafe { dev_of(s.ibv.context) }?, s.id, solicited_only != 0)
 }

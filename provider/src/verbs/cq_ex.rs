@@ -6,7 +6,7 @@ use super::dev_of;
 use crate::abi::*;
 use crate::glue;
 use crate::objects::*;
-use libc::c_uint;
+use libc::{c_int, c_uint};
 use std::ptr;
 use urxe::engine::{WcFlags, WorkCompletion};
 
@@ -56,25 +56,22 @@ unsafe fn cq_advance(cq: *mut ibv_cq_ex) -> Result<(), i32> {
     Ok(())
 }
 
-crate::c_fn! {
-    fn cq_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int as errno {
-        // SAFETY: `attr` is NULL or readable.
-        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: caller passes a CQ of ours.
-        unsafe { cq_advance(cq) }
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn cq_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    // SAFETY: `attr` is NULL or readable.
+    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+        return Err(libc::EINVAL);
     }
+    // SAFETY: caller passes a CQ of ours.
+    unsafe { cq_advance(cq) }
 }
-crate::c_fn! {
-    fn cq_next_poll(cq: *mut ibv_cq_ex) -> c_int as errno {
-        // SAFETY: caller passes a CQ of ours.
-        unsafe { cq_advance(cq) }
-    }
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn cq_next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    // SAFETY: caller passes a CQ of ours.
+    unsafe { cq_advance(cq) }
 }
-crate::c_fn! {
-    fn cq_end_poll(cq: *mut ibv_cq_ex) as void {}
-}
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn cq_end_poll(cq: *mut ibv_cq_ex) {}
 
 /// The completion under the cursor.
 ///
@@ -87,15 +84,14 @@ unsafe fn cur<'a>(cq: *mut ibv_cq_ex) -> &'a WorkCompletion {
 
 macro_rules! cq_reader {
     ($name:ident -> $t:ty, |$w:ident| $e:expr) => {
-        crate::c_fn! {
-            fn $name(cq: *mut ibv_cq_ex) -> $t as value(0) {
-                if cq.is_null() {
-                    return 0;
-                }
-                // SAFETY: caller passes a CQ of ours, between start_poll and end_poll.
-                let $w = unsafe { cur(cq) };
-                $e
+        #[urxe_cabi::c_fn(value(0))]
+        pub unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $t {
+            if cq.is_null() {
+                return 0;
             }
+            // SAFETY: caller passes a CQ of ours, between start_poll and end_poll.
+            let $w = unsafe { cur(cq) };
+            $e
         }
     };
 }
@@ -110,29 +106,27 @@ cq_reader!(cq_read_slid -> u32, |w| w.slid as u32);
 cq_reader!(cq_read_sl -> u8, |w| w.sl);
 cq_reader!(cq_read_dlid_path_bits -> u8, |w| w.dlid_path_bits);
 cq_reader!(cq_read_completion_ts -> u64, |w| w.timestamp);
-crate::c_fn! {
-    /// The completion's timestamp as wall-clock ns since the Unix epoch.
-    fn cq_read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 as value(0) {
-        if cq.is_null() {
-            return 0;
-        }
-        // SAFETY: caller passes a CQ of ours, between start_poll and end_poll.
-        let (ts, ctx) = unsafe { (cur(cq).timestamp, (*cq).context) };
-        // SAFETY: a live CQ's context is live.
-        match unsafe { dev_of(ctx) } {
-            Ok(dev) => glue::wallclock_ns(dev, ts).unwrap_or(0),
-            Err(_) => 0,
-        }
+/// The completion's timestamp as wall-clock ns since the Unix epoch.
+#[urxe_cabi::c_fn(value(0))]
+pub unsafe extern "C" fn cq_read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    if cq.is_null() {
+        return 0;
+    }
+    // SAFETY: caller passes a CQ of ours, between start_poll and end_poll.
+    let (ts, ctx) = unsafe { (cur(cq).timestamp, (*cq).context) };
+    // SAFETY: a live CQ's context is live.
+    match unsafe { dev_of(ctx) } {
+        Ok(dev) => glue::wallclock_ns(dev, ts).unwrap_or(0),
+        Err(_) => 0,
     }
 }
 cq_reader!(cq_read_cvlan -> u16, |_w| 0);
 cq_reader!(cq_read_flow_tag -> u32, |_w| 0);
 
-crate::c_fn! {
-    fn cq_read_tm_info(cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) as void {
-        if !tm_info.is_null() {
-            // SAFETY: caller passes a writable struct.
-            unsafe { tm_info.write(ibv_wc_tm_info { tag: 0, priv_: 0 }) };
-        }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn cq_read_tm_info(cq: *mut ibv_cq_ex, tm_info: *mut ibv_wc_tm_info) {
+    if !tm_info.is_null() {
+        // SAFETY: caller passes a writable struct.
+        unsafe { tm_info.write(ibv_wc_tm_info { tag: 0, priv_: 0 }) };
     }
 }

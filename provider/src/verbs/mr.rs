@@ -90,36 +90,51 @@ unsafe fn reg_mr_common(
     Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
 
-export! {
-    /// `ibv_reg_mr(3)`.
-    fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr as ptr {
-        // SAFETY: caller passes a PD of ours.
-        unsafe { reg_mr_common(pd, addr, length, addr as u64, access as u32) }
-    }
+/// `ibv_reg_mr(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_reg_mr(pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> *mut ibv_mr {
+    // SAFETY: caller passes a PD of ours.
+    unsafe { reg_mr_common(pd, addr, length, addr as u64, access as u32) }
 }
 
-export! {
-    /// `ibv_reg_mr_iova(3)`.
-    fn ibv_reg_mr_iova(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut ibv_mr as ptr {
-        // SAFETY: caller passes a PD of ours.
-        unsafe { reg_mr_common(pd, addr, length, iova, access as u32) }
-    }
+/// `ibv_reg_mr_iova(3)`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    // SAFETY: caller passes a PD of ours.
+    unsafe { reg_mr_common(pd, addr, length, iova, access as u32) }
 }
 
-export! {
-    /// `ibv_reg_mr_iova2(3)`: where the `ibv_reg_mr` macro sends non-constant access flags.
-    fn ibv_reg_mr_iova2(pd: *mut ibv_pd, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut ibv_mr as ptr {
-        // SAFETY: caller passes a PD of ours.
-        unsafe { reg_mr_common(pd, addr, length, iova, access) }
-    }
+/// `ibv_reg_mr_iova2(3)`: where the `ibv_reg_mr` macro sends non-constant access flags.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    // SAFETY: caller passes a PD of ours.
+    unsafe { reg_mr_common(pd, addr, length, iova, access) }
 }
 
-export! {
-    /// `ibv_reg_dmabuf_mr(3)`: no dma-buf in a software device (EOPNOTSUPP).
-    fn ibv_reg_dmabuf_mr(pd: *mut ibv_pd, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut ibv_mr as ptr {
-        non_null(pd)?;
-        Err(libc::EOPNOTSUPP)
-    }
+/// `ibv_reg_dmabuf_mr(3)`: no dma-buf in a software device (EOPNOTSUPP).
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut ibv_pd,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut ibv_mr {
+    non_null(pd)?;
+    Err(libc::EOPNOTSUPP)
 }
 
 /// `IBV_REREG_MR_ERR_INPUT` / `IBV_REREG_MR_ERR_CMD`. The fork codes (-2, -3, -5) never
@@ -198,134 +213,142 @@ unsafe fn rereg_cmd(
     Ok(())
 }
 
-export! {
-    /// `ibv_rereg_mr(3)`: 0, `IBV_REREG_MR_ERR_INPUT` (unknown flags, a translation without
-    /// address or length, access flags without IBV_REREG_MR_CHANGE_ACCESS) or
-    /// `IBV_REREG_MR_ERR_CMD` (the re-registration itself was refused; the MR is unchanged),
-    /// with errno set.
-    fn ibv_rereg_mr(mr: *mut ibv_mr, flags: c_int, pd: *mut ibv_pd, addr: *mut c_void, length: usize, access: c_int) -> c_int as value(REREG_ERR_CMD) {
-        let input_ok = !mr.is_null()
-            && flags & !REREG_FLAGS == 0
-            && (flags & REREG_CHANGE_TRANSLATION == 0 || (length != 0 && !addr.is_null()))
-            && (access == 0 || flags & REREG_CHANGE_ACCESS != 0);
-        if !input_ok {
-            set_errno(libc::EINVAL);
-            return REREG_ERR_INPUT;
-        }
-        // SAFETY: caller passes an MR of ours and NULL or a PD of ours.
-        match unsafe { rereg_cmd(mr, flags, pd, addr, length, access) } {
-            Ok(()) => 0,
-            Err(e) => {
-                set_errno(e);
-                REREG_ERR_CMD
-            }
+/// `ibv_rereg_mr(3)`: 0, `IBV_REREG_MR_ERR_INPUT` (unknown flags, a translation without
+/// address or length, access flags without IBV_REREG_MR_CHANGE_ACCESS) or
+/// `IBV_REREG_MR_ERR_CMD` (the re-registration itself was refused; the MR is unchanged),
+/// with errno set.
+#[urxe_cabi::export(value(REREG_ERR_CMD))]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let input_ok = !mr.is_null()
+        && flags & !REREG_FLAGS == 0
+        && (flags & REREG_CHANGE_TRANSLATION == 0 || (length != 0 && !addr.is_null()))
+        && (access == 0 || flags & REREG_CHANGE_ACCESS != 0);
+    if !input_ok {
+        set_errno(libc::EINVAL);
+        return REREG_ERR_INPUT;
+    }
+    // SAFETY: caller passes an MR of ours and NULL or a PD of ours.
+    match unsafe { rereg_cmd(mr, flags, pd, addr, length, access) } {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            REREG_ERR_CMD
         }
     }
 }
 
-export! {
-    /// `ibv_dereg_mr(3)`.
-    fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int as errno {
-        // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
-        unsafe { destroy_plain(mr, |s: &UrxeMr| s.ibv.context, |dev, s| glue::dereg_mr(dev, s.id)) }
-    }
+/// `ibv_dereg_mr(3)`.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
+    unsafe { destroy_plain(mr, |s: &UrxeMr| s.ibv.context, |dev, s| glue::dereg_mr(dev, s.id)) }
 }
 
-export! {
-    /// `ibv_import_mr(3)`: a new shell over MR `mr_handle` of this process, which must belong
-    /// to `pd`.
-    fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr as ptr {
-        // SAFETY: caller passes a PD of ours.
-        let p: &UrxePd = unsafe { shell(pd) }?;
-        // SAFETY: its context is live.
-        let dev = unsafe { dev_of(p.ibv.context) }?;
-        let info = glue::query_mr(dev, mr_handle).map_err(|_| libc::EINVAL)?;
-        if info.pd != p.id {
-            return Err(libc::EINVAL);
-        }
-        let mr = Box::new(UrxeMr {
-            ibv: ibv_mr {
-                context: p.ibv.context,
-                pd,
-                addr: info.addr as usize as *mut c_void,
-                length: info.len as usize,
-                handle: mr_handle,
-                lkey: info.lkey,
-                rkey: info.rkey,
-            },
-            id: mr_handle,
-            dm: None,
-        });
-        Ok(Box::into_raw(mr) as *mut ibv_mr)
+/// `ibv_import_mr(3)`: a new shell over MR `mr_handle` of this process, which must belong
+/// to `pd`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_import_mr(pd: *mut ibv_pd, mr_handle: u32) -> *mut ibv_mr {
+    // SAFETY: caller passes a PD of ours.
+    let p: &UrxePd = unsafe { shell(pd) }?;
+    // SAFETY: its context is live.
+    let dev = unsafe { dev_of(p.ibv.context) }?;
+    let info = glue::query_mr(dev, mr_handle).map_err(|_| libc::EINVAL)?;
+    if info.pd != p.id {
+        return Err(libc::EINVAL);
     }
+    let mr = Box::new(UrxeMr {
+        ibv: ibv_mr {
+            context: p.ibv.context,
+            pd,
+            addr: info.addr as usize as *mut c_void,
+            length: info.len as usize,
+            handle: mr_handle,
+            lkey: info.lkey,
+            rkey: info.rkey,
+        },
+        id: mr_handle,
+        dm: None,
+    });
+    Ok(Box::into_raw(mr) as *mut ibv_mr)
 }
 
-export! {
-    /// `ibv_unimport_mr(3)`: frees the shell; the MR stays registered.
-    fn ibv_unimport_mr(mr: *mut ibv_mr) as void {
-        // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
-        unsafe { free_plain::<_, UrxeMr>(mr) }
-    }
+/// `ibv_unimport_mr(3)`: frees the shell; the MR stays registered.
+#[urxe_cabi::export(void)]
+pub unsafe extern "C" fn ibv_unimport_mr(mr: *mut ibv_mr) {
+    // SAFETY: caller passes an MR of ours (from reg_mr_common / ibv_import_mr).
+    unsafe { free_plain::<_, UrxeMr>(mr) }
 }
 
-crate::c_fn! {
-    /// `verbs_context.advise_mr` (`ibv_advise_mr(3)`): 0 or the errno. Every SGE is checked
-    /// before any page is touched, as the kernel's mlx5 driver checks them: a bad PD or unknown
-    /// flags EINVAL, an advice other than the three prefetches EOPNOTSUPP, no SGE EINVAL; a
-    /// key naming nothing, or an MR that is not ODP, ENOENT; a memory window's key EINVAL; an
-    /// MR of another PD, or PREFETCH_WRITE on an MR that is not writable, EPERM; a range outside
-    /// the MR EFAULT. Then PREFETCH / PREFETCH_WRITE fault the pages in for reading / writing
-    /// (nothing stays pinned): with IBV_ADVISE_MR_FLAG_FLUSH a page that cannot be faulted in
-    /// (not mapped, or not with that access) is EFAULT; without it the call is best effort and
-    /// such a page is left for the access to fail on. PREFETCH_NO_FAULT faults nothing: urxe
-    /// has no translation table to fill, pages present to the CPU are present to the device.
-    fn advise_mr_op(pd: *mut ibv_pd, advice: c_uint, flags: u32, sg_list: *mut ibv_sge, num_sge: u32) -> c_int as errno {
-        // SAFETY: caller passes a PD of ours (or junk we refuse with EINVAL).
-        let p: &UrxePd = unsafe { shell(pd) }.map_err(|_| libc::EINVAL)?;
-        if u64::from(flags) & !IBV_ADVISE_MR_FLAG_FLUSH != 0 {
-            return Err(libc::EINVAL);
-        }
-        let write = match u64::from(advice) {
-            IBV_ADVISE_MR_ADVICE_PREFETCH => Some(false),
-            IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Some(true),
-            IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => None,
-            _ => return Err(libc::EOPNOTSUPP),
-        };
-        let sg_list = non_null(sg_list).map_err(|_| libc::EINVAL)?;
-        if num_sge == 0 {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: its context is live.
-        let dev = unsafe { dev_of(p.ibv.context) }?;
-        // SAFETY: the caller passes `num_sge` readable SGEs.
-        let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
-        // Grown as the list is read (never sized from `num_sge` alone).
-        let mut ranges = Vec::new();
-        for sge in sges {
-            let info = glue::mr_by_key(dev, sge.lkey)?;
-            if !info.access.contains(AccessFlags::ON_DEMAND) {
-                return Err(libc::ENOENT);
-            }
-            if info.pd != p.id || (write == Some(true) && !registration::writable(info.access)) {
-                return Err(libc::EPERM);
-            }
-            let off = sge.addr.checked_sub(info.iova).ok_or(libc::EFAULT)?;
-            if off.checked_add(u64::from(sge.length)).is_none_or(|end| end > info.len) {
-                return Err(libc::EFAULT);
-            }
-            ranges.push((info.addr.checked_add(off).ok_or(libc::EFAULT)?, u64::from(sge.length)));
-        }
-        let Some(write) = write else { return Ok(()) };
-        let sync = u64::from(flags) & IBV_ADVISE_MR_FLAG_FLUSH != 0;
-        for (addr, len) in ranges {
-            if let Err(e) = registration::prefetch(addr, len, write) {
-                if sync {
-                    return Err(e);
-                }
-            }
-        }
-        Ok(())
+/// `verbs_context.advise_mr` (`ibv_advise_mr(3)`): 0 or the errno. Every SGE is checked
+/// before any page is touched, as the kernel's mlx5 driver checks them: a bad PD or unknown
+/// flags EINVAL, an advice other than the three prefetches EOPNOTSUPP, no SGE EINVAL; a
+/// key naming nothing, or an MR that is not ODP, ENOENT; a memory window's key EINVAL; an
+/// MR of another PD, or PREFETCH_WRITE on an MR that is not writable, EPERM; a range outside
+/// the MR EFAULT. Then PREFETCH / PREFETCH_WRITE fault the pages in for reading / writing
+/// (nothing stays pinned): with IBV_ADVISE_MR_FLAG_FLUSH a page that cannot be faulted in
+/// (not mapped, or not with that access) is EFAULT; without it the call is best effort and
+/// such a page is left for the access to fail on. PREFETCH_NO_FAULT faults nothing: urxe
+/// has no translation table to fill, pages present to the CPU are present to the device.
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn advise_mr_op(
+    pd: *mut ibv_pd,
+    advice: c_uint,
+    flags: u32,
+    sg_list: *mut ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: caller passes a PD of ours (or junk we refuse with EINVAL).
+    let p: &UrxePd = unsafe { shell(pd) }.map_err(|_| libc::EINVAL)?;
+    if u64::from(flags) & !IBV_ADVISE_MR_FLAG_FLUSH != 0 {
+        return Err(libc::EINVAL);
     }
+    let write = match u64::from(advice) {
+        IBV_ADVISE_MR_ADVICE_PREFETCH => Some(false),
+        IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE => Some(true),
+        IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => None,
+        _ => return Err(libc::EOPNOTSUPP),
+    };
+    let sg_list = non_null(sg_list).map_err(|_| libc::EINVAL)?;
+    if num_sge == 0 {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: its context is live.
+    let dev = unsafe { dev_of(p.ibv.context) }?;
+    // SAFETY: the caller passes `num_sge` readable SGEs.
+    let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    // Grown as the list is read (never sized from `num_sge` alone).
+    let mut ranges = Vec::new();
+    for sge in sges {
+        let info = glue::mr_by_key(dev, sge.lkey)?;
+        if !info.access.contains(AccessFlags::ON_DEMAND) {
+            return Err(libc::ENOENT);
+        }
+        if info.pd != p.id || (write == Some(true) && !registration::writable(info.access)) {
+            return Err(libc::EPERM);
+        }
+        let off = sge.addr.checked_sub(info.iova).ok_or(libc::EFAULT)?;
+        if off.checked_add(u64::from(sge.length)).is_none_or(|end| end > info.len) {
+            return Err(libc::EFAULT);
+        }
+        ranges.push((info.addr.checked_add(off).ok_or(libc::EFAULT)?, u64::from(sge.length)));
+    }
+    let Some(write) = write else { return Ok(()) };
+    let sync = u64::from(flags) & IBV_ADVISE_MR_FLAG_FLUSH != 0;
+    for (addr, len) in ranges {
+        if let Err(e) = registration::prefetch(addr, len, write) {
+            if sync {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

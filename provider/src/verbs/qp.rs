@@ -104,208 +104,206 @@ unsafe fn new_qp_shell(
     Ok(raw)
 }
 
-export! {
-    /// `ibv_create_qp(3)`: also writes the granted capacities back into `qp_init_attr->cap`.
-    fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp as ptr {
-        let p = non_null(pd)?;
-        let a = non_null(qp_init_attr)?;
-        let mut ex = ibv_qp_init_attr_ex::zeroed();
-        // SAFETY: caller passes a readable ibv_qp_init_attr and a PD of ours.
-        let context = unsafe {
-            ex.qp_context = (*a).qp_context;
-            ex.send_cq = (*a).send_cq;
-            ex.recv_cq = (*a).recv_cq;
-            ex.srq = (*a).srq;
-            ex.cap = (*a).cap;
-            ex.qp_type = (*a).qp_type;
-            ex.sq_sig_all = (*a).sq_sig_all;
-            (*p).context
-        };
-        ex.comp_mask = IBV_QP_INIT_ATTR_PD as u32;
-        ex.pd = p;
-        // SAFETY: as above.
-        let qp = unsafe { create_qp_common(context, &mut ex) }?;
-        // SAFETY: writable caller struct.
-        unsafe { (*a).cap = ex.cap };
-        Ok(qp as *mut ibv_qp)
+/// `ibv_create_qp(3)`: also writes the granted capacities back into `qp_init_attr->cap`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> *mut ibv_qp {
+    let p = non_null(pd)?;
+    let a = non_null(qp_init_attr)?;
+    let mut ex = ibv_qp_init_attr_ex::zeroed();
+    // SAFETY: caller passes a readable ibv_qp_init_attr and a PD of ours.
+    let context = unsafe {
+        ex.qp_context = (*a).qp_context;
+        ex.send_cq = (*a).send_cq;
+        ex.recv_cq = (*a).recv_cq;
+        ex.srq = (*a).srq;
+        ex.cap = (*a).cap;
+        ex.qp_type = (*a).qp_type;
+        ex.sq_sig_all = (*a).sq_sig_all;
+        (*p).context
+    };
+    ex.comp_mask = IBV_QP_INIT_ATTR_PD as u32;
+    ex.pd = p;
+    // SAFETY: as above.
+    let qp = unsafe { create_qp_common(context, &mut ex) }?;
+    // SAFETY: writable caller struct.
+    unsafe { (*a).cap = ex.cap };
+    Ok(qp as *mut ibv_qp)
+}
+
+/// `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`).
+#[urxe_cabi::c_fn(ptr)]
+pub unsafe extern "C" fn create_qp_ex_op(
+    context: *mut ibv_context,
+    qp_init_attr_ex: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    let a = non_null(qp_init_attr_ex)?;
+    // SAFETY: caller passes a context of ours and a writable attr.
+    unsafe { create_qp_common(context, &mut *a) }.map(|q| q as *mut ibv_qp)
+}
+
+/// `verbs_context.open_qp` (`ibv_open_qp(3)`): another handle on an XRC target QP of the
+/// given domain (the only QPs that can be opened). The QP lives until every handle, the
+/// creator's included, is destroyed; async events go to the creator's handle.
+#[urxe_cabi::c_fn(ptr)]
+pub unsafe extern "C" fn open_qp_op(context: *mut ibv_context, attr: *mut c_void) -> *mut ibv_qp {
+    let a = non_null(attr as *mut ibv_qp_open_attr)?;
+    // SAFETY: caller passes a readable ibv_qp_open_attr.
+    let a = unsafe { &*a };
+    let need = (IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE) as u32;
+    let known = need | IBV_QP_OPEN_ATTR_CONTEXT as u32;
+    if a.comp_mask & need != need || a.comp_mask & !known != 0 {
+        return Err(libc::EINVAL);
+    }
+    if a.qp_type as u64 != IBV_QPT_XRC_RECV {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: caller passes a domain of ours.
+    let x: &UrxeXrcd = unsafe { shell(a.xrcd) }?;
+    // SAFETY: caller passes a context of ours.
+    let dev = unsafe { dev_of(context) }?;
+    glue::open_xrc_qp(dev, x.id, a.qp_num)?;
+    let mut ex = ibv_qp_init_attr_ex::zeroed();
+    ex.qp_type = a.qp_type;
+    ex.xrcd = a.xrcd;
+    if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT as u32 != 0 {
+        ex.qp_context = a.qp_context;
+    }
+    let init = QpInitAttr::xrc_target();
+    // SAFETY: live context; no PD.
+    let r = unsafe { new_qp_shell(context, &ex, a.qp_num, &init, 0, QpCap::default(), false) };
+    if r.is_err() {
+        let _ = glue::destroy_qp(dev, a.qp_num);
+    }
+    r.map(|q| q as *mut ibv_qp)
+}
+
+/// `ibv_qp_to_qp_ex(3)`: only for QPs created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
+#[urxe_cabi::export(ptr)]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    if s.has_qp_ex {
+        Ok(qp as *mut ibv_qp_ex)
+    } else {
+        Err(libc::EOPNOTSUPP)
     }
 }
 
-crate::c_fn! {
-    /// `verbs_context.create_qp_ex` (`ibv_create_qp_ex(3)`).
-    fn create_qp_ex_op(context: *mut ibv_context, qp_init_attr_ex: *mut ibv_qp_init_attr_ex) -> *mut ibv_qp as ptr {
-        let a = non_null(qp_init_attr_ex)?;
-        // SAFETY: caller passes a context of ours and a writable attr.
-        unsafe { create_qp_common(context, &mut *a) }.map(|q| q as *mut ibv_qp)
-    }
-}
-
-crate::c_fn! {
-    /// `verbs_context.open_qp` (`ibv_open_qp(3)`): another handle on an XRC target QP of the
-    /// given domain (the only QPs that can be opened). The QP lives until every handle, the
-    /// creator's included, is destroyed; async events go to the creator's handle.
-    fn open_qp_op(context: *mut ibv_context, attr: *mut c_void) -> *mut ibv_qp as ptr {
-        let a = non_null(attr as *mut ibv_qp_open_attr)?;
-        // SAFETY: caller passes a readable ibv_qp_open_attr.
-        let a = unsafe { &*a };
-        let need = (IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE) as u32;
-        let known = need | IBV_QP_OPEN_ATTR_CONTEXT as u32;
-        if a.comp_mask & need != need || a.comp_mask & !known != 0 {
-            return Err(libc::EINVAL);
-        }
-        if a.qp_type as u64 != IBV_QPT_XRC_RECV {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: caller passes a domain of ours.
-        let x: &UrxeXrcd = unsafe { shell(a.xrcd) }?;
-        // SAFETY: caller passes a context of ours.
-        let dev = unsafe { dev_of(context) }?;
-        glue::open_xrc_qp(dev, x.id, a.qp_num)?;
-        let mut ex = ibv_qp_init_attr_ex::zeroed();
-        ex.qp_type = a.qp_type;
-        ex.xrcd = a.xrcd;
-        if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT as u32 != 0 {
-            ex.qp_context = a.qp_context;
-        }
-        let init = QpInitAttr::xrc_target();
-        // SAFETY: live context; no PD.
-        let r = unsafe { new_qp_shell(context, &ex, a.qp_num, &init, 0, QpCap::default(), false) };
-        if r.is_err() {
-            let _ = glue::destroy_qp(dev, a.qp_num);
-        }
-        r.map(|q| q as *mut ibv_qp)
-    }
-}
-
-export! {
-    /// `ibv_qp_to_qp_ex(3)`: only for QPs created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`.
-    fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex as ptr {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        if s.has_qp_ex {
-            Ok(qp as *mut ibv_qp_ex)
-        } else {
-            Err(libc::EOPNOTSUPP)
-        }
-    }
-}
-
-export! {
-    /// `ibv_modify_qp(3)`.
-    fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int as errno {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        let a = non_null(attr)?;
-        // SAFETY: readable caller struct.
-        let (ea, mask) = convert::qp_attr_from_c(unsafe { &*a }, attr_mask)?;
-        // SAFETY: its context is live.
-        glue::modify_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, &ea, mask)?;
-        if mask.contains(QpAttrMask::STATE) {
-            // SAFETY: `qp` is live; C-visible field written through the handle.
-            unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
-        }
-        Ok(())
-    }
-}
-
-export! {
-    /// `ibv_query_qp(3)`.
-    fn ibv_query_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int, init_attr: *mut ibv_qp_init_attr) -> c_int as errno {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        let out = non_null(attr)?;
-        let init = non_null(init_attr)?;
-        // SAFETY: its context is live.
-        let ea = glue::query_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
-        let q = &s.ibv.qp_base;
-        // SAFETY: writable caller structs.
-        unsafe {
-            out.write(convert::qp_attr_to_c(&ea));
-            init.write(ibv_qp_init_attr {
-                qp_context: q.qp_context,
-                send_cq: q.send_cq,
-                recv_cq: q.recv_cq,
-                srq: q.srq,
-                cap: convert::cap_to_c(&s.cap),
-                qp_type: q.qp_type,
-                sq_sig_all: s.sq_sig_all as c_int,
-            });
-        }
+/// `ibv_modify_qp(3)`.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, attr_mask: c_int) -> c_int {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    let a = non_null(attr)?;
+    // SAFETY: readable caller struct.
+    let (ea, mask) = convert::qp_attr_from_c(unsafe { &*a }, attr_mask)?;
+    // SAFETY: its context is live.
+    glue::modify_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, &ea, mask)?;
+    if mask.contains(QpAttrMask::STATE) {
         // SAFETY: `qp` is live; C-visible field written through the handle.
         unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
-        Ok(())
     }
+    Ok(())
 }
 
-export! {
-    /// `ibv_destroy_qp(3)`: waits for every async event of the QP to be acked.
-    fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int as errno {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        // SAFETY: its context is live.
-        glue::destroy_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
-        let raw = s as *const UrxeQp as *mut UrxeQp;
-        events::unregister_async(AsyncKind::Qp, s.qpn, raw as usize);
-        // SAFETY: live until freed below.
-        unsafe {
-            let m = ptr::addr_of_mut!((*raw).ibv.qp_base.mutex);
-            let c = ptr::addr_of_mut!((*raw).ibv.qp_base.cond);
-            wait_acked(m, c, ptr::addr_of!((*raw).ibv.qp_base.events_completed), || (*raw).async_events_read.load(Ordering::Acquire));
-            destroy_sync(m, c);
-            parent_domain_use((*raw).ibv.qp_base.pd, -1);
-            drop(Box::from_raw(raw));
-        }
-        Ok(())
+/// `ibv_query_qp(3)`.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    let out = non_null(attr)?;
+    let init = non_null(init_attr)?;
+    // SAFETY: its context is live.
+    let ea = glue::query_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
+    let q = &s.ibv.qp_base;
+    // SAFETY: writable caller structs.
+    unsafe {
+        out.write(convert::qp_attr_to_c(&ea));
+        init.write(ibv_qp_init_attr {
+            qp_context: q.qp_context,
+            send_cq: q.send_cq,
+            recv_cq: q.recv_cq,
+            srq: q.srq,
+            cap: convert::cap_to_c(&s.cap),
+            qp_type: q.qp_type,
+            sq_sig_all: s.sq_sig_all as c_int,
+        });
     }
+    // SAFETY: `qp` is live; C-visible field written through the handle.
+    unsafe { ptr::addr_of_mut!((*qp).state).write(ea.qp_state as u32) };
+    Ok(())
 }
 
-export! {
-    /// `ibv_query_qp_data_in_order(3)`: 0 = no in-order guarantee is advertised.
-    fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: c_uint, flags: u32) -> c_int as value(0) {
-        0
+/// `ibv_destroy_qp(3)`: waits for every async event of the QP to be acked.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    // SAFETY: its context is live.
+    glue::destroy_qp(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn)?;
+    let raw = s as *const UrxeQp as *mut UrxeQp;
+    events::unregister_async(AsyncKind::Qp, s.qpn, raw as usize);
+    // SAFETY: live until freed below.
+    unsafe {
+        let m = ptr::addr_of_mut!((*raw).ibv.qp_base.mutex);
+        let c = ptr::addr_of_mut!((*raw).ibv.qp_base.cond);
+        wait_acked(m, c, ptr::addr_of!((*raw).ibv.qp_base.events_completed), || {
+            (*raw).async_events_read.load(Ordering::Acquire)
+        });
+        destroy_sync(m, c);
+        parent_domain_use((*raw).ibv.qp_base.pd, -1);
+        drop(Box::from_raw(raw));
     }
+    Ok(())
 }
 
-export! {
-    /// `ibv_query_ece(3)`: ECE is a Mellanox feature; EOPNOTSUPP.
-    fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int as errno {
-        non_null(qp)?;
-        Err(libc::EOPNOTSUPP)
-    }
+/// `ibv_query_qp_data_in_order(3)`: 0 = no in-order guarantee is advertised.
+#[urxe_cabi::export(value(0))]
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(qp: *mut ibv_qp, op: c_uint, flags: u32) -> c_int {
+    0
 }
 
-export! {
-    /// `ibv_set_ece(3)`: EOPNOTSUPP.
-    fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int as errno {
-        non_null(qp)?;
-        Err(libc::EOPNOTSUPP)
-    }
+/// `ibv_query_ece(3)`: ECE is a Mellanox feature; EOPNOTSUPP.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_query_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    non_null(qp)?;
+    Err(libc::EOPNOTSUPP)
 }
 
-export! {
-    /// `ibv_attach_mcast(3)`: attaches a UD QP to the multicast group `gid` names (an IP
-    /// multicast address, IPv4-mapped or IPv6, as RoCE maps groups; `lid` is unused on RoCE).
-    /// EINVAL for another QP type or a unicast GID, ENOMEM past the device's multicast limits.
-    fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int as errno {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        let g = non_null(gid as *mut ibv_gid)?;
-        // SAFETY: `gid` is a readable `union ibv_gid`; every view is 16 bytes.
-        let raw = unsafe { (*g).raw };
-        // SAFETY: its context is live.
-        glue::attach_mcast(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, raw)
-    }
+/// `ibv_set_ece(3)`: EOPNOTSUPP.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_set_ece(qp: *mut ibv_qp, ece: *mut ibv_ece) -> c_int {
+    non_null(qp)?;
+    Err(libc::EOPNOTSUPP)
 }
 
-export! {
-    /// `ibv_detach_mcast(3)`: EINVAL if the QP is not attached to the group.
-    fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int as errno {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        let g = non_null(gid as *mut ibv_gid)?;
-        // SAFETY: `gid` is a readable `union ibv_gid`; every view is 16 bytes.
-        let raw = unsafe { (*g).raw };
-        // SAFETY: its context is live.
-        glue::detach_mcast(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, raw)
-    }
+/// `ibv_attach_mcast(3)`: attaches a UD QP to the multicast group `gid` names (an IP
+/// multicast address, IPv4-mapped or IPv6, as RoCE maps groups; `lid` is unused on RoCE).
+/// EINVAL for another QP type or a unicast GID, ENOMEM past the device's multicast limits.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    let g = non_null(gid as *mut ibv_gid)?;
+    // SAFETY: `gid` is a readable `union ibv_gid`; every view is 16 bytes.
+    let raw = unsafe { (*g).raw };
+    // SAFETY: its context is live.
+    glue::attach_mcast(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, raw)
+}
+
+/// `ibv_detach_mcast(3)`: EINVAL if the QP is not attached to the group.
+#[urxe_cabi::export(errno)]
+pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    let g = non_null(gid as *mut ibv_gid)?;
+    // SAFETY: `gid` is a readable `union ibv_gid`; every view is 16 bytes.
+    let raw = unsafe { (*g).raw };
+    // SAFETY: its context is live.
+    glue::detach_mcast(unsafe { dev_of(s.ibv.qp_base.context) }?, s.qpn, raw)
 }

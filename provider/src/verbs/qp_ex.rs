@@ -12,8 +12,9 @@ use crate::abi::*;
 use crate::convert::MAX_SGE;
 use crate::glue;
 use crate::objects::*;
-use libc::c_void;
+use libc::{c_int, c_void};
 use urxe::engine::{AccessFlags, MwBind, QpType, SendFlags, SendWr, Sge, UdDest, WrKind};
+use urxe::transport::PostSend;
 
 /// Point the builder entries of a new QP's `ibv_qp_ex` at the functions below.
 pub(super) fn fill_wr_table(q: &mut ibv_qp_ex) {
@@ -72,11 +73,10 @@ fn push_wr(s: &UrxeQp, b: &mut WrBatch, op_flag: u64, kind: WrKind) {
 
 macro_rules! wr_op {
     ($name:ident($($a:ident: $t:ty),*) => $flag:expr, $kind:expr) => {
-        crate::c_fn! {
-            fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) as void {
-                // SAFETY: caller passes a QP of ours.
-                unsafe { with_batch(qp, |s, b| push_wr(s, b, $flag, $kind)) }
-            }
+        #[urxe_cabi::c_fn(void)]
+        pub unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
+            // SAFETY: caller passes a QP of ours.
+            unsafe { with_batch(qp, |s, b| push_wr(s, b, $flag, $kind)) }
         }
     };
 }
@@ -91,70 +91,78 @@ wr_op!(wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) =
 wr_op!(wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, WrKind::AtomicFetchAdd { remote_addr, rkey, add });
 wr_op!(wr_local_inv(invalidate_rkey: u32) => IBV_QP_EX_WITH_LOCAL_INV, WrKind::LocalInv { invalidate_rkey });
 
-crate::c_fn! {
-    fn wr_bind_mw(qp: *mut ibv_qp_ex, mw: *mut ibv_mw, rkey: u32, bind_info: *const ibv_mw_bind_info) as void {
-        // SAFETY: `bind_info` NULL or readable.
-        let bi = (!bind_info.is_null()).then(|| unsafe { *bind_info });
-        // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |s, b| {
-                let Some(bi) = bi else { return batch_fail(b, libc::EINVAL) };
-                let (Some(mw), Some(mr)) = (mw_id(mw), mr_id(bi.mr)) else {
-                    return batch_fail(b, libc::EINVAL);
-                };
-                let access = AccessFlags(bi.mw_access_flags);
-                let bind = MwBind { mw, rkey, mr, addr: bi.addr, length: bi.length, access };
-                push_wr(s, b, IBV_QP_EX_WITH_BIND_MW, WrKind::BindMw(bind));
-            })
-        }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    bind_info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: `bind_info` NULL or readable.
+    let bi = (!bind_info.is_null()).then(|| unsafe { *bind_info });
+    // SAFETY: caller passes a QP of ours.
+    unsafe {
+        with_batch(qp, |s, b| {
+            let Some(bi) = bi else { return batch_fail(b, libc::EINVAL) };
+            let (Some(mw), Some(mr)) = (mw_id(mw), mr_id(bi.mr)) else {
+                return batch_fail(b, libc::EINVAL);
+            };
+            let access = AccessFlags(bi.mw_access_flags);
+            let bind = MwBind { mw, rkey, mr, addr: bi.addr, length: bi.length, access };
+            push_wr(s, b, IBV_QP_EX_WITH_BIND_MW, WrKind::BindMw(bind));
+        })
     }
 }
 
 macro_rules! wr_unsupported {
     ($name:ident($($a:ident: $t:ty),*)) => {
-        crate::c_fn! {
-            fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) as void {
-                $(let _ = $a;)*
-                // SAFETY: caller passes a QP of ours.
-                unsafe { with_batch(qp, |_, b| batch_fail(b, libc::EOPNOTSUPP)) }
-            }
+        #[urxe_cabi::c_fn(void)]
+        pub unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
+            $(let _ = $a;)*
+            // SAFETY: caller passes a QP of ours.
+            unsafe { with_batch(qp, |_, b| batch_fail(b, libc::EOPNOTSUPP)) }
         }
     };
 }
 wr_unsupported!(wr_send_tso(hdr: *mut c_void, hdr_sz: u16, mss: u16));
-crate::c_fn! {
-    /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (the verb lets the
-    /// caller reuse them on return) and land at `remote_addr` as one unit.
-    fn wr_atomic_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, atomic_wr: *const c_void) as void {
-        let value = (!atomic_wr.is_null()).then(|| {
-            let mut v = [0u8; 8];
-            // SAFETY: the verb's contract: `atomic_wr` points to 8 readable bytes.
-            unsafe { std::ptr::copy_nonoverlapping(atomic_wr as *const u8, v.as_mut_ptr(), 8) };
-            v
-        });
-        // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |s, b| match value {
-                Some(value) => push_wr(s, b, IBV_QP_EX_WITH_ATOMIC_WRITE, WrKind::AtomicWrite { remote_addr, rkey, value }),
-                None => batch_fail(b, libc::EINVAL),
-            })
-        }
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are copied now (the verb lets the
+/// caller reuse them on return) and land at `remote_addr` as one unit.
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_atomic_write(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, atomic_wr: *const c_void) {
+    let value = (!atomic_wr.is_null()).then(|| {
+        let mut v = [0u8; 8];
+        // SAFETY: the verb's contract: `atomic_wr` points to 8 readable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(atomic_wr as *const u8, v.as_mut_ptr(), 8) };
+        v
+    });
+    // SAFETY: caller passes a QP of ours.
+    unsafe {
+        with_batch(qp, |s, b| match value {
+            Some(value) => push_wr(s, b, IBV_QP_EX_WITH_ATOMIC_WRITE, WrKind::AtomicWrite { remote_addr, rkey, value }),
+            None => batch_fail(b, libc::EINVAL),
+        })
     }
 }
 
-crate::c_fn! {
-    /// `ibv_wr_flush` (rdma-core 45): `type` is `IBV_FLUSH_GLOBAL` (1) and/or
-    /// `IBV_FLUSH_PERSISTENT` (2), `level` `IBV_FLUSH_RANGE` (0) or `IBV_FLUSH_MR` (1); the
-    /// length must fit the RETH's 32 bits.
-    fn wr_flush(qp: *mut ibv_qp_ex, rkey: u32, remote_addr: u64, len: usize, placement: u8, level: u8) as void {
-        let kind = u32::try_from(len).ok().map(|len| WrKind::Flush { remote_addr, rkey, len, placement, level });
-        // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |s, b| match kind {
-                Some(kind) => push_wr(s, b, IBV_QP_EX_WITH_FLUSH, kind),
-                None => batch_fail(b, libc::EINVAL),
-            })
-        }
+/// `ibv_wr_flush` (rdma-core 45): `type` is `IBV_FLUSH_GLOBAL` (1) and/or
+/// `IBV_FLUSH_PERSISTENT` (2), `level` `IBV_FLUSH_RANGE` (0) or `IBV_FLUSH_MR` (1); the
+/// length must fit the RETH's 32 bits.
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_flush(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    len: usize,
+    placement: u8,
+    level: u8,
+) {
+    let kind = u32::try_from(len).ok().map(|len| WrKind::Flush { remote_addr, rkey, len, placement, level });
+    // SAFETY: caller passes a QP of ours.
+    unsafe {
+        with_batch(qp, |s, b| match kind {
+            Some(kind) => push_wr(s, b, IBV_QP_EX_WITH_FLUSH, kind),
+            None => batch_fail(b, libc::EINVAL),
+        })
     }
 }
 
@@ -196,68 +204,62 @@ unsafe fn caller_list<'a, T>(list: *const T, n: usize) -> Result<&'a [T], i32> {
     Ok(unsafe { std::slice::from_raw_parts(list, n) })
 }
 
-crate::c_fn! {
-    fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) as void {
-        // SAFETY: caller passes a QP of ours.
-        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, Ok(vec![Sge { addr, length, lkey }]), false)) }
-    }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    // SAFETY: caller passes a QP of ours.
+    unsafe { with_batch(qp, |s, b| set_last_sges(s, b, Ok(vec![Sge { addr, length, lkey }]), false)) }
 }
-crate::c_fn! {
-    fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) as void {
-        // SAFETY: caller passes num_sge readable SGEs.
-        let v = unsafe { caller_list(sg_list, num_sge) }
-            .map(|list| list.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect());
-        // SAFETY: caller passes a QP of ours.
-        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, false)) }
-    }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
+    // SAFETY: caller passes num_sge readable SGEs.
+    let v = unsafe { caller_list(sg_list, num_sge) }
+        .map(|list| list.iter().map(|g| Sge { addr: g.addr, length: g.length, lkey: g.lkey }).collect());
+    // SAFETY: caller passes a QP of ours.
+    unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, false)) }
 }
-crate::c_fn! {
-    fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) as void {
-        let v = u32::try_from(length)
-            .map(|len| vec![Sge { addr: addr as u64, length: len, lkey: 0 }])
-            .map_err(|_| libc::EINVAL);
-        // SAFETY: caller passes a QP of ours.
-        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
-    }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let v = u32::try_from(length)
+        .map(|len| vec![Sge { addr: addr as u64, length: len, lkey: 0 }])
+        .map_err(|_| libc::EINVAL);
+    // SAFETY: caller passes a QP of ours.
+    unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
 }
-crate::c_fn! {
-    fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: usize, buf_list: *const ibv_data_buf) as void {
-        // SAFETY: caller passes num_buf readable buffers.
-        let v = unsafe { caller_list(buf_list, num_buf) }.and_then(|list| {
-            list.iter()
-                .map(|d| {
-                    u32::try_from(d.length)
-                        .map(|len| Sge { addr: d.addr as u64, length: len, lkey: 0 })
-                        .map_err(|_| libc::EINVAL)
-                })
-                .collect()
-        });
-        // SAFETY: caller passes a QP of ours.
-        unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
-    }
-}
-crate::c_fn! {
-    /// The remote XRC SRQ of the last WR (XRC initiators; ignored by other QPs' posts).
-    fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) as void {
-        // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |_, b| match b.wrs.last_mut() {
-                Some(last) => last.xrc_srqn = Some(remote_srqn),
-                None => batch_fail(b, libc::EINVAL),
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_set_inline_data_list(qp: *mut ibv_qp_ex, num_buf: usize, buf_list: *const ibv_data_buf) {
+    // SAFETY: caller passes num_buf readable buffers.
+    let v = unsafe { caller_list(buf_list, num_buf) }.and_then(|list| {
+        list.iter()
+            .map(|d| {
+                u32::try_from(d.length)
+                    .map(|len| Sge { addr: d.addr as u64, length: len, lkey: 0 })
+                    .map_err(|_| libc::EINVAL)
             })
-        }
+            .collect()
+    });
+    // SAFETY: caller passes a QP of ours.
+    unsafe { with_batch(qp, |s, b| set_last_sges(s, b, v, true)) }
+}
+/// The remote XRC SRQ of the last WR (XRC initiators; ignored by other QPs' posts).
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ibv_qp_ex, remote_srqn: u32) {
+    // SAFETY: caller passes a QP of ours.
+    unsafe {
+        with_batch(qp, |_, b| match b.wrs.last_mut() {
+            Some(last) => last.xrc_srqn = Some(remote_srqn),
+            None => batch_fail(b, libc::EINVAL),
+        })
     }
 }
 
-crate::c_fn! {
-    fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) as void {
-        // SAFETY: caller passes a QP of ours.
-        unsafe {
-            with_batch(qp, |_, b| match b.wrs.last_mut() {
-                Some(last) => last.ud = Some((ah, remote_qpn, remote_qkey)),
-                None => batch_fail(b, libc::EINVAL),
-            })
-        }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_set_ud_addr(qp: *mut ibv_qp_ex, ah: *mut ibv_ah, remote_qpn: u32, remote_qkey: u32) {
+    // SAFETY: caller passes a QP of ours.
+    unsafe {
+        with_batch(qp, |_, b| match b.wrs.last_mut() {
+            Some(last) => last.ud = Some((ah, remote_qpn, remote_qkey)),
+            None => batch_fail(b, libc::EINVAL),
+        })
     }
 }
 /// Empty the batch; `open` says whether WRs may be pushed (`wr_start`) or not (`wr_abort`).
@@ -267,17 +269,15 @@ fn reset_batch(b: &mut WrBatch, open: bool) {
     b.error = 0;
 }
 
-crate::c_fn! {
-    fn wr_start(qp: *mut ibv_qp_ex) as void {
-        // SAFETY: caller passes a QP of ours.
-        unsafe { with_batch(qp, |_, b| reset_batch(b, true)) }
-    }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    // SAFETY: caller passes a QP of ours.
+    unsafe { with_batch(qp, |_, b| reset_batch(b, true)) }
 }
-crate::c_fn! {
-    fn wr_abort(qp: *mut ibv_qp_ex) as void {
-        // SAFETY: caller passes a QP of ours.
-        unsafe { with_batch(qp, |_, b| reset_batch(b, false)) }
-    }
+#[urxe_cabi::c_fn(void)]
+pub unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: caller passes a QP of ours.
+    unsafe { with_batch(qp, |_, b| reset_batch(b, false)) }
 }
 
 /// Engine view of one pending WR.
@@ -296,30 +296,30 @@ fn pending_to_send_wr<'a>(p: &'a PendingWr, qp_type: QpType) -> Result<SendWr<'a
     Ok(SendWr { wr_id: p.wr_id, kind: p.kind, flags, sg_list: &p.sges, ud })
 }
 
-crate::c_fn! {
-    fn wr_complete(qp: *mut ibv_qp_ex) -> c_int as errno {
-        // SAFETY: caller passes a QP of ours.
-        let s: &UrxeQp = unsafe { shell(qp) }?;
-        let (wrs, err) = {
-            let mut b = s.batch.lock().unwrap_or_else(|e| e.into_inner());
-            if !b.active {
-                return Err(libc::EINVAL);
-            }
-            b.active = false;
-            (std::mem::take(&mut b.wrs), std::mem::take(&mut b.error))
-        };
-        if err != 0 {
-            return Err(err);
+#[urxe_cabi::c_fn(errno)]
+pub unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    // SAFETY: caller passes a QP of ours.
+    let s: &UrxeQp = unsafe { shell(qp) }?;
+    let (wrs, err) = {
+        let mut b = s.batch.lock().unwrap_or_else(|e| e.into_inner());
+        if !b.active {
+            return Err(libc::EINVAL);
         }
-        // SAFETY: its context is live.
-        let dev = unsafe { dev_of(s.ibv.qp_base.context) }?;
-        // Converted first, so a bad WR posts nothing; then posted under one lock.
-        let xrc = s.qp_type == QpType::XrcSend;
-        let converted: Result<Vec<_>, i32> =
-            wrs.iter().map(|p| Ok((p.xrc_srqn.filter(|_| xrc), pending_to_send_wr(p, s.qp_type)?))).collect();
-        let converted = converted?;
-        glue::post_send_chain(dev, s.qpn, |post| converted.iter().try_for_each(|(n, w)| post(*n, w)))
+        b.active = false;
+        (std::mem::take(&mut b.wrs), std::mem::take(&mut b.error))
+    };
+    if err != 0 {
+        return Err(err);
     }
+    // SAFETY: its context is live.
+    let dev = unsafe { dev_of(s.ibv.qp_base.context) }?;
+    // Converted first, so a bad WR posts nothing; then posted under one lock.
+    let xrc = s.qp_type == QpType::XrcSend;
+    let converted: Result<Vec<PostSend<'_>>, i32> = wrs
+        .iter()
+        .map(|p| Ok(PostSend { srqn: p.xrc_srqn.filter(|_| xrc), wr: pending_to_send_wr(p, s.qp_type)? }))
+        .collect();
+    glue::post_sends(dev, s.qpn, &converted?).map_err(|(_, e)| e)
 }
 
 #[cfg(test)]

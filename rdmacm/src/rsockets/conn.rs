@@ -6,42 +6,40 @@ use super::stream::*;
 use super::wait::*;
 use crate::abi::*;
 use crate::api::*;
-use crate::cm_export;
 use crate::events::*;
 use libc::{c_int, c_void, sockaddr, socklen_t};
 use std::ptr;
 use std::sync::{Arc, Mutex};
 
-cm_export! {
-    fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int as int {
-        let sty = ty & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
-        if domain != libc::AF_INET && domain != libc::AF_INET6 {
-            return Err(libc::EOPNOTSUPP);
-        }
-        if sty != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {
-            // Datagram rsockets (UD QPs behind a UDP socket) are not provided.
-            return Err(libc::EOPNOTSUPP);
-        }
-        // SAFETY: no arguments.
-        let ch = unsafe { rdma_create_event_channel() };
-        if ch.is_null() {
-            return Err(crate::export_errno());
-        }
-        let mut id = ptr::null_mut();
-        // SAFETY: our channel; `id` is the out-parameter.
-        if unsafe { rdma_create_id(ch, &mut id, ptr::null_mut(), ps::TCP) } != 0 {
-            let e = crate::export_errno();
-            // SAFETY: the channel just created.
-            unsafe { rdma_destroy_event_channel(ch) };
-            return Err(e);
-        }
-        let mut s = Stream::new(ch, id, None);
-        s.fs_flags = if ty & libc::SOCK_NONBLOCK != 0 { libc::O_NONBLOCK } else { 0 };
-        s.fd_flags = if ty & libc::SOCK_CLOEXEC != 0 { libc::FD_CLOEXEC } else { 0 };
-        let index = s.index;
-        table().insert(index, Arc::new(Mutex::new(s)));
-        Ok(index)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
+    let sty = ty & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
+    if domain != libc::AF_INET && domain != libc::AF_INET6 {
+        return Err(libc::EOPNOTSUPP);
     }
+    if sty != libc::SOCK_STREAM || (protocol != 0 && protocol != libc::IPPROTO_TCP) {
+        // Datagram rsockets (UD QPs behind a UDP socket) are not provided.
+        return Err(libc::EOPNOTSUPP);
+    }
+    // SAFETY: no arguments.
+    let ch = unsafe { rdma_create_event_channel() };
+    if ch.is_null() {
+        return Err(crate::export_errno());
+    }
+    let mut id = ptr::null_mut();
+    // SAFETY: our channel; `id` is the out-parameter.
+    if unsafe { rdma_create_id(ch, &mut id, ptr::null_mut(), ps::TCP) } != 0 {
+        let e = crate::export_errno();
+        // SAFETY: the channel just created.
+        unsafe { rdma_destroy_event_channel(ch) };
+        return Err(e);
+    }
+    let mut s = Stream::new(ch, id, None);
+    s.fs_flags = if ty & libc::SOCK_NONBLOCK != 0 { libc::O_NONBLOCK } else { 0 };
+    s.fd_flags = if ty & libc::SOCK_CLOEXEC != 0 { libc::FD_CLOEXEC } else { 0 };
+    let index = s.index;
+    table().insert(index, Arc::new(Mutex::new(s)));
+    Ok(index)
 }
 
 pub(super) fn sockaddr_arg(addr: *const sockaddr, len: socklen_t) -> Result<*mut sockaddr, i32> {
@@ -61,33 +59,31 @@ pub(super) fn sockaddr_arg(addr: *const sockaddr, len: socklen_t) -> Result<*mut
     Ok(addr as *mut sockaddr)
 }
 
-cm_export! {
-    fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int as int {
-        let h = lookup(socket)?;
-        let a = sockaddr_arg(addr, addrlen)?;
-        let mut s = guard(&h);
-        if s.state != st::INIT {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: our ID; the caller's address.
-        errno_of(unsafe { rdma_bind_addr(s.id, a) })?;
-        s.state = st::BOUND;
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rbind(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
+    let h = lookup(socket)?;
+    let a = sockaddr_arg(addr, addrlen)?;
+    let mut s = guard(&h);
+    if s.state != st::INIT {
+        return Err(libc::EINVAL);
     }
+    // SAFETY: our ID; the caller's address.
+    errno_of(unsafe { rdma_bind_addr(s.id, a) })?;
+    s.state = st::BOUND;
+    Ok(0)
 }
 
-cm_export! {
-    fn rlisten(socket: c_int, backlog: c_int) -> c_int as int {
-        let h = lookup(socket)?;
-        let mut s = guard(&h);
-        if s.state == st::LISTENING {
-            return Ok(0);
-        }
-        // SAFETY: our ID.
-        errno_of(unsafe { rdma_listen(s.id, backlog) })?;
-        s.state = st::LISTENING;
-        Ok(0)
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn rlisten(socket: c_int, backlog: c_int) -> c_int {
+    let h = lookup(socket)?;
+    let mut s = guard(&h);
+    if s.state == st::LISTENING {
+        return Ok(0);
     }
+    // SAFETY: our ID.
+    errno_of(unsafe { rdma_listen(s.id, backlog) })?;
+    s.state = st::LISTENING;
+    Ok(0)
 }
 
 /// Accepts one CONNECT_REQUEST: a new socket with its own channel, endpoint and REP.
@@ -238,11 +234,13 @@ pub(super) fn accept_on(h: &Handle, addr: *mut sockaddr, addrlen: *mut socklen_t
     Err(Fail::Block(Sleep::On([s.ch_fd(), -1])))
 }
 
-blocking_export! {
-    fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
-        Accept { held: Held::new(socket), addr, addrlen },
-        accept_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn raccept(socket: c_int, addr: *mut sockaddr, addrlen: *mut socklen_t) -> c_int {
+    blocking("raccept", &mut Accept { held: Held::new(socket), addr, addrlen }, accept_step, -1)
 }
 
 /// `rconnect`'s arguments, and whether the connection is already asked for.
@@ -331,11 +329,13 @@ pub(super) fn request_connection(h: &Handle, addr: *const sockaddr, addrlen: soc
     Ok(())
 }
 
-blocking_export! {
-    fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
-        Connect { held: Held::new(socket), addr, addrlen, asked: false },
-        connect_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rconnect(socket: c_int, addr: *const sockaddr, addrlen: socklen_t) -> c_int {
+    blocking("rconnect", &mut Connect { held: Held::new(socket), addr, addrlen, asked: false }, connect_step, -1)
 }
 
 /// Completes a connection still opening before data calls (EAGAIN while in progress).

@@ -6,6 +6,8 @@
 
 use crate::abi::{ibv_context, ibv_cq, ibv_qp};
 use libc::{c_int, c_uint, c_void};
+/// The SGE is the toolkit's mirror (the same struct libibverbs.so.1 reads).
+pub use urxe_cabi::verbs::ibv_sge;
 
 pub const IBV_WR_RDMA_WRITE: c_int = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_int = 1;
@@ -14,14 +16,6 @@ pub const IBV_WC_SUCCESS: c_int = 0;
 pub const IBV_WC_WITH_IMM: c_uint = 1 << 1;
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_sge {
-    pub addr: u64,
-    pub length: u32,
-    pub lkey: u32,
-}
 
 /// `struct ibv_send_wr` with the `wr.rdma` view of its `wr` union (the rest of the union and
 /// the trailing unions are padding here: rsockets posts RDMA WRITEs only).

@@ -392,77 +392,113 @@ pub(super) fn writev(h: &Handle, iov: &[iovec], flags: c_int, p: &mut Progress) 
     Ok(p.total)
 }
 
-blocking_export! {
-    fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> ssize_t {
-        Io::new(socket, Bufs::one(buf, len), flags),
-        recv_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rrecv(socket: c_int, buf: *mut c_void, len: usize, flags: c_int) -> ssize_t {
+    blocking("rrecv", &mut Io::new(socket, Bufs::one(buf, len), flags), recv_step, -1)
 }
 
-blocking_export! {
-    /// On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it).
-    fn rrecvfrom(socket: c_int, buf: *mut c_void, len: usize, flags: c_int, src: *mut sockaddr, srclen: *mut socklen_t) -> ssize_t {
-        Io { src, srclen, ..Io::new(socket, Bufs::one(buf, len), flags) },
-        recv_step
-    }
+/// On a stream socket the source is the peer (as recvfrom(2) on TCP leaves it).
+///
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rrecvfrom(
+    socket: c_int,
+    buf: *mut c_void,
+    len: usize,
+    flags: c_int,
+    src: *mut sockaddr,
+    srclen: *mut socklen_t,
+) -> ssize_t {
+    blocking("rrecvfrom", &mut Io { src, srclen, ..Io::new(socket, Bufs::one(buf, len), flags) }, recv_step, -1)
 }
 
-blocking_export! {
-    fn rread(socket: c_int, buf: *mut c_void, count: usize) -> ssize_t {
-        Io::new(socket, Bufs::one(buf, count), 0),
-        recv_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rread(socket: c_int, buf: *mut c_void, count: usize) -> ssize_t {
+    blocking("rread", &mut Io::new(socket, Bufs::one(buf, count), 0), recv_step, -1)
 }
 
-blocking_export! {
-    fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
-        Io::new(socket, Bufs::Vec(iov, iovcnt), 0),
-        recv_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rreadv(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    blocking("rreadv", &mut Io::new(socket, Bufs::Vec(iov, iovcnt), 0), recv_step, -1)
 }
 
-blocking_export! {
-    fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
-        Io::new(socket, Bufs::Msg(msg), flags),
-        recv_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rrecvmsg(socket: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    blocking("rrecvmsg", &mut Io::new(socket, Bufs::Msg(msg), flags), recv_step, -1)
 }
 
-blocking_export! {
-    fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> ssize_t {
-        Io::new(socket, Bufs::one(buf, len), flags),
-        send_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rsend(socket: c_int, buf: *const c_void, len: usize, flags: c_int) -> ssize_t {
+    blocking("rsend", &mut Io::new(socket, Bufs::one(buf, len), flags), send_step, -1)
 }
 
-blocking_export! {
-    /// On a connected stream socket the destination is ignored (sendto(2) on TCP); EISCONN
-    /// is not raised, as librdmacm.
-    fn rsendto(socket: c_int, buf: *const c_void, len: usize, flags: c_int, _dst: *const sockaddr, _dstlen: socklen_t) -> ssize_t {
-        Io::new(socket, Bufs::one(buf, len), flags),
-        send_step
-    }
+/// On a connected stream socket the destination is ignored (sendto(2) on TCP); EISCONN
+/// is not raised, as librdmacm.
+///
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rsendto(
+    socket: c_int,
+    buf: *const c_void,
+    len: usize,
+    flags: c_int,
+    _dst: *const sockaddr,
+    _dstlen: socklen_t,
+) -> ssize_t {
+    blocking("rsendto", &mut Io::new(socket, Bufs::one(buf, len), flags), send_step, -1)
 }
 
-blocking_export! {
-    fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> ssize_t {
-        Io::new(socket, Bufs::one(buf, count), 0),
-        send_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rwrite(socket: c_int, buf: *const c_void, count: usize) -> ssize_t {
+    blocking("rwrite", &mut Io::new(socket, Bufs::one(buf, count), 0), send_step, -1)
 }
 
-blocking_export! {
-    fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
-        Io::new(socket, Bufs::Vec(iov, iovcnt), 0),
-        send_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rwritev(socket: c_int, iov: *const iovec, iovcnt: c_int) -> ssize_t {
+    blocking("rwritev", &mut Io::new(socket, Bufs::Vec(iov, iovcnt), 0), send_step, -1)
 }
 
-blocking_export! {
-    fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-        Io::new(socket, Bufs::Msg(msg as *mut msghdr), flags),
-        send_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rsendmsg(socket: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    blocking("rsendmsg", &mut Io::new(socket, Bufs::Msg(msg as *mut msghdr), flags), send_step, -1)
 }
 
 // ---- poll and select ----------------------------------------------------------------------

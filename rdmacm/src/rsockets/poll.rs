@@ -162,11 +162,13 @@ pub(super) fn rpoll_step(p: &mut Poll, woke: Woke) -> Result<c_int, Fail> {
     poll_step(fds, p.timeout, &mut p.start, woke)
 }
 
-blocking_export! {
-    fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
-        Poll { fds, nfds, timeout, start: None },
-        rpoll_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rpoll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) -> c_int {
+    blocking("rpoll", &mut Poll { fds, nfds, timeout, start: None }, rpoll_step, -1)
 }
 
 /// `rselect`'s arguments and start.
@@ -249,11 +251,24 @@ pub(super) fn select_step(x: &mut Select, woke: Woke) -> Result<c_int, Fail> {
     })
 }
 
-blocking_export! {
-    fn rselect(nfds: c_int, readfds: *mut libc::fd_set, writefds: *mut libc::fd_set, exceptfds: *mut libc::fd_set, timeout: *mut libc::timeval) -> c_int {
-        Select { nfds, sets: [readfds, writefds, exceptfds], timeout, start: None },
-        select_step
-    }
+/// A cancellation point while it sleeps (see [`blocking`]).
+///
+/// # Safety
+/// The pointer arguments are what librdmacm's man page says they are.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn rselect(
+    nfds: c_int,
+    readfds: *mut libc::fd_set,
+    writefds: *mut libc::fd_set,
+    exceptfds: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    blocking(
+        "rselect",
+        &mut Select { nfds, sets: [readfds, writefds, exceptfds], timeout, start: None },
+        select_step,
+        -1,
+    )
 }
 
 // ---- shutdown and close -------------------------------------------------------------------

@@ -202,22 +202,4 @@ pub(super) fn wait_event(h: &Handle) -> TakenEvent {
     }
 }
 
-/// Exports a blocking rsockets call: its state (built from the arguments, `Copy`) and its
-/// step, run by [`blocking`]; -1 with errno on failure.
-macro_rules! blocking_export {
-    ($(#[$m:meta])* fn $name:ident($($a:ident : $t:ty),* $(,)?) -> $r:ty { $state:expr, $step:expr }) => {
-        $(#[$m])*
-        ///
-        /// A cancellation point while it sleeps (see [`blocking`]).
-        ///
-        /// # Safety
-        /// The pointer arguments are what librdmacm's man page says they are.
-        #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name($($a: $t),*) -> $r {
-            let mut state = $state;
-            blocking(stringify!($name), &mut state, $step, (-1isize) as $r)
-        }
-    };
-}
-
 // ---- entry points -------------------------------------------------------------------------

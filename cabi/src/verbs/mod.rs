@@ -1,10 +1,10 @@
-//! Provider layer: hand-written `#[repr(C)]` mirrors of the parts of `<infiniband/verbs.h>`
+//! The C-ABI toolkit: hand-written `#[repr(C)]` mirrors of the parts of `<infiniband/verbs.h>`
 //! (rdma-core 44, x86-64 LP64) that urxe's libibverbs.so.1 reads or writes, plus the two
 //! private `driver.h` structs system provider libraries reach into (`verbs_device`).
 //!
 //! Written from the measured layout facts (../shared/abi/layout.txt), not copied from the
 //! header. `tests/abi_layout.rs` compiles a C program against the installed header and checks
-//! every size, offset and constant named in [`crate::layout::layout_report`].
+//! every size, offset and constant named in [`crate::verbs_layout::layout_report`].
 //!
 //! No behaviour here: plain data. Field and type names are the C names so the mirrors read like
 //! the man pages.

@@ -1,4 +1,4 @@
-//! Provider layer: the Rust side of the ABI layout check. [`layout_report`] lists every
+//! The C-ABI toolkit: the Rust side of the ABI layout check. [`layout_report`] lists every
 //! mirrored struct with its size and alignment, every field with its offset and size, and
 //! every constant, as lines keyed by the C spelling. `tests/abi_layout.rs` turns the same keys
 //! into a C program compiled against the installed `<infiniband/verbs.h>` and compares.
@@ -7,7 +7,7 @@
 //! `type <C type> size <n> align <n>` / `field <C type>|<member path> off <n> size <n>` /
 //! `const <NAME> <value>`.
 
-use crate::abi::*;
+use crate::verbs::*;
 use std::fmt::Write as _;
 use std::mem::{align_of, size_of, MaybeUninit};
 
@@ -31,7 +31,7 @@ macro_rules! report {
     }};
 }
 
-/// The layout facts of every mirror in [`crate::abi`]; see the module doc for the format.
+/// The layout facts of every mirror in [`crate::verbs`]; see the module doc for the format.
 pub fn layout_report() -> String {
     let mut o = String::new();
     report!(o, _ibv_device_ops, "struct _ibv_device_ops", [_dummy1 => "_dummy1", _dummy2 => "_dummy2"]);
