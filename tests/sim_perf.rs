@@ -20,7 +20,14 @@ fn pump(net: &mut Net, buf: &mut [u8]) -> usize {
             _ => unreachable!(),
         };
         while let Some(t) = net.nodes[from].eng.poll_transmit(net.now, buf) {
-            let d = Datagram { src, src_port: t.src_port, dst, icrc: IcrcCheck::Full(ip), payload: &buf[..t.len] };
+            let d = Datagram {
+                src,
+                src_port: t.src_port,
+                dst,
+                icrc: IcrcCheck::Full(ip),
+                payload: &buf[..t.len],
+                ce: false,
+            };
             net.nodes[to].eng.handle_datagram(net.now, &d);
             n += 1;
         }
@@ -89,7 +96,7 @@ fn dgram<'a>(net: &Net, from: usize, to: usize, port: u16, payload: &'a [u8]) ->
         (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => IpFields::v4_df(s, d),
         _ => unreachable!(),
     };
-    Datagram { src, src_port: port, dst, icrc: IcrcCheck::Full(ip), payload }
+    Datagram { src, src_port: port, dst, icrc: IcrcCheck::Full(ip), payload, ce: false }
 }
 
 /// Drains `node`'s transmit queue onto `w`.

@@ -197,7 +197,7 @@ impl Io {
                 let covered = pkt.len().saturating_sub(ICRC_LEN);
                 let icrc = self.icrc_rx.get(&ip, src.port(), ROCE_PORT).icrc_in_place(&mut pkt[..covered]);
                 let icrc = IcrcCheck::Hashed { icrc, id_known };
-                let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt };
+                let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt, ce: false };
                 engine.handle_datagram(now, &d);
             }
             if n < RECV_BATCH && (poller || !self.recv.was_single()) {
