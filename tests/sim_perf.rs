@@ -155,6 +155,12 @@ fn engine_instructions_per_message() {
     let msgs: u64 = std::env::var("URXE_INSN_MSGS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let size: u32 = if kind == "write4k" { 4096 } else { 64 };
     let mut net = Net::with_memory(2, 1, LinkCfg::default(), 4 << 20);
+    // URXE_DCQCN / URXE_DCQCN_<NAME> as the library reads them (bench/instructions.sh compares
+    // DCQCN on, the default, with URXE_DCQCN=0).
+    let cc = urxe::engine::cc::DcqcnParams::from_env(std::env::vars()).expect("URXE_DCQCN* settings");
+    for n in &mut net.nodes {
+        n.eng.set_dcqcn(cc);
+    }
     let o = QpOpts { mtu: Mtu::Mtu4096, max_send_wr: 1024, max_recv_wr: 1024, ..QpOpts::default() };
     let (a, b) = connect(&mut net, 0, 1, &o);
     let (src, smr) = buffer(&mut net, a, 1 << 16);

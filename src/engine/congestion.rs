@@ -26,7 +26,7 @@ use crate::wire::icrc::ROCEV2_PORT;
 use crate::wire::packet::finish;
 use crate::wire::{Headers, Parsed};
 
-use super::cc::{CcCounters, DcqcnParams, Np, Rp};
+use super::cc::{CcCounters, DcqcnParams, Rp};
 use super::qp::Qp;
 use super::shared::EngineShared;
 use super::types::*;
@@ -102,22 +102,6 @@ impl CcState {
     }
 }
 
-/// A QP's congestion state.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct QpCc {
-    np: Np,
-    rp: Option<Box<Rp>>,
-    /// The QP waits for its rate limiter until then.
-    pub pace_at: Option<Nanos>,
-}
-
-impl QpCc {
-    /// The QP's current DCQCN rate (bit/s), if it is limited.
-    pub fn rate_bps(&self) -> Option<u64> {
-        self.rp.as_ref().and_then(|r| r.rate_bps())
-    }
-}
-
 /// A CE-marked datagram `q` accepted: count it, and queue a CNP to its sender when one is due.
 pub(crate) fn on_ce(cc: &mut CcState, q: &mut Qp, d: &Datagram<'_>, p: &Parsed<'_>, now: Nanos) {
     if !q.cc.np.on_ce(now, &cc.params, &mut cc.counters) {
@@ -134,8 +118,13 @@ pub(crate) fn on_ce(cc: &mut CcState, q: &mut Qp, d: &Datagram<'_>, p: &Parsed<'
     cc.cnps.push_back((d.src, peer_qp, q.sport));
 }
 
-/// A CNP arrived for `q`.
-pub(crate) fn on_cnp(cc: &mut CcState, q: &mut Qp, now: Nanos) {
+/// A CNP arrived for `q` from `d.src`: handled if it comes from the QP's peer (or to a UD QP),
+/// dropped and counted `unknown_qp` otherwise.
+pub(crate) fn on_cnp(cc: &mut CcState, q: &mut Qp, d: &Datagram<'_>, c: &mut super::Counters, now: Nanos) {
+    if q.ty != QpType::Ud && q.dest != Some(d.src) {
+        c.unknown_qp += 1;
+        return;
+    }
     if !cc.params.enabled {
         cc.counters.rp_cnp_ignored += 1;
         return;
@@ -171,33 +160,5 @@ pub(crate) fn sent(q: &mut Qp, now: Nanos, len: usize) {
 pub(crate) fn forget(cc: &mut CcState, q: &Qp) {
     if q.cc.rp.is_some() {
         cc.rps = cc.rps.saturating_sub(1);
-    }
-}
-
-impl<M: HostMemory> super::Engine<M> {
-    /// Sets DCQCN's parameters (the transport reads them from the environment:
-    /// `URXE_DCQCN`, `URXE_DCQCN_<NAME>`). QPs limited already keep their RP's parameters.
-    pub fn set_dcqcn(&mut self, p: DcqcnParams) {
-        self.cc.set_params(p);
-    }
-    pub fn dcqcn(&self) -> &DcqcnParams {
-        &self.cc.params
-    }
-    /// The congestion counters (named as mlx5's).
-    pub fn cc_counters(&self) -> CcCounters {
-        self.cc.counters
-    }
-    /// CNPs dropped because too many were queued at once.
-    pub fn cnps_dropped(&self) -> u64 {
-        self.cc.cnps_dropped
-    }
-    /// Whether some QP has had a CNP: its packets may be paced at sub-millisecond intervals,
-    /// so the driver should keep its timers that fine.
-    pub fn pacing_active(&self) -> bool {
-        self.cc.rps > 0
-    }
-    /// QP `qpn`'s DCQCN rate (bit/s), or None if it is not rate-limited (or does not exist).
-    pub fn qp_rate_bps(&self, qpn: Qpn) -> Option<u64> {
-        self.qp(qpn).ok().and_then(|q| q.cc.rate_bps())
     }
 }

@@ -16,6 +16,7 @@ pub use types::*;
 pub mod cc;
 mod comp;
 mod congestion;
+mod congestion_api;
 pub mod counters;
 mod cq;
 mod dma;
@@ -587,12 +588,7 @@ impl<M: HostMemory> Engine<M> {
             return;
         };
         if p.info.kind == OpKind::Cnp {
-            // DCQCN's reaction point: a CNP from the QP's peer (dropped and counted if not).
-            if q.ty == QpType::Ud || q.dest == Some(d.src) {
-                congestion::on_cnp(&mut self.cc, q, now);
-            } else {
-                c.unknown_qp += 1;
-            }
+            congestion::on_cnp(&mut self.cc, q, d, c, now);
             return;
         }
         if !recv::check_qp(c, q, d, &p) {

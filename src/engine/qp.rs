@@ -266,7 +266,7 @@ pub(crate) struct Qp {
     pub xrcd: Option<XrcdId>,
     pub xrc_opens: u32,
     /// DCQCN: the QP's notification and reaction points and its pacing deadline.
-    pub cc: super::congestion::QpCc,
+    pub cc: super::cc::QpCc,
 }
 
 impl Qp {
