@@ -13,9 +13,10 @@
 #     what overflows the queue, counted by `tc -s qdisc`);
 #   - in front of it (nftables postrouting, which runs before the qdisc) a rate marker like a
 #     switch's: ECT(0) RoCEv2 packets towards B above 107 MiB/s get CE:
-#       ip ecn ect0 limit rate over 107 mbytes/second ip ecn set ce
-#     nftables' kbytes/mbytes are powers of 1024, so 107 mbytes/second = 112.2e6 B/s =
-#     0.898 Gbit/s of IP packets. Not-ECT packets (DCQCN off) are never marked, as a switch
+#       ip ecn ect0 limit rate over 109863 kbytes/second burst 65536 bytes ip ecn set ce
+#     nftables' kbytes/mbytes are powers of 1024, so 109863 kbytes/second = 112.5e6 B/s =
+#     0.9 Gbit/s of IP packets. The explicit burst matters: without one a byte limit lets a
+#     whole second's worth through before it matches. Not-ECT packets (DCQCN off) are never marked, as a switch
 #     would not mark them either: they queue, and drop at the tbf.
 # ACKs and CNPs return B -> A without a bottleneck.
 #
@@ -29,7 +30,8 @@
 # Settings (environment):
 #   FLOWS="2 4"  SECS=10  SIZE=65536      flows per case, seconds per run, message size
 #   MODES="on off"                         DCQCN on (default parameters) and off (URXE_DCQCN=0)
-#   RATE=1gbit  MARK="107 mbytes/second"   bottleneck rate and marking threshold
+#   RATE_MBIT=1000                         bottleneck rate (Mbit/s); goodput ratios are to it
+#   MARK="109863 kbytes/second"            marking threshold (default 0.9 x RATE_MBIT)
 #   URXE_LIB_DIR  directory with urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
 #   URXE_BIN      the urxe binary (default <repo>/target/release/urxe)
 #   OUT           logs (default /tmp/urxe-bench/congestion-<UTC time>)
@@ -43,17 +45,21 @@ FLOWS=${FLOWS:-2 4}
 SECS=${SECS:-10}
 SIZE=${SIZE:-65536}
 MODES=${MODES:-on off}
-RATE=${RATE:-1gbit}
-MARK=${MARK:-107 mbytes/second}
+RATE_MBIT=${RATE_MBIT:-1000}
+# CE above 0.9 x the bottleneck, in nftables' kbytes (1024 bytes) per second.
+MARK=${MARK:-$(awk -v r="$RATE_MBIT" 'BEGIN { printf "%d kbytes/second", 0.9 * r * 1e6 / 8 / 1024 }')}
 URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
 URXE_BIN=${URXE_BIN:-$REPO/target/release/urxe}
+# The marker's bucket: without a burst nftables lets a byte limit run a whole second's worth over
+# its rate before it matches, where a switch marks once its queue builds (here: 64 KiB).
+MARK_BURST=${MARK_BURST:-65536}
 OUT=${OUT:-/tmp/urxe-bench/congestion-$(date -u +%Y%m%dT%H%M%SZ)}
 NSA=hx-cc-a$$
 NSB=hx-cc-b$$
 PORT=18800
 
 die() { echo "congestion.sh: $*" >&2; exit 2; }
-for v in SECS SIZE; do
+for v in SECS SIZE RATE_MBIT; do
   case ${!v} in '' | *[!0-9]*) die "$v must be a whole number, got '${!v}'" ;; esac
 done
 [ "$SECS" -ge 3 ] || die "SECS must be at least 3"
@@ -83,8 +89,8 @@ ip -n "$NSA" link set lo up
 ip -n "$NSB" link set lo up
 ip -n "$NSA" link add va mtu 9000 type veth peer name vb mtu 9000 netns "$NSB" || die "veth"
 for i in $(seq 1 "$MAXF"); do
-  ip -n "$NSA" addr add "10.79.1.$i/16" dev va nodad
-  ip -n "$NSB" addr add "10.79.2.$i/16" dev vb nodad
+  ip -n "$NSA" addr add "10.79.1.$i/16" dev va
+  ip -n "$NSB" addr add "10.79.2.$i/16" dev vb
 done
 ip -n "$NSA" link set va up
 ip -n "$NSB" link set vb up
@@ -94,14 +100,14 @@ ina nft -f - <<EOF || die "nftables marker setup failed (kernel without nft payl
 table inet hxcc {
   chain post {
     type filter hook postrouting priority 0; policy accept;
-    ip daddr 10.79.2.0/24 udp dport 4791 ip ecn ect0 limit rate over $MARK ip ecn set ce
+    ip daddr 10.79.2.0/24 udp dport 4791 ip ecn ect0 limit rate over $MARK burst $MARK_BURST bytes ip ecn set ce
   }
 }
 EOF
 
 bottleneck() {  # (re)creates the tbf, so its counters start at zero
   ina tc qdisc del dev va root 2>/dev/null
-  ina tc qdisc add dev va root tbf rate "$RATE" burst 64kb limit 512kb || die "tc tbf setup failed"
+  ina tc qdisc add dev va root tbf rate "${RATE_MBIT}mbit" burst 64kb limit 512kb || die "tc tbf setup failed"
 }
 
 wait_listen() {  # NS PORT PID SECONDS
@@ -171,8 +177,8 @@ run_case() {
     }'
 }
 
-echo "congestion.sh: ib_write_bw -s $SIZE -D $SECS over urxe ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)), bottleneck tbf $RATE, CE above $MARK, logs in $OUT"
-printf '%-5s %-6s %9s %7s %7s %8s %9s %8s %9s %8s  %s\n' flows dcqcn "Gb/s" "x 1G" drops Jain "CE seen" "CNPs" "handled" ignored "per flow Gb/s"
+echo "congestion.sh: ib_write_bw -s $SIZE -D $SECS over urxe ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)), bottleneck tbf ${RATE_MBIT} Mbit/s, CE above $MARK, logs in $OUT"
+printf '%-5s %-6s %9s %7s %7s %8s %9s %8s %9s %8s  %s\n' flows dcqcn "Gb/s" "x btl" drops Jain "CE seen" "CNPs" "handled" ignored "per flow Gb/s"
 STATUS=0
 for n in $FLOWS; do
   for m in $MODES; do
@@ -184,9 +190,9 @@ for n in $FLOWS; do
     fi
     g=$(kv "$r" goodput)
     printf '%-5s %-6s %9s %7s %6s%% %8s %9s %8s %9s %8s  %s\n' "$n" "$m" "$g" \
-      "$(awk -v g="$g" 'BEGIN { printf "%.3f", g / 1.0 }')" "$(kv "$r" drops)" "$(kv "$r" jain)" \
+      "$(awk -v g="$g" -v r="$RATE_MBIT" 'BEGIN { printf "%.3f", g * 1000 / r }')" "$(kv "$r" drops)" "$(kv "$r" jain)" \
       "$(kv "$r" marked)" "$(kv "$r" cnp)" "$(kv "$r" handled)" "$(kv "$r" ignored)" "$(sed 's/.*flows=//' <<<"$r")"
   done
 done
-echo "targets with DCQCN on: Gb/s >= 0.9 x 1G, drops <= 1 %, Jain >= 0.95"
+echo "targets with DCQCN on: goodput >= 0.9 x bottleneck, drops <= 1 %, Jain >= 0.95"
 exit $STATUS
