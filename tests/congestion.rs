@@ -61,7 +61,7 @@ impl Netns {
     fn mark(&self) {
         let rules = format!(
             "table inet hxcc {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  \
-             ip saddr {CLI} ip daddr {SRV} udp dport 4791 limit rate over {MARK} ip ecn set ce\n }}\n}}\n"
+             ip saddr {CLI} ip daddr {SRV} udp dport 4791 limit rate over {MARK} burst 65536 bytes ip ecn set ce\n }}\n}}\n"
         );
         let file = std::env::temp_dir().join(format!("{}.nft", self.0));
         std::fs::write(&file, rules).unwrap();
@@ -162,7 +162,12 @@ fn ce_marks_bring_cnps_and_slow_the_sender_and_dcqcn_off_ignores_them() {
     let ns = Netns::new("t");
     let plain = write_bw(&ns, PORT, &[], 3000);
     ns.mark();
-    let on = write_bw(&ns, PORT + 1, &[], 3000);
+    // Both processes record what they send and receive (the first 48 MiB each: nftables lets about the first 20 MiB through unmarked) for urxe check.
+    let caps = std::env::temp_dir().join(format!("hx-cc-caps-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&caps);
+    std::fs::create_dir_all(&caps).unwrap();
+    let pattern = caps.join("cap-%p.pcapng").to_string_lossy().into_owned();
+    let on = write_bw(&ns, PORT + 1, &[("URXE_PCAP", &pattern), ("URXE_PCAP_MAX", "48M")], 3000);
     let off = write_bw(&ns, PORT + 2, &[("URXE_DCQCN", "0")], 3000);
     let c = |r: &BwRun| {
         ["np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored"].map(|n| counter(&r.stat, n))
@@ -179,6 +184,37 @@ fn ce_marks_bring_cnps_and_slow_the_sender_and_dcqcn_off_ignores_them() {
     assert!(marked > 0 && sent > 0, "the server's NP saw CE and sent CNPs\n{}", on.stat);
     assert!(handled > 0 && ignored == 0, "the client's RP handled them\n{}", on.stat);
     assert!(on.gbps < 0.5 * plain.gbps && on.gbps < 0.5, "paced near the 0.168 Gb/s marking rate");
+    // urxe check --flows: the client's flow to the server shows CE marks (in the server's
+    // capture, which recorded the TOS each packet arrived with), and the server's flow to the
+    // client shows the CNPs.
+    let (mut ce_rows, mut cnp_rows) = (0, 0);
+    for f in std::fs::read_dir(&caps).unwrap() {
+        let path = f.unwrap().path();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_urxe"));
+        cmd.arg("check").arg("--flows").arg(&path);
+        let out = run_bounded(&mut cmd, Duration::from_secs(120)).expect("urxe check");
+        assert!(out.stdout.contains("     ce   cnp"), "the flow table has ce and cnp columns\n{out}");
+        for l in out.stdout.lines().filter(|l| l.contains(" qp=")) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (Ok(ce), Ok(cnp)) = (f[f.len() - 2].parse::<u64>(), f[f.len() - 1].parse::<u64>()) else {
+                continue; // not a row of the flow table (the CM table names QPs too)
+            };
+            if ce > 0 || cnp > 0 {
+                println!("{}: {l}", path.display());
+            }
+            ce_rows += (l.starts_with(&format!("{CLI} > {SRV}")) && ce > 0) as u32;
+            cnp_rows += (l.starts_with(&format!("{SRV} > {CLI}")) && cnp > 0) as u32;
+        }
+    }
+    if ce_rows == 0 || cnp_rows == 0 {
+        for f in std::fs::read_dir(&caps).unwrap() {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_urxe"));
+            cmd.arg("check").arg("--flows").arg(f.unwrap().path());
+            println!("{}", run_bounded(&mut cmd, Duration::from_secs(120)).expect("urxe check"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&caps);
+    assert!(ce_rows > 0 && cnp_rows > 0, "urxe check --flows: {ce_rows} flows with CE, {cnp_rows} with CNPs");
     let [marked, sent, handled, _] = c(&off);
     assert!(marked > 0, "marks are still counted with DCQCN off\n{}", off.stat);
     assert_eq!((sent, handled), (0, 0), "no CNP with DCQCN off\n{}", off.stat);
