@@ -88,7 +88,14 @@ impl Fabric {
     /// Delivers one datagram to node `to` as the transport would: from `src`, to `dst`.
     fn deliver(&mut self, to: usize, src: IpAddr, dst: IpAddr, sport: u16, data: &[u8]) {
         let (IpAddr::V4(s), IpAddr::V4(d)) = (src, dst) else { unreachable!("IPv4 only here") };
-        let dg = Datagram { src, src_port: sport, dst, icrc: IcrcCheck::Full(IpFields::v4_df(s, d)), payload: data };
+        let dg = Datagram {
+            src,
+            src_port: sport,
+            dst,
+            icrc: IcrcCheck::Full(IpFields::v4_df(s, d)),
+            payload: data,
+            ce: false,
+        };
         let now = self.net.now;
         self.net.nodes[to].eng.handle_datagram(now, &dg);
     }

@@ -511,6 +511,7 @@ fn ipv4_without_the_ip_id_verifies_id_zero_and_counts_the_rest_unverified() {
         dst: net.nodes[1].addr,
         icrc: IcrcCheck::V4NoId { src: s4, dst: d4 },
         payload: &buf[..t.len],
+        ce: false,
     };
     net.nodes[1].eng.handle_datagram(net.now, &d);
     assert_eq!(net.nodes[1].eng.counters().icrc_unverified, 0, "urxe peers send ID 0: verified");
@@ -557,7 +558,14 @@ fn an_icrc_the_driver_hashed_is_compared_to_the_packets() {
         urxe::wire::icrc::IcrcFlow::new(&ip, port, 4791).icrc_in_place(&mut body)
     };
     let deliver = |net: &mut Net, p: &[u8], icrc: IcrcCheck| {
-        let d = Datagram { src: net.nodes[0].addr, src_port: packets[0].0, dst: net.nodes[1].addr, icrc, payload: p };
+        let d = Datagram {
+            src: net.nodes[0].addr,
+            src_port: packets[0].0,
+            dst: net.nodes[1].addr,
+            icrc,
+            payload: p,
+            ce: false,
+        };
         net.nodes[1].eng.handle_datagram(net.now, &d);
     };
     let (port, p) = &packets[0];

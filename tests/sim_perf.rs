@@ -20,7 +20,14 @@ fn pump(net: &mut Net, buf: &mut [u8]) -> usize {
             _ => unreachable!(),
         };
         while let Some(t) = net.nodes[from].eng.poll_transmit(net.now, buf) {
-            let d = Datagram { src, src_port: t.src_port, dst, icrc: IcrcCheck::Full(ip), payload: &buf[..t.len] };
+            let d = Datagram {
+                src,
+                src_port: t.src_port,
+                dst,
+                icrc: IcrcCheck::Full(ip),
+                payload: &buf[..t.len],
+                ce: false,
+            };
             net.nodes[to].eng.handle_datagram(net.now, &d);
             n += 1;
         }
@@ -89,7 +96,7 @@ fn dgram<'a>(net: &Net, from: usize, to: usize, port: u16, payload: &'a [u8]) ->
         (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => IpFields::v4_df(s, d),
         _ => unreachable!(),
     };
-    Datagram { src, src_port: port, dst, icrc: IcrcCheck::Full(ip), payload }
+    Datagram { src, src_port: port, dst, icrc: IcrcCheck::Full(ip), payload, ce: false }
 }
 
 /// Drains `node`'s transmit queue onto `w`.
@@ -148,6 +155,12 @@ fn engine_instructions_per_message() {
     let msgs: u64 = std::env::var("URXE_INSN_MSGS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     let size: u32 = if kind == "write4k" { 4096 } else { 64 };
     let mut net = Net::with_memory(2, 1, LinkCfg::default(), 4 << 20);
+    // URXE_DCQCN / URXE_DCQCN_<NAME> as the library reads them (bench/instructions.sh compares
+    // DCQCN on, the default, with URXE_DCQCN=0).
+    let cc = urxe::engine::cc::DcqcnParams::from_env(std::env::vars()).expect("URXE_DCQCN* settings");
+    for n in &mut net.nodes {
+        n.eng.set_dcqcn(cc);
+    }
     let o = QpOpts { mtu: Mtu::Mtu4096, max_send_wr: 1024, max_recv_wr: 1024, ..QpOpts::default() };
     let (a, b) = connect(&mut net, 0, 1, &o);
     let (src, smr) = buffer(&mut net, a, 1 << 16);

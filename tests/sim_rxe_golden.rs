@@ -149,6 +149,7 @@ fn rxe_requests_are_accepted_and_answered_as_rxe_answered() {
                 dst: c.dst,
                 icrc: IcrcCheck::Full(c.ip),
                 payload: &c.payload,
+                ce: false,
             };
             net.nodes[1].eng.handle_datagram(net.now, &d);
             net.pump_tx();

@@ -46,6 +46,10 @@ pub struct FlowStats {
     pub naks: u64,
     pub psn_seq_naks: u64,
     pub rnr_naks: u64,
+    /// Packets whose IP ECN field was CE (marked by a congested switch).
+    pub ce: u64,
+    /// CNPs (BTH opcode 0x81) in this flow: congestion notifications to `dest_qp`.
+    pub cnps: u64,
 }
 
 /// All flows of a capture.
@@ -55,12 +59,15 @@ pub struct FlowReport {
 }
 
 impl FlowReport {
-    pub fn add(&mut self, r: &PacketReport<'_>) {
+    /// One packet; `ecn` is its IP header's ECN field (0b11: CE).
+    pub fn add(&mut self, r: &PacketReport<'_>, ecn: u8) {
         let Some(p) = &r.parsed else { return };
         let b = &p.headers.bth;
         let key = FlowKey { src: r.src, dst: r.dst, dest_qp: b.dest_qp };
         let f = self.flows.entry(key).or_default();
         f.packets += 1;
+        f.ce += (ecn & 0b11 == 0b11) as u64;
+        f.cnps += (p.info.kind == OpKind::Cnp) as u64;
         f.transport = Some(p.info.transport);
         if let Some(a) = p.headers.aeth {
             match a.syndrome {
@@ -124,7 +131,7 @@ impl FlowReport {
     /// A text table.
     pub fn render(&self) -> String {
         let mut s = String::from(
-            "flow                                              tr   pkts   req  resp  req_psns             resp_psns            gaps  retrans  naks  psn_naks  rnr_naks\n",
+            "flow                                              tr   pkts   req  resp  req_psns             resp_psns            gaps  retrans  naks  psn_naks  rnr_naks     ce   cnp\n",
         );
         for (k, f) in &self.flows {
             let name = format!("{} > {} qp={:#08x}", k.src, k.dst, k.dest_qp);
@@ -133,7 +140,7 @@ impl FlowReport {
                 _ => "-".into(),
             };
             s.push_str(&format!(
-                "{:<49} {:<4} {:>5} {:>5} {:>5}  {:<19}  {:<19} {:>5} {:>8} {:>5} {:>9} {:>9}\n",
+                "{:<49} {:<4} {:>5} {:>5} {:>5}  {:<19}  {:<19} {:>5} {:>8} {:>5} {:>9} {:>9} {:>6} {:>5}\n",
                 name,
                 f.transport.map(|t| t.name()).unwrap_or("-"),
                 f.packets,
@@ -145,7 +152,9 @@ impl FlowReport {
                 f.retransmissions,
                 f.naks,
                 f.psn_seq_naks,
-                f.rnr_naks
+                f.rnr_naks,
+                f.ce,
+                f.cnps
             ));
         }
         s

@@ -255,7 +255,7 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
                 }
             }
             debug_assert!(r.icrc != IcrcVerdict::Bad || !r.ok());
-            flows.add(&r);
+            flows.add(&r, ip_ecn(d.ip_header));
             if let Some(c) = &r.cm {
                 cms.add(r.src, r.dst, c);
             }
@@ -283,4 +283,14 @@ pub fn check_file(path: &Path, opts: Options, out: &mut dyn Write) -> Result<Tot
         }
     }
     Ok(t)
+}
+
+/// The ECN field of an IPv4 header (TOS bits 1..0), or of an IPv6 header or RoCEv1 GRH
+/// (traffic class bits 1..0); 0 for a header too short to hold it.
+fn ip_ecn(h: &[u8]) -> u8 {
+    match h.first().map(|b| b >> 4) {
+        Some(4) if h.len() >= 2 => h[1] & 0b11,
+        Some(6) if h.len() >= 2 => (h[1] >> 4) & 0b11,
+        _ => 0,
+    }
 }

@@ -355,6 +355,7 @@ impl Rig {
             dst: IpAddr::V4(self.local),
             icrc: IcrcCheck::Full(IpFields::v4_df(self.peer, self.local)),
             payload,
+            ce: false,
         };
         self.eng.handle_datagram(self.now, &d);
         self.drain();
@@ -581,6 +582,7 @@ mod tests {
             dst: IpAddr::V4(r.local),
             icrc: IcrcCheck::Full(IpFields::v4_df(r.peer, r.local)),
             payload: &buf[..n],
+            ce: false,
         };
         // Not `deliver`: it drains the CQ this SRQ completes on.
         r.eng.handle_datagram(r.now, &d);

@@ -15,6 +15,8 @@ pub use types::*;
 
 pub mod cc;
 mod comp;
+mod congestion;
+mod congestion_api;
 pub mod counters;
 mod cq;
 mod dma;
@@ -35,6 +37,7 @@ mod timer;
 mod window;
 mod xmit;
 
+pub use congestion::{DEFAULT_LINE_RATE_BPS, ECN_CE, ECN_ECT0};
 pub use counters::Counters;
 pub use mcast::MULTICAST_QPN;
 pub use timer::{ack_timeout_nanos, rnr_nanos};
@@ -90,6 +93,8 @@ pub struct Engine<M: HostMemory> {
     gsi: gsi::Gsi,
     /// Multicast groups and their attached UD QPs.
     mcast: mcast::McastTable,
+    /// DCQCN (see `congestion`).
+    cc: congestion::CcState,
 }
 
 /// Which QPNs this engine hands out. A process alone on its address uses the whole 24-bit
@@ -149,6 +154,7 @@ impl<M: HostMemory> Engine<M> {
             mcast: mcast::McastTable::default(),
             burst: 0,
             timers: TimerHeap::default(),
+            cc: congestion::CcState::default(),
         }
     }
 
@@ -305,6 +311,7 @@ impl<M: HostMemory> Engine<M> {
         }
         self.mcast.forget(qpn);
         let q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
+        congestion::forget(&mut self.cc, &q);
         self.nqps -= 1;
         self.free_qpns.push_back(qpn);
         if let Some(x) = q.xrcd {
@@ -580,8 +587,15 @@ impl<M: HostMemory> Engine<M> {
             c.unknown_qp += 1;
             return;
         };
+        if p.info.kind == OpKind::Cnp {
+            congestion::on_cnp(&mut self.cc, q, d, c, now);
+            return;
+        }
         if !recv::check_qp(c, q, d, &p) {
             return;
+        }
+        if d.ce {
+            congestion::on_ce(&mut self.cc, q, d, &p, now);
         }
         match p.info.kind {
             OpKind::Ack | OpKind::AtomicAck | OpKind::ReadResponse => {
@@ -636,6 +650,9 @@ impl<M: HostMemory> Engine<M> {
                 continue;
             }
             q.heap_at = None;
+            if q.cc.pace_at.is_some_and(|t| t <= now) {
+                q.cc.pace_at = None;
+            }
             comp::on_timeout(q, &mut self.sh, now);
             self.touch(qpn);
         }
@@ -668,10 +685,26 @@ impl<M: HostMemory> Engine<M> {
                 return Some(t);
             }
         }
+        if self.cc.has_cnps() {
+            if let Some(t) = self.cc.poll_cnp(&self.sh, buf) {
+                self.sh.counters.sent_pkts += 1;
+                return Some(t);
+            }
+        }
         while let Some(qpn) = self.txq.pop_front() {
             let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
+            if let Some(at) = congestion::gate(q, now) {
+                // DCQCN's rate limit: the QP waits on its timer, not in the queue.
+                q.cc.pace_at = Some(at);
+                q.in_txq = false;
+                self.burst = 0;
+                self.arm_timer(qpn);
+                continue;
+            }
             match xmit::poll_qp(q, &mut self.sh, now, buf) {
-                Some(t) => {
+                Some(mut t) => {
+                    t.tos = self.cc.tos(q);
+                    congestion::sent(q, now, t.len);
                     self.sh.counters.sent_pkts += 1;
                     // Serve a QP for a burst before the next one's turn: consecutive packets
                     // of one flow are what the transport can hand to the kernel as one GSO

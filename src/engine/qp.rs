@@ -265,6 +265,8 @@ pub(crate) struct Qp {
     /// open (the QP is destroyed when the last one closes).
     pub xrcd: Option<XrcdId>,
     pub xrc_opens: u32,
+    /// DCQCN: the QP's notification and reaction points and its pacing deadline.
+    pub cc: super::cc::QpCc,
 }
 
 impl Qp {
@@ -307,12 +309,17 @@ impl Qp {
             last_wqe_reached: false,
             xrcd: None,
             xrc_opens: 0,
+            cc: Default::default(),
         }
     }
 
     /// The earliest deadline of this QP's timers.
     pub fn timer_due(&self) -> Option<Nanos> {
-        match (self.req.retx_at, self.req.rnr_until) {
+        let due = match (self.req.retx_at, self.req.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match (due, self.cc.pace_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

@@ -107,6 +107,7 @@ impl Device {
         // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
         let mut engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
         engine.set_fault_plan(super::faultplan::fault_setting()?);
+        engine.set_dcqcn(super::ccstat::dcqcn_setting()?);
         let tap = super::tap::Tap::from_env(local)?;
         let mut io = Io::new(rx, gso, tap);
         let mut qpn_reserved = 0;

@@ -95,7 +95,9 @@ impl Core {
     }
 
     pub(super) fn stats_text(&self) -> String {
-        counters_text(self.engine.counters(), &self.counters) + &super::cmstat::text(&self.engine.gsi_counters())
+        counters_text(self.engine.counters(), &self.counters)
+            + &super::cmstat::text(&self.engine.gsi_counters())
+            + &super::ccstat::text(&self.engine)
     }
 }
 

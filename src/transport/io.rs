@@ -34,6 +34,8 @@ struct SendKey {
     sport: u16,
     dst: IpAddr,
     gso: bool,
+    /// IP TOS / traffic class (DSCP, ECN) of the packets.
+    tos: u8,
 }
 
 /// Hashes a UDP port (Fibonacci hashing: the product's high bits, which the table uses, depend
@@ -159,14 +161,14 @@ impl Io {
             let now = clock();
             last = Some(now);
             counters.rx_batches += 1;
-            for (src, pkt) in self.recv.packets_mut() {
+            for (src, tos, pkt) in self.recv.packets_mut() {
                 let Some(src) = src else {
                     counters.rx_unaddressed += 1;
                     continue;
                 };
                 counters.rx_datagrams += 1;
                 if let Some(t) = &self.tap {
-                    t.received(src, sock.local_addr(), pkt);
+                    t.received(src, sock.local_addr(), tos, pkt);
                 }
                 // A shared address's slots split unicast by QPN; every member receives its
                 // own copy of a group's datagrams.
@@ -197,7 +199,14 @@ impl Io {
                 let covered = pkt.len().saturating_sub(ICRC_LEN);
                 let icrc = self.icrc_rx.get(&ip, src.port(), ROCE_PORT).icrc_in_place(&mut pkt[..covered]);
                 let icrc = IcrcCheck::Hashed { icrc, id_known };
-                let d = Datagram { src: src.ip(), src_port: src.port(), dst: local, icrc, payload: pkt };
+                let d = Datagram {
+                    src: src.ip(),
+                    src_port: src.port(),
+                    dst: local,
+                    icrc,
+                    payload: pkt,
+                    ce: tos & 0b11 == 0b11,
+                };
                 engine.handle_datagram(now, &d);
             }
             if n < RECV_BATCH && (poller || !self.recv.was_single()) {
@@ -290,6 +299,7 @@ impl Io {
         while !self.send.is_empty() {
             let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
+            sock.set_tos(key.tos);
             let res = if key.gso {
                 // Cut into trains at send time: equal segments, only the last may be shorter;
                 // every train is one message of one sendmmsg.
@@ -308,7 +318,7 @@ impl Io {
             match res {
                 Ok(k) => {
                     if let Some(t) = &self.tap {
-                        t.sent(sock.local_addr(), dst_sa, (0..k).map(|i| self.send.packet(i)));
+                        t.sent(sock.local_addr(), dst_sa, key.tos, (0..k).map(|i| self.send.packet(i)));
                     }
                     counters.tx_datagrams += k as u64;
                     self.send.consume(k);
@@ -347,7 +357,7 @@ impl Io {
             let Some(t) = engine.poll_transmit(now, &mut self.send.next_buf()[..TX_SLOT]) else { break };
             // Packets of one flow share the batch whatever their sizes: it leaves as one
             // sendmmsg, cut into GSO trains where they are allowed.
-            let extends = matches!(self.send_key, Some(k) if k.sport == t.src_port && k.dst == t.dst);
+            let extends = matches!(self.send_key, Some(k) if k.sport == t.src_port && k.dst == t.dst && k.tos == t.tos);
             if !extends && self.send_key.is_some() {
                 // Another flow or the end of a train: send what we have first. The new packet
                 // sits after the batch in the buffer; keep it aside while the batch goes.
@@ -365,7 +375,8 @@ impl Io {
                 }
             }
             if self.send_key.is_none() {
-                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, gso: self.gso && self.rx.gso_to(t.dst) });
+                let gso = self.gso && self.rx.gso_to(t.dst);
+                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, gso, tos: t.tos });
             }
             self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
         }

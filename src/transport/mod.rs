@@ -22,6 +22,7 @@
 //!   steering program).
 
 mod away;
+mod ccstat;
 mod clock;
 pub mod cmstat;
 mod control;

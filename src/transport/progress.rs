@@ -22,6 +22,9 @@ use super::stats::WakeCounters;
 
 /// mio token of the doorbell.
 pub(super) const WAKE: Token = Token(1);
+/// The fine timer: DCQCN's paced QPs wait sub-millisecond intervals, which epoll_wait (whole
+/// milliseconds) cannot time; while some QP is rate-limited such a deadline waits on a timerfd.
+const FINE: Token = Token(4);
 
 /// The real-time budget: over each window of [`RT_WINDOW_NS`], a SCHED_FIFO progress thread
 /// that used more than [`RT_BUDGET_PCT`] % of a CPU drops to normal priority (as NAPI hands a
@@ -157,6 +160,12 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     // Consecutive wakeups that found the device lock held (see BUSY_WAKEUPS_TO_DISARM).
     let mut busy_streak = 0u32;
     let mut naps = NapTuner::default();
+    let fine = super::away::AwayTimer::new().ok().filter(|t| {
+        let fd = t.raw_fd();
+        poll.registry().register(&mut mio::unix::SourceFd(&fd), FINE, mio::Interest::READABLE).is_ok()
+    });
+    // Some QP is paced (DCQCN): the engine's deadlines need the fine timer.
+    let mut fine_needed = false;
     loop {
         if hub.stop.load(Ordering::Acquire) {
             return;
@@ -179,6 +188,11 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             sig.ensure_away(now);
         }
         let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
+        if let (true, Some(f), Some(d)) = (fine_needed, &fine, wake_at) {
+            if d > now && d - now < 1_000_000 && f.at() != Some(d) {
+                f.set(now, d - now);
+            }
+        }
         // (A disarm after the armed() above pushes the away timer, which wakes us.)
         sig.thread_wake_at.store(wake_at.unwrap_or(u64::MAX), Ordering::SeqCst);
         if let Err(e) = poll.poll(&mut events, timeout) {
@@ -199,6 +213,10 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             if ev.token() == AWAY {
                 sig.away.fired();
                 WakeCounters::bump(&sig.wake_counters.away_wakeups);
+            } else if ev.token() == FINE {
+                if let Some(f) = &fine {
+                    f.fired();
+                }
             } else {
                 other_events = true;
             }
@@ -255,6 +273,7 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         }
         c.deliver_events();
         deadline = c.engine.poll_timeout();
+        fine_needed = c.engine.pacing_active();
         if let Some(hold) = c.pacing.owed_deadline() {
             deadline = Some(deadline.map_or(hold, |d| d.min(hold)));
         }

@@ -100,6 +100,8 @@ pub struct RoceSocket {
     local: SocketAddr,
     gso: bool,
     gro: bool,
+    /// The IP TOS / traffic class the socket sends with now (DSCP and ECN; 0 at first).
+    tos: std::sync::atomic::AtomicU8,
 }
 
 impl RoceSocket {
@@ -208,7 +210,12 @@ impl RoceSocket {
         // Probe GSO with a harmless zero (= off) setting; GRO is a receive option.
         let gso = setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
         let gro = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
-        Ok(RoceSocket { sock, local, gso, gro })
+        // Every datagram's ECN field comes with it (DCQCN's notification point reads CE).
+        let _ = match local {
+            SocketAddr::V4(_) => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
+            SocketAddr::V6(_) => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1),
+        };
+        Ok(RoceSocket { sock, local, gso, gro, tos: std::sync::atomic::AtomicU8::new(0) })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -217,6 +224,23 @@ impl RoceSocket {
 
     pub fn raw_fd(&self) -> RawFd {
         self.sock.as_raw_fd()
+    }
+
+    /// Sends from now on with IP TOS / IPv6 traffic class `tos` (one `setsockopt` when it
+    /// changes: a flow's packets share one, a CNP on the flow's port switches twice).
+    pub fn set_tos(&self, tos: u8) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.tos.load(Relaxed) == tos {
+            return;
+        }
+        let fd = self.sock.as_raw_fd();
+        let r = match self.local {
+            SocketAddr::V4(_) => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TOS, tos as libc::c_int),
+            SocketAddr::V6(_) => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_TCLASS, tos as libc::c_int),
+        };
+        if r.is_ok() {
+            self.tos.store(tos, Relaxed);
+        }
     }
 
     /// GSO may be used to send to `dst`.
@@ -414,22 +438,29 @@ impl RoceSocket {
             let h = &b.hdrs[i];
             let len = h.msg_len as usize;
             let mut seg = len;
-            if self.gro {
-                // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_* walk within them.
-                unsafe {
-                    let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
-                    while !c.is_null() {
-                        if (*c).cmsg_level == SOL_UDP && (*c).cmsg_type == UDP_GRO {
+            let mut tos = 0u8;
+            // SAFETY: the kernel filled msg_control/msg_controllen; CMSG_* walk within them.
+            // IP_TOS carries one byte, IPV6_TCLASS an int (read unaligned).
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(&h.msg_hdr);
+                while !c.is_null() {
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (SOL_UDP, UDP_GRO) if self.gro => {
                             let s = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u16) as usize;
                             if s > 0 {
                                 seg = s;
                             }
                         }
-                        c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
+                        (libc::IPPROTO_IP, libc::IP_TOS) => tos = *libc::CMSG_DATA(c),
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                            tos = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) as u8
+                        }
+                        _ => {}
                     }
+                    c = libc::CMSG_NXTHDR(&h.msg_hdr, c);
                 }
             }
-            b.meta[i] = RecvMeta { len, seg, src: sockaddr_to_std(&b.addrs[i]) };
+            b.meta[i] = RecvMeta { len, seg, src: sockaddr_to_std(&b.addrs[i]), tos };
         }
         b.count = n;
         Ok(n)
@@ -499,6 +530,8 @@ pub struct RecvMeta {
     /// Segment size: each packet of the train is `seg` bytes, the last possibly shorter.
     pub seg: usize,
     pub src: Option<SocketAddr>,
+    /// The IP TOS / traffic class it arrived with (a GRO train's packets share one).
+    pub tos: u8,
 }
 
 /// Preallocated receive state for `recvmmsg`.
@@ -577,12 +610,13 @@ impl RecvBatch {
         })
     }
 
-    /// [`RecvBatch::packets`], writable (the ICRC is hashed in place).
-    pub fn packets_mut(&mut self) -> impl Iterator<Item = (Option<SocketAddr>, &mut [u8])> + '_ {
+    /// [`RecvBatch::packets`], writable (the ICRC is hashed in place), each with the IP TOS /
+    /// traffic class it arrived with.
+    pub fn packets_mut(&mut self) -> impl Iterator<Item = (Option<SocketAddr>, u8, &mut [u8])> + '_ {
         let meta = &self.meta[..self.count];
         self.bufs.chunks_mut(RECV_SLOT).zip(meta).flat_map(|(slot, m)| {
-            let src = m.src;
-            slot[..m.len].chunks_mut(m.seg.max(1)).map(move |c| (src, c))
+            let (src, tos) = (m.src, m.tos);
+            slot[..m.len].chunks_mut(m.seg.max(1)).map(move |c| (src, tos, c))
         })
     }
 }

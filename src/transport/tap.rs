@@ -176,20 +176,22 @@ impl Tap {
         Ok(Tap { file, tx_if, rx_if, ttl: default_ttl() })
     }
 
-    /// Records packets the device has just sent from `src` to `dst`.
-    pub fn sent<'a>(&self, src: SocketAddr, dst: SocketAddr, packets: impl Iterator<Item = &'a [u8]>) {
+    /// Records packets the device has just sent from `src` to `dst` with IP TOS / traffic
+    /// class `tos`.
+    pub fn sent<'a>(&self, src: SocketAddr, dst: SocketAddr, tos: u8, packets: impl Iterator<Item = &'a [u8]>) {
         let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let ts = now_ns();
         for p in packets {
-            w.packet(self.tx_if, ts, FLAG_OUTBOUND, src, dst, self.ttl, true, p);
+            w.packet(self.tx_if, ts, FLAG_OUTBOUND, src, dst, (self.ttl, tos), true, p);
         }
         w.maybe_flush();
     }
 
-    /// Records one packet the device received from `src` on `dst`.
-    pub fn received(&self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+    /// Records one packet the device received from `src` on `dst` with IP TOS / traffic class
+    /// `tos`.
+    pub fn received(&self, src: SocketAddr, dst: SocketAddr, tos: u8, packet: &[u8]) {
         let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        w.packet(self.rx_if, now_ns(), FLAG_INBOUND, src, dst, self.ttl, false, packet);
+        w.packet(self.rx_if, now_ns(), FLAG_INBOUND, src, dst, (self.ttl, tos), false, packet);
         w.maybe_flush();
     }
 
@@ -364,7 +366,7 @@ impl Writer {
         flags: u32,
         src: SocketAddr,
         dst: SocketAddr,
-        ttl: u8,
+        (ttl, tos): (u8, u8),
         sent: bool,
         payload: &[u8],
     ) {
@@ -395,6 +397,7 @@ impl Writer {
                 (IpAddr::V4(s), IpAddr::V4(d)) => {
                     let mut h = [0u8; 20];
                     h[0] = 0x45;
+                    h[1] = tos;
                     h[2..4].copy_from_slice(&((20 + udp_len as usize) as u16).to_be_bytes());
                     h[6] = 0x40; // DF; ID 0
                     h[8] = ttl;
@@ -411,7 +414,8 @@ impl Writer {
                         IpAddr::V4(a) => a.to_ipv6_mapped(),
                     };
                     let mut h = [0u8; 40];
-                    h[0] = 0x60;
+                    h[0] = 0x60 | tos >> 4;
+                    h[1] = tos << 4;
                     h[4..6].copy_from_slice(&udp_len.to_be_bytes());
                     h[6] = 17;
                     h[7] = 64;
@@ -528,9 +532,9 @@ mod tests {
             let t4 = Tap::open(path.clone(), u64::MAX, a4.ip()).unwrap();
             // A second device of the process joins the same file with its own interfaces.
             let t6 = Tap::open(path.clone(), u64::MAX, a6.ip()).unwrap();
-            t4.sent(a4, b4, [&p1[..], &p1[..]].into_iter());
-            t4.received(pb, pa, &p2);
-            t6.sent(a6, b6, std::iter::once(&p3[..]));
+            t4.sent(a4, b4, 0, [&p1[..], &p1[..]].into_iter());
+            t4.received(pb, pa, 0, &p2);
+            t6.sent(a6, b6, 0, std::iter::once(&p3[..]));
             assert_eq!(t4.dropped(), 0);
         }
         let mut c = Capture::open(&path).unwrap();
@@ -570,7 +574,7 @@ mod tests {
         let (path, a, b, p) = one_flow("aged.pcapng");
         let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
         let headers = std::fs::metadata(&path).unwrap().len();
-        t.sent(a, b, std::iter::once(&p[..]));
+        t.sent(a, b, 0, std::iter::once(&p[..]));
         // Still open (as in a process that then hangs or is killed): the flusher writes it.
         let end = Instant::now() + Duration::from_secs(5);
         while std::fs::metadata(&path).unwrap().len() == headers && Instant::now() < end {
@@ -588,7 +592,7 @@ mod tests {
         let (path, a, b, p) = one_flow("bounded.pcapng");
         let t = Tap::open(path.clone(), MIN_MAX, a.ip()).unwrap();
         for _ in 0..200 {
-            t.sent(a, b, std::iter::once(&p[..]));
+            t.sent(a, b, 0, std::iter::once(&p[..]));
         }
         let dropped = t.dropped();
         drop(t);
@@ -614,7 +618,7 @@ mod tests {
         assert_eq!(own.file_name().unwrap().to_string_lossy(), format!("held.{pid}.pcapng"));
         {
             let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
-            t.sent(a, b, std::iter::once(&p[..]));
+            t.sent(a, b, 0, std::iter::once(&p[..]));
         }
         assert_eq!(std::fs::read(&path).unwrap(), b"someone else's capture");
         let t = check_file(&own, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
@@ -623,7 +627,7 @@ mod tests {
         // Once the other writer is gone, the named file is this process's again.
         {
             let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
-            t.sent(a, b, std::iter::once(&p[..]));
+            t.sent(a, b, 0, std::iter::once(&p[..]));
         }
         let t = check_file(&path, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
         assert!(t.passed() && t.rocev2 == 1, "{}", t.line());

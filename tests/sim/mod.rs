@@ -288,6 +288,9 @@ pub struct Net {
     pub interceptor: Option<Interceptor>,
     /// Every packet put on the wire (after the interceptor), when enabled.
     pub trace: Option<Vec<(u64, Packet)>>,
+    /// Packets from this node arrive with ECN CE set (a congested switch marked them), each
+    /// with this probability.
+    pub ce_from: Option<(usize, f64)>,
     queue: BinaryHeap<Reverse<(Slot, usize)>>,
     /// Per directed link (from * n + to): when the last packet finished leaving, and the
     /// earliest arrival time that keeps the link FIFO.
@@ -352,6 +355,7 @@ impl Net {
             stats: NetStats::default(),
             interceptor: None,
             trace: None,
+            ce_from: None,
             queue: BinaryHeap::new(),
             link_free: vec![0; addrs.len() * addrs.len()],
             fifo_floor: vec![0; addrs.len() * addrs.len()],
@@ -476,7 +480,8 @@ impl Net {
             (IpAddr::V6(s), IpAddr::V6(d)) => IpFields::v6(s, d),
             _ => unreachable!("mixed families in the simulator"),
         };
-        let d = Datagram { src, src_port: p.src_port, dst, icrc: IcrcCheck::Full(ip), payload: &p.data };
+        let ce = self.ce_from.is_some_and(|(from, chance)| from == p.from && self.rng.chance(chance));
+        let d = Datagram { src, src_port: p.src_port, dst, icrc: IcrcCheck::Full(ip), payload: &p.data, ce };
         self.nodes[p.to].eng.handle_datagram(self.now, &d);
     }
 

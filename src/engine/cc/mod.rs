@@ -25,6 +25,8 @@ pub use np::Np;
 pub use params::{DcqcnParams, ParamError, ENV_PREFIX};
 pub use rp::{Rp, Stage};
 
+use super::types::Nanos;
+
 /// The congestion counters, named as mlx5 names them (`/sys/class/infiniband/*/ports/*/hw_counters`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct CcCounters {
@@ -37,4 +39,20 @@ pub struct CcCounters {
     pub rp_cnp_handled: u64,
     /// CNPs received and ignored (DCQCN switched off).
     pub rp_cnp_ignored: u64,
+}
+
+/// A QP's congestion state.
+#[derive(Clone, Debug, Default)]
+pub struct QpCc {
+    pub np: Np,
+    pub rp: Option<Box<Rp>>,
+    /// The QP waits for its rate limiter until then.
+    pub pace_at: Option<Nanos>,
+}
+
+impl QpCc {
+    /// The QP's current DCQCN rate (bit/s), if it is limited.
+    pub fn rate_bps(&self) -> Option<u64> {
+        self.rp.as_ref().and_then(|r| r.rate_bps())
+    }
 }

@@ -78,6 +78,9 @@ pub struct DcqcnParams {
     /// Bytes a paced QP may send back to back (a token bucket's depth; at least one packet
     /// always goes). Not an mlx5 parameter: a NIC paces per packet in hardware.
     pub burst_bytes: u32,
+    /// Data packets leave with ECN ECT(0) (`1`, the default while DCQCN is on) or Not-ECT
+    /// (`0`). Not an mlx5 parameter (a ConnectX sets ECT on RoCEv2 packets by itself).
+    pub ect: bool,
 }
 
 impl Default for DcqcnParams {
@@ -118,6 +121,7 @@ impl DcqcnParams {
             cnp_dscp: 48,
             cnp_802p_prio: 6,
             burst_bytes: 16384,
+            ect: true,
         }
     }
 
@@ -195,6 +199,7 @@ const TABLE: &[(&str, u64, u64)] = &[
     ("cnp_dscp", 0, 63),
     ("cnp_802p_prio", 0, 7),
     ("burst_bytes", 1, 16 << 20),
+    ("ect", 0, 1),
 ];
 
 impl DcqcnParams {
@@ -271,6 +276,7 @@ impl DcqcnParams {
             "cnp_dscp" => self.cnp_dscp = u,
             "cnp_802p_prio" => self.cnp_802p_prio = u,
             "burst_bytes" => self.burst_bytes = u,
+            "ect" => self.ect = v != 0,
             _ => {}
         }
     }
@@ -300,6 +306,7 @@ impl DcqcnParams {
                 "min_time_between_cnps" => self.min_time_between_cnps as u64,
                 "cnp_dscp" => self.cnp_dscp as u64,
                 "cnp_802p_prio" => self.cnp_802p_prio as u64,
+                "ect" => b(self.ect),
                 _ => self.burst_bytes as u64,
             };
             out.push((name, v));

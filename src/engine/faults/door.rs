@@ -158,7 +158,7 @@ impl<M: HostMemory> Engine<M> {
         for h in f.due_rx(now) {
             let HeldRx { src, src_port, dst, payload, .. } = h;
             let icrc = Injector::trusted_icrc(&payload);
-            self.receive(now, &Datagram { src, src_port, dst, icrc, payload: &payload });
+            self.receive(now, &Datagram { src, src_port, dst, icrc, payload: &payload, ce: false });
         }
     }
 

@@ -81,6 +81,8 @@ pub struct Datagram<'a> {
     pub icrc: IcrcCheck,
     /// The UDP payload: BTH .. ICRC.
     pub payload: &'a [u8],
+    /// The IP header's ECN field was CE (congestion experienced on the way; DCQCN's NP).
+    pub ce: bool,
 }
 
 /// One datagram the engine wants sent to `dst`:4791 from UDP source port `src_port`.
@@ -89,4 +91,7 @@ pub struct Transmit {
     pub dst: IpAddr,
     pub src_port: u16,
     pub len: usize,
+    /// The IPv4 TOS / IPv6 traffic class to send it with: DSCP in the upper six bits, ECN in
+    /// the lower two (ECT(0) on data while DCQCN is on; DSCP `cnp_dscp` on a CNP).
+    pub tos: u8,
 }
