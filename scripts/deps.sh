@@ -5,7 +5,7 @@ PKGS=(gcc libc6-dev libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers
       python3-pyverbs tshark tcpdump nftables iperf3 sockperf iproute2 valgrind
       ucx-utils openmpi-bin libopenmpi-dev util-linux iptables libnetfilter-queue-dev)
 PKGS+=(libfabric-bin)  # fi_info, fi_pingpong (tests/libfabric.rs)
-PKGS+=(fio librpma-dev qperf)  # fio rdma engine, librpma programs, qperf -cm1 (tests/rdmacm_programs.rs)
+PKGS+=(fio librpma-dev qperf strace)  # fio rdma engine, librpma programs, qperf -cm1, strace (tests/rdmacm_programs.rs)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
