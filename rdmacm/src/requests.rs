@@ -104,13 +104,22 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.refuse_request(comm_id));
             return;
         }
+        // The path MTU: the REQ's, as the kernel's passive side keeps it (its QP's RTR takes the
+        // REQ's path record). A REQ larger than our interface carries is refused with REJ 26
+        // (invalid path MTU): the peer would send packets our link drops, and the REP has no
+        // field to tell it a smaller one.
+        let own_mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu);
+        let mtu = req.path_mtu.max(1);
+        if mtu > own_mtu {
+            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::INVALID_MTU, &[]));
+            return;
+        }
         let local = SocketAddr::new(self.dev.as_ref().map_or(hdr.dst, |d| d.addr), (req.service_id & 0xFFFF) as u16);
         let remote = SocketAddr::new(if hdr.src.is_unspecified() { peer } else { hdr.src }, hdr.src_port);
         let Ok(id) = self.child(listen, local, remote) else {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::NO_RESOURCES, &[]));
             return;
         };
-        let mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu).min(req.path_mtu.max(1));
         // The PSN we expect to receive first: random, as the kernel's CMA picks it.
         let local_psn = (self.random() as u32) & 0xFF_FFFF;
         if let Some(st) = self.ids.get_mut(&id) {
