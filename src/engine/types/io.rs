@@ -88,5 +88,7 @@ pub struct Datagram<'a> {
 pub struct Transmit {
     pub dst: IpAddr,
     pub src_port: u16,
+    /// IPv6 flow label (20 bits) of the packet; IPv4 has none.
+    pub flow_label: u32,
     pub len: usize,
 }
