@@ -32,6 +32,7 @@ mod hub;
 mod io;
 pub mod memory;
 mod moderation;
+pub mod neigh;
 mod pacing;
 mod progress;
 pub mod registration;
