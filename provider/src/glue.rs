@@ -130,7 +130,15 @@ pub fn create_qp(dev: &UrxeDevice, attr: &QpInitAttr) -> VerbResult<(Qpn, QpCap)
     transport(dev)?.create_qp(attr).map_err(errno)
 }
 pub fn modify_qp(dev: &UrxeDevice, qpn: Qpn, attr: &QpAttr, mask: QpAttrMask) -> VerbResult<()> {
-    transport(dev)?.modify_qp(qpn, attr, mask).map_err(errno)
+    let t = transport(dev)?;
+    t.modify_qp(qpn, attr, mask).map_err(errno)?;
+    if mask.contains(QpAttrMask::AV) && attr.qp_state == urxe::engine::QpState::Rtr {
+        // As kernel rxe's modify to RTR: the peer's neighbour entry resolved before the first
+        // burst (outside the device lock; at most one second, as an unanswered ARP/NDP takes).
+        let peer = std::net::IpAddr::V6(attr.ah_attr.grh.dgid.into());
+        let _ = urxe::transport::neigh::resolve(t.local_addr(), peer, std::time::Duration::from_secs(1));
+    }
+    Ok(())
 }
 pub fn query_qp(dev: &UrxeDevice, qpn: Qpn) -> VerbResult<QpAttr> {
     transport(dev)?.query_qp(qpn).map_err(errno)

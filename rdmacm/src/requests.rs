@@ -105,12 +105,21 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.refuse_request(comm_id));
             return;
         }
+        // The path MTU: the REQ's, as the kernel's passive side keeps it (its QP's RTR takes the
+        // REQ's path record). A REQ larger than our interface carries is refused with REJ 26
+        // (invalid path MTU): the peer would send packets our link drops, and the REP has no
+        // field to tell it a smaller one.
+        let own_mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu);
+        let mtu = req.path_mtu.max(1);
+        if mtu > own_mtu {
+            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::INVALID_MTU, &[]));
+            return;
+        }
         let pdata = addrs.user.to_vec();
         let Ok(id) = self.child(listen, addrs.local, addrs.remote) else {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::NO_RESOURCES, &[]));
             return;
         };
-        let mtu = self.dev.as_ref().map_or(3, |d| d.active_mtu).min(req.path_mtu.max(1));
         // The PSN we expect to receive first: random, as the kernel's CMA picks it.
         let local_psn = self.psn();
         if let Some(st) = self.ids.get_mut(&id) {

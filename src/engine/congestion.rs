@@ -96,7 +96,7 @@ impl CcState {
             let Ok(len) = finish(buf, hl, 0, &ip, sport, ROCEV2_PORT) else { continue };
             debug_assert_eq!(hl, 12 + CNP_RESERVED_LEN);
             let tos = (self.params.cnp_dscp as u8) << 2;
-            return Some(Transmit { dst, src_port: sport, len, tos });
+            return Some(Transmit { dst, src_port: sport, flow_label: 0, len, tos });
         }
         None
     }

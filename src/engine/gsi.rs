@@ -110,7 +110,7 @@ impl Gsi {
             let Ok(len) = finish(buf, hl, MAD_LEN, &ip, sport, ROCEV2_PORT) else { continue };
             self.psn = (self.psn + 1) & 0xFF_FFFF;
             self.counters.mads_sent += 1;
-            return Some(Transmit { dst: peer, src_port: sport, len, tos: 0 });
+            return Some(Transmit { dst: peer, src_port: sport, flow_label: 0, len, tos: 0 });
         }
         None
     }

@@ -378,9 +378,11 @@ impl<M: HostMemory> Engine<M> {
                 };
                 if q.ty == QpType::Ud {
                     q.sport = qp::ud_source_port(qpn);
+                    q.flow_label = 0;
                 } else {
                     q.dest = Some(qp::gid_to_ip(q.attr.ah_attr.grh.dgid));
-                    q.sport = qp::rc_source_port(qpn, q.attr.dest_qp_num);
+                    q.flow_label = qp::rc_flow_label(q.attr.ah_attr.grh.flow_label, qpn, q.attr.dest_qp_num);
+                    q.sport = qp::flow_label_source_port(q.flow_label);
                 }
                 q.state = QpState::Rtr;
             }

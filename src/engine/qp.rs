@@ -253,6 +253,9 @@ pub(crate) struct Qp {
     pub dest: Option<IpAddr>,
     /// UDP source port (flow entropy, as rxe computes it).
     pub sport: u16,
+    /// IPv6 flow label of the QP's packets: the one `sport` is folded from (connected QPs), 0
+    /// for UD.
+    pub flow_label: u32,
     pub sq: SendQueue,
     pub rq: Option<RecvRing>,
     pub req: ReqState,
@@ -285,6 +288,7 @@ impl Qp {
             mtu: 256,
             dest: None,
             sport: 0xC000,
+            flow_label: 0,
             sq: SendQueue::new(cap.max_send_wr, cap.max_send_sge.max(1), cap.max_inline_data),
             rq: (init.srq.is_none() && !init.qp_type.is_xrc())
                 .then(|| RecvRing::new(cap.max_recv_wr, cap.max_recv_sge.max(1))),
@@ -369,13 +373,28 @@ pub(crate) fn opcode_base(ty: QpType) -> u8 {
     }
 }
 
-/// UDP source port rxe uses for an RC/UC flow: a 14-bit fold of `lqpn * rqpn` in 0xC000..
-pub(crate) fn rc_source_port(lqpn: Qpn, rqpn: Qpn) -> u16 {
+/// The flow label of a connected QP: its AV's if not 0, else one derived from both QPNs
+/// (`rdma_calc_flow_label`), the same at both ends. As the kernel's `rdma_get_udp_sport`.
+pub(crate) fn rc_flow_label(av_label: u32, lqpn: Qpn, rqpn: Qpn) -> u32 {
+    if av_label & 0xF_FFFF != 0 {
+        return av_label & 0xF_FFFF;
+    }
     let mut v = lqpn as u64 * rqpn as u64;
     v ^= v >> 20;
     v ^= v >> 40;
-    let fl = (v & 0xF_FFFF) as u32;
-    (((fl & 0x3FFF) ^ (fl >> 14)) | 0xC000) as u16
+    (v & 0xF_FFFF) as u32
+}
+
+/// UDP source port of a flow label, as rxe folds it: 14 bits in 0xC000.. .
+pub(crate) fn flow_label_source_port(fl: u32) -> u16 {
+    (((fl & 0x3FFF) ^ ((fl & 0xF_FFFF) >> 14)) | 0xC000) as u16
+}
+
+/// UDP source port rxe uses for an RC/UC flow whose AV has no flow label: a 14-bit fold of
+/// `lqpn * rqpn` in 0xC000.. .
+#[cfg(test)]
+pub(crate) fn rc_source_port(lqpn: Qpn, rqpn: Qpn) -> u16 {
+    flow_label_source_port(rc_flow_label(0, lqpn, rqpn))
 }
 
 /// UDP source port for a UD QP: `0xC000 + hash_32(qpn, 14)` (Linux `hash_32`).
@@ -549,6 +568,12 @@ mod tests {
         // fold14(0x11*0x12 = 0x132): fl = 0x132 -> 0x132 ^ 0 = 0x132.
         assert_eq!(p, 0xC132);
         assert_eq!(ud_source_port(0x11), 0xC000 + ((0x11u32.wrapping_mul(0x61C88647)) >> 18) as u16);
+        // An AV's flow label wins over the QPNs' (rdma_cm sets one): label and port follow it.
+        assert_eq!(rc_flow_label(0x1_2345, 0x11, 0x12), 0x1_2345);
+        assert_eq!(rc_flow_label(0, 0x11, 0x12), 0x132);
+        assert_eq!(rc_flow_label(0x10_0000, 0x11, 0x12), 0x132, "bits above 20 are not a label");
+        // fold14(0x12345): 0x2345 ^ (0x12345 >> 14 = 4) = 0x2341.
+        assert_eq!(flow_label_source_port(0x1_2345), 0xC000 | 0x2341);
     }
 
     #[test]

@@ -319,7 +319,7 @@ fn emit_request<M: HostMemory>(
         return None;
     };
     advance(q, sh, now, idx, consumes, pos.ends());
-    Some(Transmit { dst, src_port: sport, len, tos: 0 })
+    Some(Transmit { dst, src_port: sport, flow_label: q.flow_label, len, tos: 0 })
 }
 
 /// At a WQE's first packet: its first PSN and packet count.

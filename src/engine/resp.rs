@@ -884,5 +884,5 @@ fn finish_out<M>(
 ) -> Option<Transmit> {
     let flow = sh.icrc_tx.get(ip, q.sport, ROCEV2_PORT);
     let len = finish_flow(buf, hl, payload, &flow).ok()?;
-    Some(Transmit { dst, src_port: q.sport, len, tos: 0 })
+    Some(Transmit { dst, src_port: q.sport, flow_label: q.flow_label, len, tos: 0 })
 }

@@ -33,9 +33,19 @@ const TX_SLOT: usize = MAX_PACKET;
 struct SendKey {
     sport: u16,
     dst: IpAddr,
+    flow_label: u32,
     gso: bool,
     /// IP TOS / traffic class (DSCP, ECN) of the packets.
     tos: u8,
+}
+
+/// The peer's RoCEv2 port; toward IPv6 carrying the flow label in `sin6_flowinfo` (the
+/// sockets send it: `IPV6_FLOWINFO_SEND`).
+fn roce_dst(dst: IpAddr, flow_label: u32) -> SocketAddr {
+    match dst {
+        IpAddr::V6(a) => SocketAddr::V6(std::net::SocketAddrV6::new(a, ROCE_PORT, (flow_label & 0xF_FFFF).to_be(), 0)),
+        v4 => SocketAddr::new(v4, ROCE_PORT),
+    }
 }
 
 /// Hashes a UDP port (Fibonacci hashing: the product's high bits, which the table uses, depend
@@ -297,7 +307,7 @@ impl Io {
             counters.tx_port_fallbacks += self.send.len() as u64;
         }
         while !self.send.is_empty() {
-            let dst_sa = SocketAddr::new(key.dst, ROCE_PORT);
+            let dst_sa = roce_dst(key.dst, key.flow_label);
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
             sock.set_tos(key.tos);
             let res = if key.gso {
@@ -357,7 +367,7 @@ impl Io {
             let Some(t) = engine.poll_transmit(now, &mut self.send.next_buf()[..TX_SLOT]) else { break };
             // Packets of one flow share the batch whatever their sizes: it leaves as one
             // sendmmsg, cut into GSO trains where they are allowed.
-            let extends = matches!(self.send_key, Some(k) if k.sport == t.src_port && k.dst == t.dst && k.tos == t.tos);
+            let extends = matches!(self.send_key, Some(k) if k.sport == t.src_port && k.dst == t.dst && k.flow_label == t.flow_label && k.tos == t.tos);
             if !extends && self.send_key.is_some() {
                 // Another flow or the end of a train: send what we have first. The new packet
                 // sits after the batch in the buffer; keep it aside while the batch goes.
@@ -370,15 +380,20 @@ impl Io {
                     if let Some(k) = self.send_key.as_mut() {
                         k.gso = false;
                     }
-                    self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
+                    self.send.push(t.len, roce_dst(t.dst, t.flow_label));
                     return false;
                 }
             }
             if self.send_key.is_none() {
-                let gso = self.gso && self.rx.gso_to(t.dst);
-                self.send_key = Some(SendKey { sport: t.src_port, dst: t.dst, gso, tos: t.tos });
+                self.send_key = Some(SendKey {
+                    sport: t.src_port,
+                    dst: t.dst,
+                    flow_label: t.flow_label,
+                    gso: self.gso && self.rx.gso_to(t.dst),
+                    tos: t.tos,
+                });
             }
-            self.send.push(t.len, SocketAddr::new(t.dst, ROCE_PORT));
+            self.send.push(t.len, roce_dst(t.dst, t.flow_label));
         }
         self.send_batch(counters)
     }

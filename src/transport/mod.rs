@@ -12,6 +12,7 @@
 //! - `io`: socket I/O and batching between the engine and the sockets (GSO trains,
 //!   sendmmsg/recvmmsg);
 //! - [`socket`]: one RoCEv2 UDP socket and its batches (the libc calls);
+//! - [`neigh`]: the peer's ARP/NDP entry resolved at a QP's RTR, before its first burst;
 //! - `stats`: counters and the `urxe stat` socket; [`cmstat`]: the CM's counters for it;
 //! - [`tap`]: the `URXE_PCAP` capture of every packet sent and received;
 //! - [`memory`]: the host memory the engine reads and writes, through [`fault`]'s routines
@@ -34,6 +35,7 @@ mod hub;
 mod io;
 pub mod memory;
 mod moderation;
+pub mod neigh;
 mod pacing;
 mod progress;
 pub mod registration;

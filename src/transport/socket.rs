@@ -2,7 +2,8 @@
 //!
 //! - IPv4: `IP_MTU_DISCOVER = IP_PMTUDISC_DO` on unconnected sockets, so Linux sends DF=1 and
 //!   IP ID 0 — the ICRC covers the ID, and 0 is the only value a sender can know in advance.
-//! - IPv6: `UDP_NO_CHECK6_TX/RX`, UDP checksum 0 as RoCEv2 sends it.
+//! - IPv6: `UDP_NO_CHECK6_TX/RX`, UDP checksum 0 as RoCEv2 sends it; `IPV6_FLOWINFO_SEND` on and
+//!   `IPV6_AUTOFLOWLABEL` off: the flow label is the one each send names, 0 if it names none.
 //! - Send: UDP GSO (`UDP_SEGMENT`) for runs of equal-size packets to one peer on loopback;
 //!   `sendmmsg` otherwise. GSO is kept to loopback because segmentation assigns consecutive IP
 //!   IDs to the segments, which a peer verifying the ICRC with the real ID (kernel rxe, NICs)
@@ -40,6 +41,8 @@ const SOL_UDP: libc::c_int = 17;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 const UDP_NO_CHECK6_TX: libc::c_int = 101;
+/// `IPV6_FLOWINFO_SEND` (linux/in6.h): the flow label of `sin6_flowinfo` goes on the wire.
+const IPV6_FLOWINFO_SEND: libc::c_int = 33;
 const UDP_NO_CHECK6_RX: libc::c_int = 102;
 
 /// C structs for which the all-zero byte pattern is a valid value (integers, and raw
@@ -187,6 +190,10 @@ impl RoceSocket {
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_TX, 1)?;
                 setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
                 setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+                // The flow label is ours (the QP's, in each destination's sin6_flowinfo), not
+                // one the kernel hashes: label 0 (UD, CM) stays 0.
+                setsockopt_int(fd, libc::IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)?;
+                setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_AUTOFLOWLABEL, 0)?;
             }
         }
         // Multicast we send (UD to a group) leaves through the interface of our address, with

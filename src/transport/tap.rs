@@ -9,7 +9,7 @@
 //!   fields the ICRC was computed for. A receiving UDP socket cannot see the sender's IP ID,
 //!   TTL or UDP checksum: received IPv4 packets are recorded with ID 0, UDP checksum 0, and a
 //!   record comment ([`IP_ID_UNKNOWN`]) telling `urxe check` that the ID is not known.
-//! - IPv6: traffic class 0, flow label 0, hop limit 64, UDP checksum 0 (the ICRC masks the
+//! - IPv6: traffic class 0, the flow label sent (`sin6_flowinfo` of the destination), hop limit 64, UDP checksum 0 (the ICRC masks the
 //!   first three; the socket sends checksum 0).
 //! - Bounded: `URXE_PCAP_MAX=bytes` (suffix K, M or G allowed) caps the file; records that do
 //!   not fit are dropped whole and counted.
@@ -414,8 +414,11 @@ impl Writer {
                         IpAddr::V4(a) => a.to_ipv6_mapped(),
                     };
                     let mut h = [0u8; 40];
-                    h[0] = 0x60 | tos >> 4;
-                    h[1] = tos << 4;
+                    let label = match dst {
+                        SocketAddr::V6(a) if sent => u32::from_be(a.flowinfo()) & 0xF_FFFF,
+                        _ => 0,
+                    };
+                    h[0..4].copy_from_slice(&(0x6000_0000 | u32::from(tos) << 20 | label).to_be_bytes());
                     h[4..6].copy_from_slice(&udp_len.to_be_bytes());
                     h[6] = 17;
                     h[7] = 64;

@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/interop/ci.sh — the CI entry point: prepare a fresh Debian 12 machine, build urxe,
-# run the interop matrix, then (HOST_SIDE=urxe) the multicast run mcast.sh and the rdma_cm run
-# rdmacm.sh. Arguments go to matrix.sh. Exit status = matrix.sh's, or 1 if only mcast.sh or
-# rdmacm.sh failed.
+# run the interop matrix, then (HOST_SIDE=urxe) the multicast run mcast.sh, the rdma_cm run
+# rdmacm.sh and the host-to-host run hosts.sh (IPv6, mixed MTUs). Arguments go to matrix.sh.
+# Exit status = matrix.sh's, or 1 if only mcast.sh, rdmacm.sh or hosts.sh failed.
 #   IX_SKIP_BUILD=1   do not build (use an existing target/)
 #   HOST_SIDE=vm      harness self-test without urxe (no build needed)
 set -euo pipefail
@@ -19,5 +19,6 @@ rc=0
 if [ "${HOST_SIDE:-urxe}" = urxe ]; then
   "$HERE/mcast.sh" || { [ "$rc" != 0 ] || rc=1; }
   "$HERE/rdmacm.sh" || { [ "$rc" != 0 ] || rc=1; }
+  "$HERE/hosts.sh" || { [ "$rc" != 0 ] || rc=1; }
 fi
 exit "$rc"

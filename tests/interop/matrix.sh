@@ -42,7 +42,8 @@ say() { printf 'matrix: %s\n' "$*" >&2; }
 # -g 1 / -x 1: GID index 1 = the RoCEv2 IPv4 GID on rxe (urxe: indices 0-3 are all it).
 # The pingpongs run with -c: each side validates every received buffer.
 NAMES=(rc_pingpong_1024 rc_pingpong_4096 uc_pingpong ud_pingpong srq_pingpong send_bw
-       write_bw read_bw send_bw_q8 write_bw_q8 atomic_fetch_add atomic_cmp_swap write_lat read_lat)
+       write_bw read_bw send_bw_q8 write_bw_q8 write_bw_64k atomic_fetch_add atomic_cmp_swap
+       write_lat read_lat)
 # RC=tail: an RC pingpong. These tools end without a final barrier: the client destroys its
 # QPs as soon as it has its last message, so a lost final ACK leaves the server retransmitting
 # into a QP that no longer exists (a property of the tool, not of the transport). Their loss
@@ -65,6 +66,10 @@ def read_bw          "ib_read_bw $PT -s 4096 -n 20"                            1
 # QP time out and re-send everything until RETRY_EXC_ERR); the default timeout (-u 14).
 def send_bw_q8       "ib_send_bw $PT -q 8 -s 4096 -n 200"                      1500 yes 20
 def write_bw_q8      "ib_write_bw $PT -q 8 -s 4096 -n 200"                     1500 yes 20
+# Bandwidth between hosts (issue 38): 64 KiB writes at MTU 1500, urxe -> rxe (vs) and rxe -> urxe
+# (hs), with URXE_GSO at its default (on): every segment of a GSO train toward a non-loopback
+# peer must carry an ICRC kernel rxe accepts; the loss variant drops ~320 of them.
+def write_bw_64k     "ib_write_bw $PT -s 65536 -n 100"                         1500 yes 5
 def atomic_fetch_add "ib_atomic_bw $PT -A FETCH_AND_ADD -n 20"                 1500 yes 150
 def atomic_cmp_swap  "ib_atomic_bw $PT -A CMP_AND_SWAP -n 20"                  1500 yes 150
 def write_lat        "ib_write_lat $PT -s 64 -n 20"                            1500 yes 80

@@ -16,7 +16,7 @@ for f in "$HERE"/guest/*; do sh -n "$f" && ok "sh -n guest/$(basename "$f")" || 
 python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' "$HERE"/lib/*.py &&
   ok "python syntax lib/*.py" || bad "python syntax lib/*.py"
 n=$("$HERE/matrix.sh" --list | wc -l)
-[ "$n" = 14 ] && ok "matrix.sh --list: 14 scenarios" || bad "matrix.sh --list: $n scenarios, expected 14"
+[ "$n" = 15 ] && ok "matrix.sh --list: 15 scenarios" || bad "matrix.sh --list: $n scenarios, expected 15"
 
 shopt -s nullglob
 gold=("$GOLD"/*.pcap)

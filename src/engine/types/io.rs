@@ -90,6 +90,8 @@ pub struct Datagram<'a> {
 pub struct Transmit {
     pub dst: IpAddr,
     pub src_port: u16,
+    /// IPv6 flow label (20 bits) of the packet; IPv4 has none.
+    pub flow_label: u32,
     pub len: usize,
     /// The IPv4 TOS / IPv6 traffic class to send it with: DSCP in the upper six bits, ECN in
     /// the lower two (ECT(0) on data while DCQCN is on; DSCP `cnp_dscp` on a CNP).

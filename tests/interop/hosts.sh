@@ -1,0 +1,175 @@
+#!/bin/bash
+# tests/interop/hosts.sh — what two hosts meet that loopback never shows (issue 38), urxe
+# against kernel rdma_rxe over the lab bridge:
+#   v6_*      RoCEv2 over IPv6 GIDs (br0 fd00:77::1 = urxe, the VM's eth0 fd00:77::2; the tools'
+#             out-of-band TCP over IPv4): ibv_rc_pingpong and ib_write_bw 64 KiB, both ways;
+#   v6_burst  ip -6 neigh flush on urxe's side, then urxe's first message is 128 packets of 1 KiB
+#             toward the VM: none may be lost in the kernel's unresolved-neighbour queue (the
+#             capture's retrans must be 0);
+#   mtu_*     rdma_cm (rping, 16 KiB messages) between ends of different MTUs: the passive side
+#             takes the REQ's path MTU when its link carries it; urxe as server refuses a REQ
+#             above its own with REJ 26 (the client must print RDMA_CM_EVENT_REJECTED, error 26).
+# Every case is captured on br0 and must pass `urxe check` (ICRC of every packet).
+#
+# usage: hosts.sh [-o OUTDIR] [-s CASE,CASE]     exit status: 0 = every case passed
+# env: URXE_LIB_DIR, URXE_CHECK, IX_NS, IX_RUN, IX_CACHE as the other lab scripts;
+#      HX_LIMIT (60 s per tool run)
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+export IX_NS=${IX_NS:-urxe-ix}
+export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
+BASE_CACHE=${IX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe-interop}
+URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
+URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
+OUT=$REPO/target/interop/hosts-$(date -u +%Y%m%dT%H%M%SZ)
+ONLY=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    -o) OUT=${2:?-o needs a directory}; shift 2 ;;
+    -s) ONLY=${2:?-s needs case names}; shift 2 ;;
+    *) echo "usage: hosts.sh [-o OUTDIR] [-s CASE,CASE]" >&2; exit 2 ;;
+  esac
+done
+VM_IP=10.77.0.2 HOST_IP=10.77.0.1 HOST6=fd00:77::1 VM6=fd00:77::2 LIMIT=${HX_LIMIT:-60}
+die() { printf 'hosts: ERROR: %s\n' "$*" >&2; exit 2; }
+say() { printf 'hosts: %s\n' "$*" >&2; }
+[ "$(id -u)" = 0 ] || die "must run as root"
+[ -f "$URXE_LIB_DIR/librdmacm.so.1" ] || die "no $URXE_LIB_DIR/librdmacm.so.1 (provider/build.sh)"
+[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
+[ -f "$BASE_CACHE/initrd.gz" ] || die "no VM image in $BASE_CACHE: run tests/interop/setup.sh"
+mkdir -p "$OUT/logs" "$OUT/pcaps"
+
+# shellcheck source=lib/cm_image.sh
+. "$HERE/lib/cm_image.sh"
+cm_image
+
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  "$HERE/lab.sh" down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+"$HERE/lab.sh" down >/dev/null 2>&1 || true
+"$HERE/lab.sh" up >/dev/null
+# lab.sh turns IPv6 off in its netns; on for lo (local delivery) and br0 (the bridge ports stay without).
+ip netns exec "$IX_NS" sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 net.ipv6.conf.br0.disable_ipv6=0
+ip -n "$IX_NS" addr add "$HOST6/64" dev br0 nodad
+
+# The guest's prefix for IPv6 cases: its address, then G = the index of its RoCEv2 GID for it
+# (waited for, bounded).
+V6_PREFIX="echo 0 >/proc/sys/net/ipv6/conf/eth0/accept_dad; ip -6 addr add $VM6/64 dev eth0; G=; n=0; \
+while [ -z \"\$G\" ] && [ \$n -lt 100 ]; do for i in 0 1 2 3 4 5 6 7 8 9; do \
+[ \"\$(cat /sys/class/infiniband/rxe0/ports/1/gids/\$i 2>/dev/null)\" = fd00:0077:0000:0000:0000:0000:0000:0002 ] && \
+[ \"\$(cat /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/\$i 2>/dev/null)\" = 'RoCE v2' ] && G=\$i; done; \
+[ -z \"\$G\" ] && sleep 0.05; n=\$((n + 1)); done; echo \"rxe0 GID index \$G for $VM6\"; "
+
+# CASE: name | direction (hs: urxe serves, the VM is the client; vs: the VM serves) | VM MTU |
+# br0 MTU (= urxe's interface) | family (4|6) | command (DEV, GIDX: the side's) | expect
+# (pass | rej26 | noresend: pass and the capture's retrans 0)
+CASES=(
+  "v6_rc_pingpong|hs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 4096 -n 20 -c|pass"
+  "v6_rc_pingpong|vs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 4096 -n 20 -c|pass"
+  "v6_write_bw_64k|hs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|pass"
+  "v6_write_bw_64k|vs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|pass"
+  "v6_burst|vs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 131072 -n 1 -c|noresend"
+  "mtu_vm9000_urxe1500|hs|9000|1500|4|rping -S 16384 -C 10 -v -V|rej26"
+  "mtu_vm1500_urxe9000|hs|1500|9000|4|rping -S 16384 -C 10 -v -V|pass"
+  "mtu_urxe1500_vm9000|vs|9000|1500|4|rping -S 16384 -C 10 -v -V|pass"
+)
+
+ROWS=() NFAIL=0
+run_case() {  # the fields of one CASES entry
+  local name=$1 dir=$2 vmtu=$3 bmtu=$4 fam=$5 tmpl=$6 expect=$7
+  local id=$name.$dir t0=$SECONDS
+  local log=$OUT/logs/$id cap=$OUT/pcaps/$id.pcap
+  ip -n "$IX_NS" link set br0 mtu "$bmtu"
+  local haddr=$HOST_IP pre=""
+  [ "$fam" = 6 ] && haddr=$HOST6 pre=$V6_PREFIX
+  local hcmd=${tmpl//DEV/urxe0} vcmd=${tmpl//DEV/rxe0}
+  hcmd=${hcmd//GIDX/1} vcmd=${vcmd//GIDX/\$G}
+  # rping: the server names its own address, the client the server's
+  local rp=0; [[ $tmpl == rping* ]] && rp=1
+  ip netns exec "$IX_NS" ip -6 neigh flush all 2>/dev/null || true
+  ip netns exec "$IX_NS" dumpcap -q -P -i br0 -f 'udp port 4791' -a "duration:$((LIMIT + 90))" \
+    -w "$cap" >"$log.dumpcap.log" 2>&1 &
+  local dc=$!; PIDS+=("$dc")
+  local n; for n in $(seq 1 50); do [ -s "$cap" ] && break; sleep 0.1; done
+  local urxe_pid vm_pid urxe_rc=0 vm_rc=0 slimit=$((LIMIT + 40))
+  # a server refused at once ends by its time limit: keep that short
+  [ "$expect" = rej26 ] && slimit=45
+  local env=(env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR="$haddr")
+  rm -f "$IX_RUN/vm-r/serial.log"
+  if [ "$dir" = hs ]; then
+    [ "$rp" = 1 ] && hcmd="$hcmd -s -a $HOST_IP" && vcmd="$vcmd -c -a $HOST_IP"
+    [ "$rp" = 1 ] || vcmd="oob-retry 80 $vcmd $HOST_IP"
+    ip netns exec "$IX_NS" "${env[@]}" timeout -k 5 "$slimit" $hcmd >"$log.urxe.log" 2>&1 & urxe_pid=$!
+    sleep 0.5
+    IX_VM_MTU=$vmtu IX_CACHE=$CM_CACHE IX_VM_TIMEOUT=$((LIMIT + 60)) \
+      "$HERE/vm.sh" r "$VM_IP" "$pre timeout $LIMIT $vcmd" >"$log.vm.log" 2>&1 & vm_pid=$!
+  else
+    [ "$rp" = 1 ] && vcmd="$vcmd -s -a $VM_IP" && hcmd="$hcmd -c -a $VM_IP"
+    IX_VM_MTU=$vmtu IX_CACHE=$CM_CACHE IX_VM_TIMEOUT=$((LIMIT + 60)) \
+      "$HERE/vm.sh" r "$VM_IP" "$pre timeout $((LIMIT + 10)) $vcmd" >"$log.vm.log" 2>&1 & vm_pid=$!
+    # the client waits until the VM's server is up (its log says the guest is ready)
+    for n in $(seq 1 300); do grep -q "GID index\|ready" "$IX_RUN/vm-r/serial.log" 2>/dev/null && break; sleep 0.2; done
+    sleep 2
+    if [ "$rp" = 1 ]; then
+      local tries=0
+      while :; do
+        ip netns exec "$IX_NS" "${env[@]}" timeout -k 5 "$LIMIT" $hcmd >"$log.urxe.log" 2>&1 && urxe_rc=0 || urxe_rc=$?
+        tries=$((tries + 1))
+        # rping's connect refused (REJ 8 before the VM listens): again, bounded
+        grep -q "REJECTED\|ECONNREFUSED" "$log.urxe.log" && [ $tries -lt 20 ] && { sleep 1; continue; }
+        break
+      done
+      urxe_pid=
+    else
+      ip netns exec "$IX_NS" "${env[@]}" timeout -k 5 "$LIMIT" "$HERE/guest/oob-retry" 80 $hcmd "$VM_IP" \
+        >"$log.urxe.log" 2>&1 & urxe_pid=$!
+    fi
+  fi
+  wait "$vm_pid" || vm_rc=$?
+  # refused, the VM's client is done: urxe's server (our child) has nothing more to wait for
+  [ "$expect" = rej26 ] && [ -n "$urxe_pid" ] && { sleep 1; kill "$urxe_pid" 2>/dev/null || true; }
+  [ -n "$urxe_pid" ] && { wait "$urxe_pid" || urxe_rc=$?; }
+  sleep 0.3
+  kill -INT "$dc" 2>/dev/null || true
+  wait "$dc" 2>/dev/null || true
+  local check retrans=? stat result
+  python3 "$HERE/lib/roce_pcap.py" "$cap" >"$log.pcapcheck.log" 2>&1 || true
+  stat=$(tail -n 1 "$log.pcapcheck.log")
+  [[ $stat =~ retrans=([0-9]+) ]] && retrans=${BASH_REMATCH[1]}
+  if "$URXE_CHECK" check "$cap" >"$log.check.log" 2>&1; then check=ok; else check=FAIL; fi
+  local cli_log=$log.vm.log; [ "$dir" = vs ] && cli_log=$log.urxe.log
+  case $expect in
+    pass|noresend)
+      if [ "$urxe_rc" = 0 ] && [ "$vm_rc" = 0 ]; then result=pass; else result="FAIL (urxe $urxe_rc, vm $vm_rc)"; fi
+      [ "$expect" = noresend ] && [ "$result" = pass ] && [ "$retrans" != 0 ] && result="FAIL ($retrans resent)" ;;
+    rej26)
+      if grep -q "RDMA_CM_EVENT_REJECTED, error 26" "$cli_log"; then result="pass (REJ 26)"; else result="FAIL (no REJ 26; urxe $urxe_rc, vm $vm_rc)"; fi ;;
+  esac
+  local row="$name|$dir|VM $vmtu, urxe $bmtu|$result|$retrans|$check|$((SECONDS - t0))s"
+  ROWS+=("$row")
+  if [[ $result != pass* ]] || [ "$check" != ok ]; then
+    NFAIL=$((NFAIL + 1)); say "FAIL $id: logs in $log.*"
+    tail -n 5 "$log.urxe.log" "$log.vm.log" >&2 || true
+  fi
+  say "$row"
+}
+
+T0=$SECONDS
+for c in "${CASES[@]}"; do
+  IFS='|' read -r -a f <<<"$c"
+  if [ -n "$ONLY" ] && [[ ",$ONLY," != *",${f[0]},"* ]] && [[ ",$ONLY," != *",${f[0]}.${f[1]},"* ]]; then continue; fi
+  run_case "${f[@]}"
+done
+{
+  echo "| case | direction | MTU | result | retrans | check | time |"
+  echo "| --- | --- | --- | --- | ---: | --- | ---: |"
+  for r in "${ROWS[@]}"; do echo "| ${r//|/ | } |"; done
+} >"$OUT/table.md"
+cat "$OUT/table.md"
+echo "$((${#ROWS[@]} - NFAIL))/${#ROWS[@]} passed in $((SECONDS - T0))s; logs and captures: $OUT"
+[ "$NFAIL" = 0 ]
