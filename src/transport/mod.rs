@@ -32,6 +32,7 @@ mod hub;
 mod io;
 pub mod memory;
 mod moderation;
+mod owner;
 mod pacing;
 mod progress;
 pub mod registration;
