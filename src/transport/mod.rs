@@ -36,7 +36,6 @@ mod io;
 pub mod memory;
 mod moderation;
 pub mod neigh;
-mod owner;
 mod pacing;
 mod progress;
 pub mod registration;
