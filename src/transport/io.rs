@@ -2,8 +2,9 @@
 //!
 //! Receive drains the 4791 socket with `recvmmsg` (GRO trains split back into packets) into
 //! [`Engine::handle_datagram`]. Transmit drains [`Engine::poll_transmit`] into one send batch
-//! per flow, sent with one `sendmmsg`: runs of equal-sized packets form UDP GSO trains
-//! (loopback only), one message each; elsewhere every packet is its own message. One send socket per flow source port, as rxe varies
+//! per flow, sent with one `sendmmsg`: runs of equal-sized packets form UDP GSO trains, one
+//! message each, toward any unicast peer (IPv4 segments' ICRCs fixed for the ID the kernel
+//! gives each, [`crate::wire::gso_id`]); elsewhere every packet is its own message. One send socket per flow source port, as rxe varies
 //! the port per QP pair. No policy here about *when* to move packets: that is
 //! [`super::pacing`].
 
@@ -17,7 +18,8 @@ use super::memory::ProcessMemory;
 use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
 use super::stats::TransportCounters;
 use crate::engine::{Datagram, Engine, IcrcCheck, Nanos, MAX_PACKET};
-use crate::wire::icrc::{store_icrc, IcrcFlow, IcrcFlows, IpFields, ICRC_LEN};
+use crate::wire::gso_id::IdShift;
+use crate::wire::icrc::{store_icrc, stored_icrc, IcrcFlow, IcrcFlows, IpFields, ICRC_LEN};
 
 /// More tries of a multicast receive socket's bind and join after EADDRINUSE (see
 /// [`Io::join_mcast`]).
@@ -79,8 +81,8 @@ pub(super) struct Io {
     send: SendBatch,
     /// Flow of the packets in `send`.
     send_key: Option<SendKey>,
-    /// UDP GSO trains allowed (loopback only in any case).
-    gso: bool,
+    /// Where UDP GSO trains may go.
+    gso: GsoScope,
     /// `URXE_PCAP` capture tap (None: off).
     tap: Option<super::tap::Tap>,
     /// On a shared address, our slot: datagrams for other slots' QPNs are strays.
@@ -92,7 +94,7 @@ pub(super) struct Io {
 }
 
 impl Io {
-    pub(super) fn new(rx: RoceSocket, gso: bool, tap: Option<super::tap::Tap>) -> Io {
+    pub(super) fn new(rx: RoceSocket, gso: GsoScope, tap: Option<super::tap::Tap>) -> Io {
         let local = rx.local_addr().ip();
         Io {
             rx,
@@ -106,6 +108,15 @@ impl Io {
             slot: None,
             mcast: Vec::new(),
             icrc_rx: IcrcFlows::default(),
+        }
+    }
+
+    /// GSO trains may go to `dst`.
+    fn gso_to(&self, dst: IpAddr) -> bool {
+        match self.gso {
+            GsoScope::Off => false,
+            GsoScope::Loopback => self.rx.gso_to(dst) && dst.is_loopback() && self.local.is_loopback(),
+            GsoScope::Any => self.rx.gso_to(dst),
         }
     }
 
@@ -306,8 +317,12 @@ impl Io {
             self.reseal(key.dst);
             counters.tx_port_fallbacks += self.send.len() as u64;
         }
+        let fix_ids = key.gso && key.dst.is_ipv4();
         while !self.send.is_empty() {
             let dst_sa = roce_dst(key.dst, key.flow_label);
+            if fix_ids {
+                gso_ids(&mut self.send, 0);
+            }
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
             sock.set_tos(key.tos);
             let res = if key.gso {
@@ -325,10 +340,15 @@ impl Io {
                 }
                 r
             };
+            if fix_ids {
+                // What did not go is back to its ID-0 ICRC: a later try may cut other trains.
+                gso_ids(&mut self.send, *res.as_ref().unwrap_or(&0));
+            }
             match res {
                 Ok(k) => {
                     if let Some(t) = &self.tap {
-                        t.sent(sock.local_addr(), dst_sa, key.tos, (0..k).map(|i| self.send.packet(i)));
+                        let ids = train_positions(&self.send, k, fix_ids);
+                        t.sent(sock.local_addr(), dst_sa, key.tos, ids.zip((0..k).map(|i| self.send.packet(i))));
                     }
                     counters.tx_datagrams += k as u64;
                     self.send.consume(k);
@@ -389,7 +409,7 @@ impl Io {
                     sport: t.src_port,
                     dst: t.dst,
                     flow_label: t.flow_label,
-                    gso: self.gso && self.rx.gso_to(t.dst),
+                    gso: self.gso_to(t.dst),
                     tos: t.tos,
                 });
             }
@@ -399,13 +419,64 @@ impl Io {
     }
 }
 
-/// `URXE_GSO`: `1` (default) lets loopback trains go out as UDP GSO sends; `0` sends every
-/// packet as its own datagram (e.g. so a loopback capture shows each packet as a frame).
-pub(super) fn gso_setting() -> io::Result<bool> {
+/// XORs, into every packet of the batch's trains from packet `from` (a train boundary) on,
+/// the ICRC change of its IPv4 ID: segment `i` of a train leaves with ID `i` (see
+/// [`crate::wire::gso_id`]). Applied before a send, applied again to what did not go.
+fn gso_ids(batch: &mut SendBatch, from: usize) {
+    let mut first = from;
+    while first < batch.len() {
+        let count = batch.train_len(first);
+        let mut shift: Option<(usize, IdShift)> = None;
+        for seg in 1..count {
+            let p = batch.packet_mut(first + seg);
+            let len = p.len();
+            let s = match shift {
+                Some((l, s)) if l == len => s,
+                _ => {
+                    let s = IdShift::new(len);
+                    shift = Some((len, s));
+                    s
+                }
+            };
+            if let Some(v) = stored_icrc(p) {
+                store_icrc(p, v ^ s.delta(seg as u16));
+            }
+        }
+        first += count;
+    }
+}
+
+/// The IPv4 ID each of the first `k` packets of the batch left with: its place in its train
+/// (all 0 without GSO ID fixing).
+fn train_positions(batch: &SendBatch, k: usize, trains: bool) -> impl Iterator<Item = u16> {
+    let mut ids = Vec::new();
+    let mut first = 0;
+    while first < k {
+        let count = if trains { batch.train_len(first).min(k - first) } else { 1 };
+        ids.extend((0..count).map(|i| i as u16));
+        first += count;
+    }
+    ids.into_iter()
+}
+
+/// Where UDP GSO trains may go (`URXE_GSO`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum GsoScope {
+    /// `0`: every packet its own datagram (e.g. so a loopback capture shows each as a frame).
+    Off,
+    /// `lo`: only from a loopback address to a loopback address (before issue #38).
+    Loopback,
+    /// `1`, the default: toward every unicast peer, IPv4 ICRCs fixed for the kernel's IDs.
+    Any,
+}
+
+/// `URXE_GSO`: `1` (default), `lo` or `0` (see [`GsoScope`]).
+pub(super) fn gso_setting() -> io::Result<GsoScope> {
     match std::env::var("URXE_GSO").as_deref() {
-        Err(_) | Ok("1") => Ok(true),
-        Ok("0") => Ok(false),
-        Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_GSO={v}: expected 0 or 1"))),
+        Err(_) | Ok("1") => Ok(GsoScope::Any),
+        Ok("lo") => Ok(GsoScope::Loopback),
+        Ok("0") => Ok(GsoScope::Off),
+        Ok(v) => Err(io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_GSO={v}: expected 1, lo or 0"))),
     }
 }
 
@@ -422,7 +493,7 @@ mod tests {
         let local: IpAddr = "127.44.0.40".parse().unwrap();
         let group: IpAddr = "239.44.9.7".parse().unwrap();
         let blocker = std::net::UdpSocket::bind(SocketAddr::new(group, ROCE_PORT)).unwrap();
-        let mut io = Io::new(RoceSocket::bind(SocketAddr::new(local, 0)).unwrap(), false, None);
+        let mut io = Io::new(RoceSocket::bind(SocketAddr::new(local, 0)).unwrap(), GsoScope::Off, None);
         let t = std::time::Instant::now();
         let e = io.join_mcast(group).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE));

@@ -4,10 +4,10 @@
 //!   IP ID 0 — the ICRC covers the ID, and 0 is the only value a sender can know in advance.
 //! - IPv6: `UDP_NO_CHECK6_TX/RX`, UDP checksum 0 as RoCEv2 sends it; `IPV6_FLOWINFO_SEND` on and
 //!   `IPV6_AUTOFLOWLABEL` off: the flow label is the one each send names, 0 if it names none.
-//! - Send: UDP GSO (`UDP_SEGMENT`) for runs of equal-size packets to one peer on loopback;
-//!   `sendmmsg` otherwise. GSO is kept to loopback because segmentation assigns consecutive IP
-//!   IDs to the segments, which a peer verifying the ICRC with the real ID (kernel rxe, NICs)
-//!   would reject; on loopback nobody sees the ID.
+//! - Send: UDP GSO (`UDP_SEGMENT`) for runs of equal-size packets to one unicast peer;
+//!   `sendmmsg` otherwise. Segmentation gives an IPv4 train's segments the IDs 0, 1, 2...,
+//!   which the ICRC covers: the caller stores each segment's ICRC for its ID
+//!   ([`crate::wire::gso_id`]).
 //! - Receive: `recvmmsg` with `UDP_GRO`, so GSO trains arrive as one buffer plus a segment
 //!   size; after a receive that found nothing, one datagram with `recvmsg` (a busy poller's
 //!   loop).
@@ -250,9 +250,10 @@ impl RoceSocket {
         }
     }
 
-    /// GSO may be used to send to `dst`.
+    /// GSO may be used to send to `dst`: the kernel offers it and `dst` is one unicast peer
+    /// (never a group: a UD datagram to a group goes alone).
     pub fn gso_to(&self, dst: IpAddr) -> bool {
-        self.gso && dst.is_loopback() && self.local.ip().is_loopback()
+        self.gso && !dst.is_multicast() && !dst.is_unspecified()
     }
 
     /// Sends one datagram.

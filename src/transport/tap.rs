@@ -177,12 +177,12 @@ impl Tap {
     }
 
     /// Records packets the device has just sent from `src` to `dst` with IP TOS / traffic
-    /// class `tos`.
-    pub fn sent<'a>(&self, src: SocketAddr, dst: SocketAddr, tos: u8, packets: impl Iterator<Item = &'a [u8]>) {
+    /// class `tos`, each with the IPv4 ID it left with (its place in a GSO train).
+    pub fn sent<'a>(&self, src: SocketAddr, dst: SocketAddr, tos: u8, packets: impl Iterator<Item = (u16, &'a [u8])>) {
         let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let ts = now_ns();
-        for p in packets {
-            w.packet(self.tx_if, ts, FLAG_OUTBOUND, src, dst, (self.ttl, tos), true, p);
+        for (id, p) in packets {
+            w.packet(self.tx_if, ts, FLAG_OUTBOUND, src, dst, (self.ttl, tos, id), true, p);
         }
         w.maybe_flush();
     }
@@ -191,7 +191,7 @@ impl Tap {
     /// `tos`.
     pub fn received(&self, src: SocketAddr, dst: SocketAddr, tos: u8, packet: &[u8]) {
         let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        w.packet(self.rx_if, now_ns(), FLAG_INBOUND, src, dst, (self.ttl, tos), false, packet);
+        w.packet(self.rx_if, now_ns(), FLAG_INBOUND, src, dst, (self.ttl, tos, 0), false, packet);
         w.maybe_flush();
     }
 
@@ -366,7 +366,7 @@ impl Writer {
         flags: u32,
         src: SocketAddr,
         dst: SocketAddr,
-        (ttl, tos): (u8, u8),
+        (ttl, tos, id): (u8, u8, u16),
         sent: bool,
         payload: &[u8],
     ) {
@@ -399,7 +399,8 @@ impl Writer {
                     h[0] = 0x45;
                     h[1] = tos;
                     h[2..4].copy_from_slice(&((20 + udp_len as usize) as u16).to_be_bytes());
-                    h[6] = 0x40; // DF; ID 0
+                    h[4..6].copy_from_slice(&id.to_be_bytes());
+                    h[6] = 0x40; // DF
                     h[8] = ttl;
                     h[9] = 17;
                     h[12..16].copy_from_slice(&s.octets());
@@ -535,9 +536,14 @@ mod tests {
             let t4 = Tap::open(path.clone(), u64::MAX, a4.ip()).unwrap();
             // A second device of the process joins the same file with its own interfaces.
             let t6 = Tap::open(path.clone(), u64::MAX, a6.ip()).unwrap();
-            t4.sent(a4, b4, 0, [&p1[..], &p1[..]].into_iter());
+            // The second as the second segment of a GSO train: ID 1, its ICRC for ID 1.
+            let mut p1b = p1.clone();
+            let v = crate::wire::icrc::stored_icrc(&p1b).unwrap();
+            let d1 = crate::wire::gso_id::IdShift::new(p1b.len()).delta(1);
+            crate::wire::icrc::store_icrc(&mut p1b, v ^ d1);
+            t4.sent(a4, b4, 0, [(0, &p1[..]), (1, &p1b[..])].into_iter());
             t4.received(pb, pa, 0, &p2);
-            t6.sent(a6, b6, 0, std::iter::once(&p3[..]));
+            t6.sent(a6, b6, 0, std::iter::once((0, &p3[..])));
             assert_eq!(t4.dropped(), 0);
         }
         let mut c = Capture::open(&path).unwrap();
@@ -548,12 +554,13 @@ mod tests {
         assert_eq!(frames.len(), 4);
         assert!(frames.iter().all(|f| f.link == DataLink::RAW));
         assert_eq!(frames.iter().map(|f| f.ip_id_unknown).collect::<Vec<_>>(), [false, false, true, false]);
-        for (f, want) in frames.iter().zip([&p1, &p1, &p2, &p3]) {
+        for ((f, want), id) in frames.iter().zip([&p1, &p1, &p2, &p3]).zip([0u8, 1, 0, 0]) {
             let Decoded::Udp(d) = decode(f) else { panic!("frame {} is not UDP", f.number) };
-            assert_eq!(d.payload, &want[..]);
+            let n = want.len() - 4;
+            assert_eq!(d.payload[..n], want[..n]);
             assert_eq!(d.dport, 4791);
             if d.ip_header[0] >> 4 == 4 {
-                assert_eq!(&d.ip_header[4..8], &[0, 0, 0x40, 0], "ID 0, DF");
+                assert_eq!(&d.ip_header[4..8], &[0, id, 0x40, 0], "the ID it was sent with, DF");
                 assert_eq!(d.ip_checksum_ok, Some(true));
             } else {
                 assert_eq!(d.ip_header.len(), 40);
@@ -577,7 +584,7 @@ mod tests {
         let (path, a, b, p) = one_flow("aged.pcapng");
         let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
         let headers = std::fs::metadata(&path).unwrap().len();
-        t.sent(a, b, 0, std::iter::once(&p[..]));
+        t.sent(a, b, 0, std::iter::once((0, &p[..])));
         // Still open (as in a process that then hangs or is killed): the flusher writes it.
         let end = Instant::now() + Duration::from_secs(5);
         while std::fs::metadata(&path).unwrap().len() == headers && Instant::now() < end {
@@ -595,7 +602,7 @@ mod tests {
         let (path, a, b, p) = one_flow("bounded.pcapng");
         let t = Tap::open(path.clone(), MIN_MAX, a.ip()).unwrap();
         for _ in 0..200 {
-            t.sent(a, b, 0, std::iter::once(&p[..]));
+            t.sent(a, b, 0, std::iter::once((0, &p[..])));
         }
         let dropped = t.dropped();
         drop(t);
@@ -621,7 +628,7 @@ mod tests {
         assert_eq!(own.file_name().unwrap().to_string_lossy(), format!("held.{pid}.pcapng"));
         {
             let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
-            t.sent(a, b, 0, std::iter::once(&p[..]));
+            t.sent(a, b, 0, std::iter::once((0, &p[..])));
         }
         assert_eq!(std::fs::read(&path).unwrap(), b"someone else's capture");
         let t = check_file(&own, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
@@ -630,7 +637,7 @@ mod tests {
         // Once the other writer is gone, the named file is this process's again.
         {
             let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
-            t.sent(a, b, 0, std::iter::once(&p[..]));
+            t.sent(a, b, 0, std::iter::once((0, &p[..])));
         }
         let t = check_file(&path, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
         assert!(t.passed() && t.rocev2 == 1, "{}", t.line());

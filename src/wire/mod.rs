@@ -17,6 +17,7 @@ pub mod deth;
 pub mod feth;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod gso_id;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
