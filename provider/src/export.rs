@@ -139,7 +139,7 @@ pub fn conv_value<T>(name: &str, r: thread::Result<T>, default: T) -> T {
 /// ```
 #[macro_export]
 macro_rules! export {
-    ($($t:tt)*) => { $crate::c_fn! { [let _cancel = urxe::transport::sys::CancelOff::begin();] #[no_mangle] $($t)* } };
+    ($($t:tt)*) => { $crate::c_fn! { [let _cancel = urxe::sys::CancelOff::begin();] #[no_mangle] $($t)* } };
 }
 
 /// Like [`export!`](crate::export!) but without `#[no_mangle]`: for functions C reaches
@@ -206,7 +206,7 @@ macro_rules! c_fn {
         $crate::export::conv_negerrno(stringify!($name), r)
     }};
     // No statements ahead of the body: the ops tables (the data path), which make no
-    // cancellation-point call (see `urxe::transport::sys::CancelOff`).
+    // cancellation-point call (see `urxe::sys::CancelOff`).
     ($(#[$m:meta])* fn $($rest:tt)*) => { $crate::c_fn! { [] $(#[$m])* fn $($rest)* } };
 }
 

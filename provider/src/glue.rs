@@ -21,7 +21,7 @@ use urxe::engine::{
     QpAttr, QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SendWr, SrqAttr, SrqAttrMask, SrqId, WorkCompletion,
     XrcdId,
 };
-use urxe::transport::Device;
+use urxe::runtime::Device;
 
 /// A verb's outcome: its value, or the errno the C ABI returns.
 type VerbResult<T> = Result<T, i32>;

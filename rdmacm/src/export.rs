@@ -67,7 +67,7 @@ macro_rules! rdmacm_export {
 }
 
 /// [`rdmacm_export!`] with the thread's cancellation off for the call
-/// (`urxe::transport::sys::CancelOff`): the calls close files, write eventfds and poll, glibc
+/// (`urxe::sys::CancelOff`): the calls close files, write eventfds and poll, glibc
 /// cancellation points, and a thread unwound from inside one would meet the panic guard, which
 /// aborts the process; a cancellation requested meanwhile acts at the thread's next
 /// cancellation point. Every call of the library is made so except the waits, which are
@@ -77,5 +77,5 @@ macro_rules! rdmacm_export {
 /// being cancellation points.
 #[macro_export]
 macro_rules! cm_export {
-    ($($t:tt)*) => { $crate::rdmacm_export! { [let _cancel = urxe::transport::sys::CancelOff::begin();] $($t)* } };
+    ($($t:tt)*) => { $crate::rdmacm_export! { [let _cancel = urxe::sys::CancelOff::begin();] $($t)* } };
 }
