@@ -4,14 +4,22 @@
 //! - [`wire`]: zero-copy RoCEv2 headers, the opcode table, PSN arithmetic, ICRC. No I/O.
 //! - [`engine`]: the sans-IO transport engine (QPs, requester/responder/completer, MRs, CQs,
 //!   SRQs). No sockets, no clock, no threads: time is an argument.
-//! - [`transport`]: UDP 4791 sockets, the progress thread, batching, timers.
 //! - [`cm`]: the InfiniBand communication manager, sans-IO like the engine (uses [`wire`]).
+//! - [`sys`], [`spawn`]: raw system calls and the library's thread start, utilities every layer
+//!   above the sans-IO ones (and both C libraries) use.
+//! - [`host`]: the application's memory as the engine reads and writes it (fault-safe copies,
+//!   the `ibv_reg_mr` range check).
+//! - [`observe`]: counters, the `urxe stat` socket, the `URXE_PCAP` capture tap.
+//! - [`transport`]: UDP 4791 sockets, their batches, the address a user's processes share.
+//! - [`runtime`]: the device the provider calls, the progress thread, pacing, timers; the only
+//!   layer that reads the clock.
 //! - [`check`]: the capture verifier behind `urxe check`.
 //! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
 //! - [`conform`]: scripted RoCEv2 scenarios against a remote peer (`urxe conform`).
 //!
-//! `unsafe` lives only in `transport` (sockets, the fault-safe memory routines, the group's
-//! descriptor passing) and `hostview` (namespace and mount calls); wire, engine, cm, check and
+//! `unsafe` lives only in `sys` (raw system calls), `transport` (sockets, the group's descriptor
+//! passing), `host` (the fault-safe memory routines), `observe` (the stats socket's
+//! credentials), `runtime` and `hostview` (namespace and mount calls); wire, engine, cm, check and
 //! conform forbid it. Everywhere: no unsafe operation without its own block, and every block
 //! names its invariant in a `// SAFETY:` comment.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -21,6 +29,11 @@ pub mod check;
 pub mod cm;
 pub mod conform;
 pub mod engine;
+pub mod host;
 pub mod hostview;
+pub mod observe;
+pub mod runtime;
+pub mod spawn;
+pub mod sys;
 pub mod transport;
 pub mod wire;

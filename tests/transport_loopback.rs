@@ -7,7 +7,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use urxe::engine::*;
-use urxe::transport::{Device, TransportCounters};
+use urxe::observe::TransportCounters;
+use urxe::runtime::Device;
 
 struct Side {
     dev: Device,

@@ -29,7 +29,7 @@ use libc::c_int;
 use std::sync::OnceLock;
 use std::thread;
 
-pub use urxe::transport::sys::CancelOff;
+pub use urxe::sys::CancelOff;
 
 /// errno reported when a Rust body panicked (a bug in urxe, never a user error).
 pub const PANIC_ERRNO: i32 = libc::EIO;

@@ -88,7 +88,7 @@ pub struct UrxeDevice {
     pub info: DeviceInfo,
     /// The engine, sockets and progress thread, started by the first verb that needs them
     /// (`glue::transport`); the error, if starting failed, is kept and returned every time.
-    pub transport: std::sync::OnceLock<Result<urxe::transport::Device, i32>>,
+    pub transport: std::sync::OnceLock<Result<urxe::runtime::Device, i32>>,
 }
 
 impl UrxeDevice {

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use urxe::transport::sys::cancellable_read;
+use urxe::sys::cancellable_read;
 
 /// Live CQs by serial (value = address of the `UrxeCq`).
 static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
@@ -74,7 +74,7 @@ pub unsafe fn notify_cq(cq: *mut UrxeCq) -> Result<(), i32> {
     let rec = cq.serial.to_ne_bytes();
     // SAFETY: writing 8 bytes from a local buffer to our own pipe fd. A raw write: this runs
     // inside ibv_poll_cq and the like, which must not be cancellation points.
-    let n = unsafe { urxe::transport::sys::write(ch.write_fd, rec.as_ptr() as *const c_void, rec.len()) };
+    let n = unsafe { urxe::sys::write(ch.write_fd, rec.as_ptr() as *const c_void, rec.len()) };
     if n == rec.len() as isize {
         Ok(())
     } else {
@@ -194,7 +194,7 @@ fn write_record(fd: c_int, element: u64, event_type: u32) -> Result<(), i32> {
     rec[8..12].copy_from_slice(&event_type.to_ne_bytes());
     // SAFETY: writing 16 bytes from a local buffer to a pipe fd of ours (atomic: < PIPE_BUF).
     // A raw write, no cancellation point (it may run inside a verb).
-    let n = unsafe { urxe::transport::sys::write(fd, rec.as_ptr() as *const c_void, rec.len()) };
+    let n = unsafe { urxe::sys::write(fd, rec.as_ptr() as *const c_void, rec.len()) };
     if n == rec.len() as isize {
         Ok(())
     } else {
@@ -248,7 +248,7 @@ fn blocking_verb<const N: usize>(
     start: impl FnOnce() -> Result<c_int, i32>,
     mut finish: impl FnMut([u8; N]) -> Result<Option<()>, i32>,
 ) -> c_int {
-    use urxe::transport::sys::CancelOff;
+    use urxe::sys::CancelOff;
     let fd = {
         let _off = CancelOff::begin();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)) {
@@ -509,6 +509,6 @@ pub fn wake_gsi() {
         let one: u64 = 1;
         // SAFETY: an 8-byte write from a local u64 to our own eventfd. A raw write, no
         // cancellation point (it runs inside a verb).
-        unsafe { urxe::transport::sys::write(fd, &one as *const u64 as *const libc::c_void, 8) };
+        unsafe { urxe::sys::write(fd, &one as *const u64 as *const libc::c_void, 8) };
     }
 }

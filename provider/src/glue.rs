@@ -22,7 +22,7 @@ use urxe::engine::{
     AccessFlags, AhAttr, AhId, CqId, EngineConfig, Error, Event, MrChange, MrId, MrInfo, MwBind, MwId, MwType, PdId,
     QpAttr, QpAttrMask, QpCap, QpInitAttr, Qpn, RecvWr, SendFlags, SrqAttr, SrqAttrMask, SrqId, WorkCompletion, XrcdId,
 };
-use urxe::transport::{Device, PostSend};
+use urxe::runtime::{Device, PostSend};
 
 /// A verb's outcome: its value, or the errno the C ABI returns.
 type VerbResult<T> = Result<T, i32>;

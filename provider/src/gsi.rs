@@ -124,9 +124,9 @@ pub unsafe extern "C" fn urxe_gsi_cm_counters(values: *const u64, n: u32) -> c_i
     if values.is_null() {
         return Err(libc::EINVAL);
     }
-    let n = (n as usize).min(urxe::transport::cmstat::CM_COUNTERS);
+    let n = (n as usize).min(urxe::observe::cmstat::CM_COUNTERS);
     // SAFETY: the caller's array of at least `n` u64s (the documented contract).
     let v = unsafe { std::slice::from_raw_parts(values, n) };
-    urxe::transport::cmstat::set_cm_counters(v);
+    urxe::observe::cmstat::set_cm_counters(v);
     Ok(0)
 }

@@ -324,8 +324,7 @@ impl Lib {
             pd: ptr::null_mut(),
         });
         // Started before we return (see `spawn_started`: libfabric patches libc right after).
-        urxe::transport::spawn::spawn_started("urxe-rdmacm", move || cm_thread(gsi, gsi_fd, tfd))
-            .map_err(|_| libc::EAGAIN)?;
+        urxe::spawn::spawn_started("urxe-rdmacm", move || cm_thread(gsi, gsi_fd, tfd)).map_err(|_| libc::EAGAIN)?;
         Ok(())
     }
 

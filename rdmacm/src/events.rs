@@ -8,7 +8,7 @@ use libc::{c_char, c_int};
 use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::Arc;
-use urxe::transport::sys::cancellable_poll;
+use urxe::sys::cancellable_poll;
 
 /// The responder resources / initiator depth a NULL `rdma_conn_param` stands for: the
 /// device's `max_qp_rd_atom` (urxe reports rxe's 128).
@@ -125,7 +125,7 @@ pub(crate) fn event_call<T: Copy>(
     finish: impl FnOnce(*mut EventBox, T) -> Result<c_int, i32>,
 ) -> c_int {
     use std::panic::{catch_unwind, AssertUnwindSafe};
-    use urxe::transport::sys::CancelOff;
+    use urxe::sys::CancelOff;
     let (ch, fd, extra) = {
         let _off = CancelOff::begin();
         let r = catch_unwind(AssertUnwindSafe(|| -> Result<_, i32> {

@@ -292,7 +292,7 @@ fn cmd_devinfo(a: cli::DevArgs) -> ExitCode {
 /// Stats sockets of running urxe devices, from /proc/net/unix (abstract names show as
 /// `@name`): `(pid, socket name)`.
 fn stat_sockets() -> Vec<(u32, String)> {
-    use urxe::transport::device::STATS_SOCKET_PREFIX;
+    use urxe::observe::stats::STATS_SOCKET_PREFIX;
     let text = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
     let mut v: Vec<(u32, String)> = text
         .lines()
@@ -318,7 +318,7 @@ fn cmd_stat(pids: &[u32]) -> ExitCode {
     for (pid, name) in socks {
         // The library checks who answers (SO_PEERCRED): a socket another user bound under a
         // urxe name is reported and ignored.
-        match urxe::transport::device::read_stats(&name) {
+        match urxe::observe::stats::read_stats(&name) {
             Ok(t) => {
                 print!("{t}");
                 answered.push(pid);

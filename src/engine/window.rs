@@ -13,7 +13,7 @@
 use super::counters::Counters;
 /// Most PSNs a requester has in flight without an acknowledgement. rxe uses 128; 512 (2 MiB
 /// at MTU 4096) lets a stream go on while a passive responder's progress thread naps between
-/// drains (transport::progress and moderation, up to 20 µs): with 128, ib_write_bw 64 KiB ran the window dry
+/// drains (runtime::progress and moderation, up to 20 µs): with 128, ib_write_bw 64 KiB ran the window dry
 /// (smoothed RTT 300 µs, 128 packets of 4 KiB = 13.9 Gb/s). The IBTA allows 2^23.
 pub(crate) const MAX_UNACKED_PSNS: i32 = 512;
 /// A long message asks for an ACK every this many packets (at the full window).

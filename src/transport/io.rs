@@ -6,7 +6,7 @@
 //! message each, toward any unicast peer (IPv4 segments' ICRCs fixed for the ID the kernel
 //! gives each, [`crate::wire::gso_id`]); elsewhere every packet is its own message. One send socket per flow source port, as rxe varies
 //! the port per QP pair. No policy here about *when* to move packets: that is
-//! [`super::pacing`].
+//! [`crate::runtime::pacing`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -14,10 +14,10 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use super::group;
-use super::memory::ProcessMemory;
 use super::socket::{RecvBatch, RoceSocket, SendBatch, MAX_GSO_BYTES, MAX_GSO_SEGMENTS, RECV_BATCH, ROCE_PORT};
-use super::stats::TransportCounters;
 use crate::engine::{Datagram, Engine, IcrcCheck, Nanos, MAX_PACKET};
+use crate::host::memory::ProcessMemory;
+use crate::observe::stats::TransportCounters;
 use crate::wire::gso_id::IdShift;
 use crate::wire::icrc::{store_icrc, stored_icrc, IcrcFlow, IcrcFlows, IpFields, ICRC_LEN};
 
@@ -53,7 +53,7 @@ fn roce_dst(dst: IpAddr, flow_label: u32) -> SocketAddr {
 /// Hashes a UDP port (Fibonacci hashing: the product's high bits, which the table uses, depend
 /// on every bit of the port).
 #[derive(Default)]
-pub(super) struct PortHasher(u64);
+pub(crate) struct PortHasher(u64);
 
 impl Hasher for PortHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -70,7 +70,7 @@ impl Hasher for PortHasher {
 }
 
 /// The device's sockets and the batches between them and the engine.
-pub(super) struct Io {
+pub(crate) struct Io {
     /// The 4791 socket: receives everything, sends when a flow port cannot be bound.
     rx: RoceSocket,
     /// Send sockets by flow source port (looked up for every send call: a multiplicative hash
@@ -84,7 +84,7 @@ pub(super) struct Io {
     /// Where UDP GSO trains may go.
     gso: GsoScope,
     /// `URXE_PCAP` capture tap (None: off).
-    tap: Option<super::tap::Tap>,
+    tap: Option<crate::observe::tap::Tap>,
     /// On a shared address, our slot: datagrams for other slots' QPNs are strays.
     slot: Option<u8>,
     /// One receive socket per IP multicast group a QP of ours is attached to.
@@ -94,7 +94,7 @@ pub(super) struct Io {
 }
 
 impl Io {
-    pub(super) fn new(rx: RoceSocket, gso: GsoScope, tap: Option<super::tap::Tap>) -> Io {
+    pub(crate) fn new(rx: RoceSocket, gso: GsoScope, tap: Option<crate::observe::tap::Tap>) -> Io {
         let local = rx.local_addr().ip();
         Io {
             rx,
@@ -124,11 +124,11 @@ impl Io {
     }
 
     /// Receive only what belongs to `slot` of a shared address (see [`super::group`]).
-    pub(super) fn set_slot(&mut self, slot: u8) {
+    pub(crate) fn set_slot(&mut self, slot: u8) {
         self.slot = Some(slot);
     }
 
-    pub(super) fn local(&self) -> IpAddr {
+    pub(crate) fn local(&self) -> IpAddr {
         self.local
     }
 
@@ -143,7 +143,7 @@ impl Io {
     /// everyone else drains on. The progress thread must empty the socket: its epoll
     /// registration is edge-triggered, and a datagram left behind would wait for the next
     /// packet to wake it (rping over a lossy link timed out that way).
-    pub(super) fn receive(
+    pub(crate) fn receive(
         &mut self,
         engine: &mut Engine<ProcessMemory>,
         clock: impl Fn() -> Nanos,
@@ -242,7 +242,7 @@ impl Io {
 
     /// Opens the receive socket of multicast group `group` (see
     /// [`RoceSocket::bind_multicast`]); its fd, for the progress thread to watch.
-    pub(super) fn join_mcast(&mut self, group: IpAddr) -> io::Result<std::os::fd::RawFd> {
+    pub(crate) fn join_mcast(&mut self, group: IpAddr) -> io::Result<std::os::fd::RawFd> {
         if let Some((_, s)) = self.mcast.iter().find(|(g, _)| *g == group) {
             return Ok(s.raw_fd());
         }
@@ -269,7 +269,7 @@ impl Io {
 
     /// Closes the receive socket of `group` (leaving the IP group), after handing its fd to
     /// `before_close` (the progress thread stops watching it).
-    pub(super) fn leave_mcast(&mut self, group: IpAddr, before_close: impl FnOnce(std::os::fd::RawFd)) {
+    pub(crate) fn leave_mcast(&mut self, group: IpAddr, before_close: impl FnOnce(std::os::fd::RawFd)) {
         if let Some(i) = self.mcast.iter().position(|(g, _)| *g == group) {
             let (_, s) = self.mcast.remove(i);
             before_close(s.raw_fd());
@@ -374,7 +374,7 @@ impl Io {
 
     /// Moves every packet the engine has into the sockets. Returns false if a socket is full
     /// (the rest stays queued in the engine or the batch).
-    pub(super) fn transmit(
+    pub(crate) fn transmit(
         &mut self,
         engine: &mut Engine<ProcessMemory>,
         now: Nanos,
@@ -464,7 +464,7 @@ fn train_positions(batch: &SendBatch, k: usize, trains: bool) -> impl Iterator<I
 
 /// Where UDP GSO trains may go (`URXE_GSO`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum GsoScope {
+pub(crate) enum GsoScope {
     /// `0`: every packet its own datagram (e.g. so a loopback capture shows each as a frame).
     Off,
     /// `lo`: only from a loopback address to a loopback address (before issue #38).
@@ -474,7 +474,7 @@ pub(super) enum GsoScope {
 }
 
 /// `URXE_GSO`: `1` (default), `lo` or `0` (see [`GsoScope`]).
-pub(super) fn gso_setting() -> io::Result<GsoScope> {
+pub(crate) fn gso_setting() -> io::Result<GsoScope> {
     match std::env::var("URXE_GSO").as_deref() {
         Err(_) | Ok("1") => Ok(GsoScope::Any),
         Ok("lo") => Ok(GsoScope::Loopback),

@@ -283,7 +283,7 @@ impl RoceSocket {
             (*c).cmsg_type = UDP_SEGMENT;
             (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
             std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, seg);
-            let r = super::sys::sendmsg(self.sock.as_raw_fd(), &msg, 0);
+            let r = crate::sys::sendmsg(self.sock.as_raw_fd(), &msg, 0);
             if r < 0 {
                 return Err(io::Error::last_os_error());
             }
@@ -321,14 +321,14 @@ impl RoceSocket {
         if let [one] = hdrs {
             // SAFETY: the caller filled `one` with pointers to its batch's own addresses,
             // iovecs, control buffers and data, all alive and unmoved for the call.
-            let r = unsafe { super::sys::sendmsg(self.sock.as_raw_fd(), &one.msg_hdr, 0) };
+            let r = unsafe { crate::sys::sendmsg(self.sock.as_raw_fd(), &one.msg_hdr, 0) };
             if r < 0 {
                 return Err(io::Error::last_os_error());
             }
             return Ok(1);
         }
         // SAFETY: as above, for every header of `hdrs` (at most `hdrs.len()` are read).
-        let r = unsafe { super::sys::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), hdrs.len() as u32, 0) };
+        let r = unsafe { crate::sys::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), hdrs.len() as u32, 0) };
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -411,7 +411,7 @@ impl RoceSocket {
             // SAFETY: header 0 points at `b`'s own first slot, address storage and cmsg
             // buffer (see `RecvBatch::new`), its lengths reset above; MSG_DONTWAIT keeps it
             // non-blocking.
-            let r = unsafe { super::sys::recvmsg(self.sock.as_raw_fd(), &mut b.hdrs[0].msg_hdr, libc::MSG_DONTWAIT) };
+            let r = unsafe { crate::sys::recvmsg(self.sock.as_raw_fd(), &mut b.hdrs[0].msg_hdr, libc::MSG_DONTWAIT) };
             if r >= 0 {
                 b.hdrs[0].msg_len = r as u32;
                 1
@@ -424,7 +424,7 @@ impl RoceSocket {
             // moved or resized (the boxes and vectors are private and keep their length);
             // their lengths were reset above. MSG_DONTWAIT keeps it non-blocking.
             unsafe {
-                super::sys::recvmmsg(self.sock.as_raw_fd(), b.hdrs.as_mut_ptr(), RECV_BATCH as u32, libc::MSG_DONTWAIT)
+                crate::sys::recvmmsg(self.sock.as_raw_fd(), b.hdrs.as_mut_ptr(), RECV_BATCH as u32, libc::MSG_DONTWAIT)
             }
         };
         if r < 0 {

@@ -17,7 +17,7 @@ use crate::glue;
 use crate::objects::*;
 use libc::{c_int, c_uint, c_void};
 use urxe::engine::{AccessFlags, MrChange};
-use urxe::transport::registration;
+use urxe::host::registration;
 
 pub(super) fn check_access(access: u32) -> Result<AccessFlags, i32> {
     let a = AccessFlags(access);

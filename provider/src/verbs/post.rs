@@ -19,7 +19,7 @@ use crate::objects::*;
 use libc::c_int;
 use std::ops::Range;
 use urxe::engine::{QpType, RecvWr, SendWr, Sge};
-use urxe::transport::PostSend;
+use urxe::runtime::PostSend;
 
 /// A work request of a caller's linked list (`ibv_send_wr` or `ibv_recv_wr`).
 trait ChainedWr {

@@ -14,7 +14,7 @@ use crate::glue;
 use crate::objects::*;
 use libc::{c_int, c_void};
 use urxe::engine::{AccessFlags, MwBind, QpType, SendFlags, SendWr, Sge, UdDest, WrKind};
-use urxe::transport::PostSend;
+use urxe::runtime::PostSend;
 
 /// Point the builder entries of a new QP's `ibv_qp_ex` at the functions below.
 pub(super) fn fill_wr_table(q: &mut ibv_qp_ex) {

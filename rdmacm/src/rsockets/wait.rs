@@ -6,7 +6,7 @@ use super::stream::*;
 use libc::{c_int, nfds_t, pollfd};
 use std::ptr;
 use std::time::Instant;
-use urxe::transport::sys::cancellable_poll;
+use urxe::sys::cancellable_poll;
 
 // ---- waiting ------------------------------------------------------------------------------
 //
@@ -66,7 +66,7 @@ pub(super) fn blocking<S: Copy, T: Copy>(
     let mut woke = Woke::First;
     loop {
         let sleep = {
-            let _off = urxe::transport::sys::CancelOff::begin();
+            let _off = urxe::sys::CancelOff::begin();
             match catch_unwind(AssertUnwindSafe(|| step(state, woke))) {
                 Ok(Err(Fail::Block(s))) => s,
                 Ok(Ok(v)) => return crate::export::finish(name, Ok(Ok(v)), failed),

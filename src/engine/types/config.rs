@@ -80,7 +80,7 @@ pub struct EngineConfig {
     pub max_mtu: Mtu,
     pub limits: Limits,
     /// Seed of the engine's RNG, the source of the random bits in every lkey/rkey. The
-    /// transport draws it from the kernel (`transport::random_seed`); the simulator fixes it
+    /// transport draws it from the kernel (`sys::random_seed`); the simulator fixes it
     /// so runs are reproducible.
     pub seed: u64,
 }

@@ -662,7 +662,7 @@ fn start_handout(
     }
     // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-    let thread = super::spawn::spawn_started("urxe-group", move || {
+    let thread = crate::spawn::spawn_started("urxe-group", move || {
         loop {
             let mut pfd = [
                 libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },

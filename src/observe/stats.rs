@@ -62,38 +62,38 @@ pub struct TransportCounters {
 
 /// How often the progress thread is woken and why; kept outside the lock (relaxed atomics).
 #[derive(Default)]
-pub(super) struct WakeCounters {
+pub(crate) struct WakeCounters {
     /// Doorbell rings (eventfd writes) by application threads.
-    pub(super) doorbells: AtomicU64,
+    pub(crate) doorbells: AtomicU64,
     /// Packet-arrival wakeups armed / disarmed.
-    pub(super) rx_arms: AtomicU64,
-    pub(super) rx_disarms: AtomicU64,
+    pub(crate) rx_arms: AtomicU64,
+    pub(crate) rx_disarms: AtomicU64,
     /// Times the progress thread returned from its wait.
-    pub(super) thread_wakeups: AtomicU64,
+    pub(crate) thread_wakeups: AtomicU64,
     /// Wakeups that found an application thread holding the lock and left it the work.
-    pub(super) lock_busy: AtomicU64,
+    pub(crate) lock_busy: AtomicU64,
     /// Times the progress thread stopped packet wakeups because the application kept holding
     /// the device lock when packets woke it.
-    pub(super) busy_disarms: AtomicU64,
+    pub(crate) busy_disarms: AtomicU64,
     /// Wakeups by the away timer (disarmed: nobody had called the library for a while).
-    pub(super) away_wakeups: AtomicU64,
+    pub(crate) away_wakeups: AtomicU64,
     /// Times the progress thread gave up real-time priority after using its CPU budget, and
     /// took it back once idle again.
-    pub(super) rt_demotions: AtomicU64,
-    pub(super) rt_promotions: AtomicU64,
+    pub(crate) rt_demotions: AtomicU64,
+    pub(crate) rt_promotions: AtomicU64,
     /// Naps after stream wakeups, the current nap length (ns) and the steps the moderation
     /// took between lengths (see `moderation`).
-    pub(super) naps: AtomicU64,
-    pub(super) nap_ns: AtomicU64,
-    pub(super) nap_steps: AtomicU64,
+    pub(crate) naps: AtomicU64,
+    pub(crate) nap_ns: AtomicU64,
+    pub(crate) nap_steps: AtomicU64,
 }
 
 impl WakeCounters {
-    pub(super) fn bump(counter: &AtomicU64) {
+    pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(super) fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "WakeCounters\n    doorbells: {}\n    rx_arms: {}\n    rx_disarms: {}\n    thread_wakeups: {}\n    lock_busy: {}\n    \
@@ -116,7 +116,7 @@ impl WakeCounters {
 }
 
 /// Engine and transport counters as `name value` lines (what `urxe stat` prints).
-pub(super) fn counters_text(engine: &Counters, transport: &TransportCounters) -> String {
+pub(crate) fn counters_text(engine: &Counters, transport: &TransportCounters) -> String {
     let mut s = format!("{engine:#?}\n{transport:#?}\n");
     s.retain(|ch| ch != ',' && ch != '{' && ch != '}');
     s
@@ -137,9 +137,9 @@ pub fn stats_socket_pid(name: &str) -> Option<u32> {
 }
 
 /// Binds this process's stats socket for the device on `local`.
-pub(super) fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
+pub(crate) fn bind_stats_listener(local: IpAddr) -> io::Result<UnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let name = stats_socket_name(std::process::id(), local, super::sys::random_seed());
+    let name = stats_socket_name(std::process::id(), local, crate::sys::random_seed());
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(name)?;
     let l = UnixListener::bind_addr(&addr)?;
     l.set_nonblocking(true)?;
@@ -200,13 +200,13 @@ impl SocketCounters {
 
 /// The stats thread: blocks until a client connects or `stop` is signalled, answers permitted
 /// clients with `report()` and its own counters, and ends when the device stops.
-pub(super) struct StatsServer {
+pub(crate) struct StatsServer {
     stop: OwnedFd,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StatsServer {
-    pub(super) fn start(
+    pub(crate) fn start(
         listener: UnixListener,
         report: impl Fn() -> String + Send + 'static,
     ) -> io::Result<StatsServer> {
@@ -218,7 +218,7 @@ impl StatsServer {
         // SAFETY: `fd` was just returned by eventfd and is owned by nobody else.
         let stop = unsafe { OwnedFd::from_raw_fd(fd) };
         let stop_fd = stop.as_raw_fd();
-        let thread = super::spawn::spawn_started("urxe-stat", move || serve(listener, stop_fd, &report))?;
+        let thread = crate::spawn::spawn_started("urxe-stat", move || serve(listener, stop_fd, &report))?;
         Ok(StatsServer { stop, thread: Some(thread) })
     }
 }
@@ -260,7 +260,7 @@ fn peer_cred(s: &UnixStream) -> Option<(u32, u32)> {
 }
 
 /// Whether a peer running as `peer` may read this process's counters: the same user, or root.
-pub(super) fn may_read(peer: u32, me: u32) -> bool {
+pub(crate) fn may_read(peer: u32, me: u32) -> bool {
     peer == me || peer == 0
 }
 
@@ -349,7 +349,7 @@ mod tests {
     fn a_stats_server_of_another_pid_is_not_believed() {
         use std::os::linux::net::SocketAddrExt;
         // This process serves a name claiming pid 1: the client must refuse it unread.
-        let name = stats_socket_name(1, "127.0.0.1".parse().unwrap(), super::super::sys::random_seed());
+        let name = stats_socket_name(1, "127.0.0.1".parse().unwrap(), crate::sys::random_seed());
         let l = UnixListener::bind_addr(&std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
         let t = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();

@@ -279,7 +279,7 @@ mod arm_tests {
     fn test_doorbell(poll: &mio::Poll) -> Doorbell {
         let d = Doorbell::new().unwrap();
         poll.registry()
-            .register(&mut SourceFd(&d.raw_fd()), crate::transport::progress::WAKE, Interest::READABLE)
+            .register(&mut SourceFd(&d.raw_fd()), crate::runtime::progress::WAKE, Interest::READABLE)
             .unwrap();
         d
     }

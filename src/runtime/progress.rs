@@ -18,7 +18,7 @@ use mio::{Events, Poll, Token};
 use super::hub::{Core, Hub};
 use super::moderation::NapTuner;
 use super::pacing::{APP_ACTIVE_NS, AWAY, REARM_AFTER_NS};
-use super::stats::WakeCounters;
+use crate::observe::stats::WakeCounters;
 
 /// mio token of the doorbell.
 pub(super) const WAKE: Token = Token(1);

@@ -27,21 +27,21 @@ use mio::unix::SourceFd;
 use mio::{Interest, Poll};
 
 use super::clock::Epoch;
-use super::group::Member;
 use super::hub::{Core, Hub};
-use super::io::{gso_setting, Io};
-use super::memory::ProcessMemory;
 use super::pacing::{Pacing, Signals, RX, SMALL_POST_BYTES};
 use super::progress::{self, rt_setting, WAKE};
-use super::socket::{RoceSocket, ROCE_PORT};
-use super::stats::{bind_stats_listener, StatsServer, TransportCounters};
 use crate::engine::{
     CqId, Engine, EngineConfig, Error, MwBind, Nanos, Qpn, RecvWr, SendFlags, SendWr, SrqId, WorkCompletion,
 };
+use crate::host::memory::ProcessMemory;
+use crate::observe::stats::{bind_stats_listener, StatsServer, TransportCounters};
+use crate::transport::group::Member;
+use crate::transport::io::{gso_setting, Io};
+use crate::transport::socket::{RoceSocket, ROCE_PORT};
 
 pub use super::hub::EventSink;
 pub use super::pacing::IDLE_POLLS_PER_YIELD;
-pub use super::stats::{read_stats, stats_socket_name, stats_socket_pid, STATS_SOCKET_PREFIX};
+pub use crate::observe::stats::{read_stats, stats_socket_name, stats_socket_pid, STATS_SOCKET_PREFIX};
 
 /// QPN counter values reserved in the slot record at a time (shared address). Each owner
 /// of a slot moves its counter at least this far, so the counter comes round to reuse a QPN
@@ -86,7 +86,7 @@ impl Device {
         Self::start(RoceSocket::adopt(sock)?, cfg, sink, None)
     }
 
-    /// Runs the device on the slot of a shared address (see [`super::group`]): it receives on
+    /// Runs the device on the slot of a shared address (see [`crate::transport::group`]): it receives on
     /// the slot's socket, hands out QPNs `slot << 16 | n` continuing the slot's counter, and
     /// drops (counting) datagrams for other slots. The member leaves the group when the device
     /// is dropped.
@@ -103,12 +103,12 @@ impl Device {
         cfg.local_addr = local;
         // Keys must not be predictable from outside: whatever the caller passed, the engine's
         // RNG is seeded from the kernel's random pool.
-        cfg.seed = super::sys::random_seed();
+        cfg.seed = crate::sys::random_seed();
         // SAFETY: the engine reaches memory only inside registered MRs after its key/PD/bounds/access checks.
         let mut engine = Engine::new(cfg, unsafe { ProcessMemory::new() });
         engine.set_fault_plan(super::faultplan::fault_setting()?);
-        engine.set_dcqcn(super::ccstat::dcqcn_setting()?);
-        let tap = super::tap::Tap::from_env(local)?;
+        engine.set_dcqcn(crate::observe::ccstat::dcqcn_setting()?);
+        let tap = crate::observe::tap::Tap::from_env(local)?;
         let mut io = Io::new(rx, gso, tap);
         let mut qpn_reserved = 0;
         if let Some(m) = &group {
@@ -120,7 +120,7 @@ impl Device {
             io.set_slot(m.slot());
         }
         let poll = Poll::new()?;
-        let doorbell = super::sys::Doorbell::new()?;
+        let doorbell = crate::sys::Doorbell::new()?;
         poll.registry().register(&mut SourceFd(&doorbell.raw_fd()), WAKE, Interest::READABLE)?;
         poll.registry().register(&mut SourceFd(&rx_fd), RX, Interest::READABLE)?;
         let epoch = Epoch::start();
@@ -135,7 +135,7 @@ impl Device {
             group,
         });
         let h = hub.clone();
-        let thread = super::spawn::spawn_started("urxe-progress", move || progress::run(h, poll, rt))?;
+        let thread = crate::spawn::spawn_started("urxe-progress", move || progress::run(h, poll, rt))?;
         // Stats endpoint for `urxe stat`: an abstract Unix socket named after the process,
         // served by its own normal-priority thread (best effort: a name clash leaves it out).
         let h = hub.clone();

@@ -261,7 +261,7 @@ mod tests {
     fn chain_child_status(mode: &str) -> std::process::ExitStatus {
         let exe = std::env::current_exe().unwrap();
         std::process::Command::new(exe)
-            .args(["--ignored", "--exact", "--nocapture", "transport::memory::tests::chain_child"])
+            .args(["--ignored", "--exact", "--nocapture", "host::memory::tests::chain_child"])
             .env(CHAIN_CHILD, mode)
             .stderr(std::process::Stdio::null())
             .status()

@@ -25,9 +25,9 @@ use mio::{Interest, Token};
 
 use super::away::AwayTimer;
 use super::clock::Epoch;
-use super::stats::WakeCounters;
-use super::sys::Doorbell;
 use crate::engine::Nanos;
+use crate::observe::stats::WakeCounters;
+use crate::sys::Doorbell;
 
 /// mio token of the receive socket.
 pub(super) const RX: Token = Token(0);

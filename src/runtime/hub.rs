@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::clock::Epoch;
-use super::group::Member;
-use super::io::Io;
-use super::memory::ProcessMemory;
 use super::pacing::{Pacing, Signals};
-use super::stats::{counters_text, TransportCounters};
 use crate::engine::{Engine, Event, Nanos};
+use crate::host::memory::ProcessMemory;
+use crate::observe::stats::{counters_text, TransportCounters};
+use crate::transport::group::Member;
+use crate::transport::io::Io;
 
 /// Where engine events (completion notifications, async events) go. Called with the device
 /// lock held: it must be quick and must not call back into the device.
@@ -96,8 +96,8 @@ impl Core {
 
     pub(super) fn stats_text(&self) -> String {
         counters_text(self.engine.counters(), &self.counters)
-            + &super::cmstat::text(&self.engine.gsi_counters())
-            + &super::ccstat::text(&self.engine)
+            + &crate::observe::cmstat::text(&self.engine.gsi_counters())
+            + &crate::observe::ccstat::text(&self.engine)
     }
 }
 

@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn prefetch_faults_mapped_pages_in_and_refuses_holes() {
-        crate::transport::fault::install();
+        crate::host::fault::install();
         let p = Pages::new();
         let ps = page_size();
         assert_eq!(prefetch(p.page(0) + 7, 3 * ps - 7, true), Ok(()));
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn prefetch_fallback_touches_each_page_and_refuses_holes() {
-        crate::transport::fault::install();
+        crate::host::fault::install();
         let p = Pages::new();
         let ps = page_size();
         assert_eq!(touch_pages(p.page(0) + 9, p.page(0), p.page(3), ps), Ok(()));

@@ -24,7 +24,7 @@ pub fn set_cm_counters(values: &[u64]) {
 }
 
 /// QP1's counters and (once the CM ran) the CM's, as `urxe stat` prints counters.
-pub(super) fn text(gsi: &GsiCounters) -> String {
+pub(crate) fn text(gsi: &GsiCounters) -> String {
     use std::fmt::Write;
     let mut s = format!("{gsi:#?}\n");
     s.retain(|ch| ch != ',' && ch != '{' && ch != '}');

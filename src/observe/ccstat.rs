@@ -9,7 +9,7 @@ use crate::engine::{Engine, HostMemory};
 
 /// The parameters the process environment sets (an unusable `URXE_DCQCN*` is `InvalidInput`
 /// naming the variable). Variables whose name or value is not UTF-8 are not ours.
-pub(super) fn dcqcn_setting() -> io::Result<DcqcnParams> {
+pub(crate) fn dcqcn_setting() -> io::Result<DcqcnParams> {
     let vars = std::env::vars_os().filter_map(|(k, v)| {
         let k = k.into_string().ok()?;
         k.starts_with(ENV_PREFIX).then(|| (k, v.to_string_lossy().into_owned()))
@@ -19,7 +19,7 @@ pub(super) fn dcqcn_setting() -> io::Result<DcqcnParams> {
 
 /// The congestion counters (mlx5's names), CNPs dropped at a full queue, and every parameter,
 /// as `urxe stat` prints counters.
-pub(super) fn text<M: HostMemory>(e: &Engine<M>) -> String {
+pub(crate) fn text<M: HostMemory>(e: &Engine<M>) -> String {
     use std::fmt::Write;
     let c = e.cc_counters();
     let mut s = format!("{c:#?}\n");

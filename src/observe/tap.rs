@@ -213,7 +213,7 @@ impl Drop for Tap {
 /// a process that stops sending and then dies loses at most about `2 * FLUSH_AGE` of capture.
 /// Ends when the file is closed.
 fn spawn_flusher(file: Weak<Mutex<Writer>>) -> io::Result<()> {
-    super::spawn::spawn_started("urxe-pcap", move || loop {
+    crate::spawn::spawn_started("urxe-pcap", move || loop {
         std::thread::sleep(FLUSH_AGE);
         let Some(f) = file.upgrade() else { return };
         let mut w = f.lock().unwrap_or_else(|p| p.into_inner());
@@ -472,7 +472,7 @@ impl Writer {
         }
         // A raw write: this runs inside verbs, which must not be cancellation points (see
         // `sys`).
-        if let Err(e) = super::sys::write_all(self.file.as_raw_fd(), &self.buf) {
+        if let Err(e) = crate::sys::write_all(self.file.as_raw_fd(), &self.buf) {
             self.failed = true;
             let _ = writeln!(io::stderr(), "urxe: URXE_PCAP={}: {e}; the capture stops here", self.path.display());
         }
