@@ -255,14 +255,19 @@ const MAX_SEGMENT: usize = 12 + 28 + 4096 + 3 + 4;
 /// Smallest: a BTH and the ICRC.
 const MIN_SEGMENT: usize = 12 + 4;
 
-/// The packet at `start..start + len` of a train, with its own IP and UDP headers.
-fn segment(d: &UdpDatagram<'_>, start: usize, len: usize) -> GsoSegment {
+/// The packet at `start..start + len` of a train, the `index`-th, with its own IP and UDP
+/// headers: as the kernel segments an IPv4 train, the `index`-th segment carries the train's
+/// IP ID plus `index` (the ICRC covers the ID); `index` 0 keeps the train's ID (urxe before it
+/// computed each segment's ICRC for its own ID sent every segment's ICRC for the train's).
+fn segment(d: &UdpDatagram<'_>, index: usize, start: usize, len: usize) -> GsoSegment {
     let mut ip = d.ip_header.to_vec();
     let mut udp = d.udp_header.to_vec();
     udp[4..6].copy_from_slice(&((8 + len) as u16).to_be_bytes());
     if ip[0] >> 4 == 4 {
         let total = (ip.len() + 8 + len) as u16;
         ip[2..4].copy_from_slice(&total.to_be_bytes());
+        let id = u16::from_be_bytes([ip[4], ip[5]]).wrapping_add(index as u16);
+        ip[4..6].copy_from_slice(&id.to_be_bytes());
     } else if ip.len() >= 40 {
         let plen = (ip.len() - 40 + 8 + len) as u16;
         ip[4..6].copy_from_slice(&plen.to_be_bytes());
@@ -270,9 +275,13 @@ fn segment(d: &UdpDatagram<'_>, start: usize, len: usize) -> GsoSegment {
     GsoSegment { ip_header: ip, udp_header: udp, start, len }
 }
 
-/// The train cut into `seg`-byte packets (the last may be shorter).
-fn cut(d: &UdpDatagram<'_>, seg: usize) -> Vec<GsoSegment> {
-    (0..d.payload.len()).step_by(seg).map(|s| segment(d, s, seg.min(d.payload.len() - s))).collect()
+/// The train cut into `seg`-byte packets (the last may be shorter), the i-th with IP ID + i·`step`.
+fn cut(d: &UdpDatagram<'_>, seg: usize, step: usize) -> Vec<GsoSegment> {
+    (0..d.payload.len())
+        .step_by(seg)
+        .enumerate()
+        .map(|(i, s)| segment(d, i * step, s, seg.min(d.payload.len() - s)))
+        .collect()
 }
 
 /// The packet parses and its stored ICRC matches the one computed over its headers.
@@ -298,12 +307,15 @@ pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
         if !parses(0, seg) || !parses(seg, seg) {
             continue;
         }
-        if !icrc_confirms(d, &segment(d, 0, seg)) {
+        if !icrc_confirms(d, &segment(d, 0, 0, seg)) {
             continue;
         }
-        let segs = cut(d, seg);
-        if segs.iter().skip(1).all(|g| icrc_confirms(d, g)) {
-            return Some(segs);
+        // The kernel's IDs first (0, 1, 2 … from the train's), then one ID for all.
+        for step in [1, 0] {
+            let segs = cut(d, seg, step);
+            if segs.iter().skip(1).all(|g| icrc_confirms(d, g)) {
+                return Some(segs);
+            }
         }
     }
     None
