@@ -320,7 +320,9 @@ impl Io {
             self.reseal(key.dst);
             counters.tx_port_fallbacks += self.send.len() as u64;
         }
-        let fix_ids = key.gso && key.dst.is_ipv4();
+        // Toward a loopback peer the train reaches the socket whole (GRO), never cut: no
+        // segment gets its own ID, and every ICRC stays the ID-0 one the receiver checks.
+        let fix_ids = key.gso && key.dst.is_ipv4() && !key.dst.is_loopback();
         while !self.send.is_empty() {
             let dst_sa = roce_dst(key.dst, key.flow_label);
             if fix_ids {
