@@ -11,13 +11,15 @@
 # servers (10.79.2.N) in namespace B. On A's veth end:
 #   - a tbf qdisc: rate 1 Gbit/s, burst 64 KiB, queue limit 512 KiB (the bottleneck; it drops
 #     what overflows the queue, counted by `tc -s qdisc`);
-#   - in front of it (nftables postrouting, which runs before the qdisc) a rate marker like a
-#     switch's: ECT(0) RoCEv2 packets towards B above 107 MiB/s get CE:
-#       ip ecn ect0 limit rate over 109863 kbytes/second burst 65536 bytes ip ecn set ce
-#     nftables' kbytes/mbytes are powers of 1024, so 109863 kbytes/second = 112.5e6 B/s =
-#     0.9 Gbit/s of IP packets. The explicit burst matters: without one a byte limit lets a
-#     whole second's worth through before it matches. Not-ECT packets (DCQCN off) are never marked, as a switch
-#     would not mark them either: they queue, and drop at the tbf.
+#   - in front of it (a tc clsact egress program, bench/cemark.bpf.c, which runs before the
+#     qdisc) a rate marker like a switch's: ECT(0) RoCEv2 packets towards B sent above
+#     0.9 Gbit/s of IP packets (a token bucket of 64 KiB, MARK_BURST) get CE. Not-ECT packets
+#     (DCQCN off) are never marked, as a switch would not mark them either: they queue, and
+#     drop at the tbf.
+#     Not nftables' `limit rate over N kbytes/second burst B bytes ip ecn set ce` (the earlier
+#     marker): in bytes mode the kernel's nft_limit bucket holds a whole second of the rate on
+#     top of B, so at 1 Gbit/s it marked nothing in a 10 s run (offered load 0.94 Gbit/s
+#     against 0.9: 0 CE in 27,693 packets). This kernel has no RED, act_police or act_pedit.
 # ACKs and CNPs return B -> A without a bottleneck.
 #
 # Per case (flows x DCQCN on/off) it prints: aggregate goodput (sum of the clients' ib_write_bw
@@ -31,12 +33,13 @@
 #   FLOWS="2 4"  SECS=10  SIZE=65536      flows per case, seconds per run, message size
 #   MODES="on off"                         DCQCN on (default parameters) and off (URXE_DCQCN=0)
 #   RATE_MBIT=1000                         bottleneck rate (Mbit/s); goodput ratios are to it
-#   MARK="109863 kbytes/second"            marking threshold (default 0.9 x RATE_MBIT)
+#   MARK_BPS=112500000                     marking threshold, bytes/s of IP packets (0.9 x RATE_MBIT)
+#   MARK_BURST=65536                       the marker's bucket (bytes)
 #   URXE_LIB_DIR  directory with urxe's libibverbs.so.1 (default <repo>/target/urxe/lib)
 #   URXE_BIN      the urxe binary (default <repo>/target/release/urxe)
 #   OUT           logs (default /tmp/urxe-bench/congestion-<UTC time>)
 # Extra URXE_DCQCN_<NAME>=value variables in the environment reach the "on" runs.
-# Needs root, ip, tc, nft, ib_write_bw (scripts/deps.sh).
+# Needs root, ip, tc, clang (BPF target), ib_write_bw (scripts/deps.sh).
 set -u -o pipefail
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,12 +49,11 @@ SECS=${SECS:-10}
 SIZE=${SIZE:-65536}
 MODES=${MODES:-on off}
 RATE_MBIT=${RATE_MBIT:-1000}
-# CE above 0.9 x the bottleneck, in nftables' kbytes (1024 bytes) per second.
-MARK=${MARK:-$(awk -v r="$RATE_MBIT" 'BEGIN { printf "%d kbytes/second", 0.9 * r * 1e6 / 8 / 1024 }')}
+# CE above 0.9 x the bottleneck, in bytes per second of IP packets.
+MARK_BPS=${MARK_BPS:-$(awk -v r="$RATE_MBIT" 'BEGIN { printf "%d", 0.9 * r * 1e6 / 8 }')}
 URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
 URXE_BIN=${URXE_BIN:-$REPO/target/release/urxe}
-# The marker's bucket: without a burst nftables lets a byte limit run a whole second's worth over
-# its rate before it matches, where a switch marks once its queue builds (here: 64 KiB).
+# The marker's bucket: a switch marks once its queue builds (here: 64 KiB).
 MARK_BURST=${MARK_BURST:-65536}
 OUT=${OUT:-/tmp/urxe-bench/congestion-$(date -u +%Y%m%dT%H%M%SZ)}
 NSA=hx-cc-a$$
@@ -59,12 +61,12 @@ NSB=hx-cc-b$$
 PORT=18800
 
 die() { echo "congestion.sh: $*" >&2; exit 2; }
-for v in SECS SIZE RATE_MBIT; do
+for v in SECS SIZE RATE_MBIT MARK_BPS MARK_BURST; do
   case ${!v} in '' | *[!0-9]*) die "$v must be a whole number, got '${!v}'" ;; esac
 done
 [ "$SECS" -ge 3 ] || die "SECS must be at least 3"
 [ "$(id -u)" = 0 ] || die "must run as root (network namespaces, tc, nftables)"
-for t in ip tc nft timeout ib_write_bw; do command -v "$t" >/dev/null || die "$t not found (scripts/deps.sh installs it)"; done
+for t in ip tc clang timeout ib_write_bw; do command -v "$t" >/dev/null || die "$t not found (scripts/deps.sh installs it)"; done
 [ -e "$URXE_LIB_DIR/libibverbs.so.1" ] || die "no $URXE_LIB_DIR/libibverbs.so.1: build it with bash provider/build.sh --release"
 [ -x "$URXE_BIN" ] || die "no $URXE_BIN: cargo build --release"
 mkdir -p "$OUT" || die "cannot create $OUT"
@@ -96,15 +98,10 @@ ip -n "$NSA" link set va up
 ip -n "$NSB" link set vb up
 # Neighbours resolved before the first packet (ARP waits would count as a slow start).
 for i in $(seq 1 "$MAXF"); do ina ping -c1 -W2 "10.79.2.$i" >/dev/null 2>&1; done
-ina nft -f - <<EOF || die "nftables marker setup failed (kernel without nft payload mangling?)"
-table inet hxcc {
-  chain post {
-    type filter hook postrouting priority 0; policy accept;
-    ip daddr 10.79.2.0/24 udp dport 4791 ip ecn ect0 limit rate over $MARK burst $MARK_BURST bytes ip ecn set ce
-  }
-}
-EOF
-
+clang -O2 -g -target bpf -I"/usr/include/$(gcc -print-multiarch)" \
+  -DRATE_BPS="$MARK_BPS" -DBURST="$MARK_BURST" -c "$BENCH/cemark.bpf.c" -o "$OUT/cemark.o" || die "cannot build the marker"
+ina tc qdisc add dev va clsact || die "tc clsact setup failed"
+ina tc filter add dev va egress bpf da obj "$OUT/cemark.o" sec tc || die "cannot load the marker (tc bpf)"
 bottleneck() {  # (re)creates the tbf, so its counters start at zero
   ina tc qdisc del dev va root 2>/dev/null
   ina tc qdisc add dev va root tbf rate "${RATE_MBIT}mbit" burst 64kb limit 512kb || die "tc tbf setup failed"
@@ -177,7 +174,7 @@ run_case() {
     }'
 }
 
-echo "congestion.sh: ib_write_bw -s $SIZE -D $SECS over urxe ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)), bottleneck tbf ${RATE_MBIT} Mbit/s, CE above $MARK, logs in $OUT"
+echo "congestion.sh: ib_write_bw -s $SIZE -D $SECS over urxe ($(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null)), bottleneck tbf ${RATE_MBIT} Mbit/s, CE above $MARK_BPS B/s (bucket $MARK_BURST B), logs in $OUT"
 printf '%-5s %-6s %9s %7s %7s %8s %9s %8s %9s %8s  %s\n' flows dcqcn "Gb/s" "x btl" drops Jain "CE seen" "CNPs" "handled" ignored "per flow Gb/s"
 STATUS=0
 for n in $FLOWS; do

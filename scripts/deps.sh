@@ -2,7 +2,7 @@
 # Installs the Debian packages urxe's build, demo and tests use. Idempotent; apt-get update first.
 set -euo pipefail
 PKGS=(gcc libc6-dev libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers perftest rdmacm-utils rdma-core
-      python3-pyverbs tshark tcpdump nftables iperf3 sockperf iproute2 valgrind
+      python3-pyverbs tshark tcpdump nftables iperf3 clang sockperf iproute2 valgrind
       ucx-utils openmpi-bin libopenmpi-dev util-linux iptables libnetfilter-queue-dev)
 PKGS+=(libfabric-bin)  # fi_info, fi_pingpong (tests/libfabric.rs)
 PKGS+=(fio librpma-dev qperf strace)  # fio rdma engine, librpma programs, qperf -cm1, strace (tests/rdmacm_programs.rs)

@@ -42,6 +42,10 @@ const RT_RESUME_PCT: u64 = 10;
 /// starts waiting elsewhere (see `pacing`).
 const BUSY_WAKEUPS_TO_DISARM: u32 = 4;
 
+/// Disarmed with paced QPs, the device lock held by an application thread: look again after
+/// this long (the holder runs the pacing meanwhile, unless the scheduler preempts it).
+const PACE_RETRY_NS: u64 = 200_000;
+
 /// Shortest sleep when the engine's deadline has already passed after handling it: a guard so a
 /// deadline that does not move can never make the (possibly real-time) thread spin.
 const MIN_SLEEP: Duration = Duration::from_micros(50);
@@ -186,6 +190,14 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             // theirs pushes the away timer ahead; it wakes us once nobody calls any more. No
             // look in between: each would preempt a poller that shares our CPU.
             sig.ensure_away(now);
+            if fine_needed {
+                // Except for DCQCN's paced QPs: a NIC's pacer does not stop while the host's
+                // CPU runs something else. A poller the scheduler preempts (a loaded host) would
+                // leave its QPs silent for whole time slices, then burst; we send at their
+                // instants instead (ib_write_bw, 2 flows through a 1 Gbit/s bottleneck on a
+                // loaded host: see bench/RESULTS.md "Congestion").
+                wake_at = deadline;
+            }
         }
         let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
         if let (true, Some(f), Some(d)) = (fine_needed, &fine, wake_at) {
@@ -209,6 +221,8 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             budget.check(&hub, sig.now());
         }
         let mut other_events = false;
+        // A paced QP's instant has come (the poller may not have run it).
+        let pace_due = fine_needed && deadline.is_some_and(|d| d <= sig.now());
         for ev in events.iter() {
             if ev.token() == AWAY {
                 sig.away.fired();
@@ -223,7 +237,7 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         }
         if !sig.armed() {
             let idle_for = sig.app_away_for(sig.now());
-            if idle_for < REARM_AFTER_NS && !other_events {
+            if idle_for < REARM_AFTER_NS && !other_events && !pace_due {
                 // Still polling (the away timer was set from an older call): sleep on.
                 continue;
             }
@@ -245,7 +259,12 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             // The application runs timers and packets now; armed, look again in a while rather
             // than re-waking at a deadline that is already past; disarmed, the away timer
             // brings us back once it stops.
-            deadline = sig.armed().then(|| sig.now() + REARM_AFTER_NS);
+            deadline = if sig.armed() {
+                Some(sig.now() + REARM_AFTER_NS)
+            } else {
+                // Paced QPs: look again soon, in case the holder is preempted.
+                fine_needed.then(|| sig.now() + PACE_RETRY_NS)
+            };
             continue;
         };
         busy_streak = 0;

@@ -136,6 +136,13 @@ impl DcqcnParams {
     /// 1 [50], rate_reduce_monitor_period 500 [4], dce_tcp_g 1020 [1019], dce_tcp_rtt 1000 [1],
     /// min_time_between_cnps 50 [4]. Chosen with tests/sim_dcqcn.rs (2, 4, 8 flows, 4 seeds,
     /// both markers): rpg_hai_rate 5 dropped 2.2 % in one run of eight flows; 1 dropped none.
+    ///
+    /// One more, chosen with bench/congestion.sh (1 Gbit/s bottleneck, 2 flows, a loaded
+    /// two-core host): burst_bytes 32768 [16384, urxe only]. A paced QP's packets leave when
+    /// the driver looks, which on a loaded host is late; 16 KiB then held two flows to 0.49–0.58
+    /// Gb/s in all, 32 KiB 0.79, 128 KiB 0.70 with 2.6× the CE marks (single 5 s runs, load
+    /// 9–11). (clamp_tgt_rate 1, the paper's Rt = Rc at every cut, kept Rc steadier in the lab
+    /// but cost the simulation's queue-marker runs a third of their goodput: not taken.)
     pub fn soft_roce() -> Self {
         DcqcnParams {
             rpg_time_reset: 1000,
@@ -146,6 +153,7 @@ impl DcqcnParams {
             dce_tcp_g: 1020,
             dce_tcp_rtt: 1000,
             min_time_between_cnps: 50,
+            burst_bytes: 32768,
             ..DcqcnParams::connectx()
         }
     }
