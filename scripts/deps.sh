@@ -6,6 +6,7 @@ PKGS=(gcc libc6-dev libibverbs-dev librdmacm-dev ibverbs-utils ibverbs-providers
       ucx-utils openmpi-bin libopenmpi-dev util-linux iptables libnetfilter-queue-dev)
 PKGS+=(libfabric-bin)  # fi_info, fi_pingpong (tests/libfabric.rs)
 PKGS+=(fio librpma-dev qperf strace)  # fio rdma engine, librpma programs, qperf -cm1, strace (tests/rdmacm_programs.rs)
+PKGS+=(iputils-ping)  # bench/congestion.sh resolves the neighbours before a run
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
