@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 export CARGO_TERM_COLOR=never
-# Release builds of the `urxe` package embed the two libraries (build.rs, for `cargo install`);
+# Release builds of the `urxe` binary embed the two libraries (cli/build.rs, for `cargo install`);
 # the tests use target/urxe/lib, so only the install step below builds the bundle.
 export URXE_BUNDLE=0
 step() { echo; echo "== $* ($(date -u +%H:%M:%S))"; }
