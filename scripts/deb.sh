@@ -16,7 +16,7 @@ TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 # The release build carries the libraries (build.rs); `urxe install` writes them and the man
 # pages into the staging prefix the package's assets are taken from.
 cargo build --release --locked --bin urxe
-STAGE=$PWD/target/urxe/pkg   # the assets are named relative to the package root
+STAGE=$PWD/target/urxe/pkg   # the assets are named relative to the package root, cli/
 rm -rf "$STAGE"
 "$TARGET/release/urxe" install --prefix "$STAGE" >/dev/null
 "$TARGET/release/urxe" completions bash > "$STAGE/urxe.bash"
