@@ -53,6 +53,10 @@ fn build_libs(out: &Path, manifest: &Path) -> Vec<(String, PathBuf)> {
     ] {
         println!("cargo:rerun-if-changed={d}");
     }
+    // Both libraries are built on the C-ABI toolkit.
+    for d in ["../cabi/src", "../cabi/macros/src", "../cabi/Cargo.toml", "../cabi/macros/Cargo.toml"] {
+        println!("cargo:rerun-if-changed={d}");
+    }
     // OUT_DIR is <target>[/<triple>]/release/build/urxe-<hash>/out.
     let target = out.ancestors().nth(4).map(Path::to_path_buf).unwrap_or_else(|| out.join("t"));
     let nested = target.join("urxe-bundle");
