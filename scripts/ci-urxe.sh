@@ -5,7 +5,7 @@
 #   bash scripts/ci-urxe.sh [packages|install|run|all]      (default: all)
 #
 # packages  the Debian/Ubuntu packages of the example programs (sudo apt-get), and gcc
-# install   cargo install --locked --path $URXE_SRC (default: this checkout) --root $URXE_PREFIX
+# install   cargo install --locked --path $URXE_SRC/cli (default: this checkout) --root $URXE_PREFIX
 #           (default: $HOME/.local): one binary, which carries its two libraries
 # run       urxe doctor, `urxe run -- ibv_devinfo`, and ibv_rc_pingpong server + client over
 #           urxe on this host, as the user running it
@@ -19,7 +19,7 @@ if [ "$STEP" = packages ] || [ "$STEP" = all ]; then
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc ibverbs-utils rdmacm-utils >/dev/null
 fi
 if [ "$STEP" = install ] || [ "$STEP" = all ]; then
-  cargo install --locked --path "$SRC" --root "$PREFIX"
+  cargo install --locked --path "$SRC/cli" --root "$PREFIX"
 fi
 if [ "$STEP" = run ] || [ "$STEP" = all ]; then
   export PATH=$PREFIX/bin:$PATH

@@ -4,7 +4,7 @@
 #
 #   bash scripts/deb.sh            -> prints the .deb's path on its last line
 #
-# Contents ([package.metadata.deb] in Cargo.toml): /usr/bin/urxe, /usr/lib/urxe/libibverbs.so.1
+# Contents ([package.metadata.deb] in cli/Cargo.toml): /usr/bin/urxe, /usr/lib/urxe/libibverbs.so.1
 # and librdmacm.so.1 (a private directory: the system's rdma-core is not replaced), the man
 # pages urxe.1 and urxe-<subcommand>.1, the bash completion. Install it with
 # `apt install ./target/debian/urxe_*.deb`; `urxe run -- PROGRAM` works right after.
@@ -16,8 +16,8 @@ TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 # The release build carries the libraries (build.rs); `urxe install` writes them and the man
 # pages into the staging prefix the package's assets are taken from.
 cargo build --release --locked --bin urxe
-STAGE=$PWD/target/urxe/pkg   # the assets are named relative to the package root
+STAGE=$PWD/target/urxe/pkg   # the assets are named relative to the package root, cli/
 rm -rf "$STAGE"
 "$TARGET/release/urxe" install --prefix "$STAGE" >/dev/null
 "$TARGET/release/urxe" completions bash > "$STAGE/urxe.bash"
-cargo deb --no-build --locked 2>&1 | tail -n 1
+cargo deb -p urxe-cli --no-build --locked 2>&1 | tail -n 1

@@ -13,24 +13,21 @@
 //! - [`transport`]: UDP 4791 sockets, their batches, the address a user's processes share.
 //! - [`runtime`]: the device the provider calls, the progress thread, pacing, timers; the only
 //!   layer that reads the clock.
-//! - [`check`]: the capture verifier behind `urxe check`.
-//! - [`hostview`]: the /dev and /sys files UCX looks for, for `urxe run` and `urxe setup`.
-//! - [`conform`]: scripted RoCEv2 scenarios against a remote peer (`urxe conform`).
+//!
+//! The tools (`urxe check`, `urxe conform`, the /dev and /sys view, the `urxe` binary) are the
+//! crate in cli/, so the two drop-in libraries link none of them.
 //!
 //! `unsafe` lives only in `sys` (raw system calls), `transport` (sockets, the group's descriptor
 //! passing), `host` (the fault-safe memory routines), `observe` (the stats socket's
-//! credentials), `runtime` and `hostview` (namespace and mount calls); wire, engine, cm, check and
-//! conform forbid it. Everywhere: no unsafe operation without its own block, and every block
-//! names its invariant in a `// SAFETY:` comment.
+//! credentials) and `runtime` (timers, the device's system calls); wire, engine and cm forbid
+//! it. Everywhere: no unsafe operation without its own block, and every block names its
+//! invariant in a `// SAFETY:` comment.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod check;
 pub mod cm;
-pub mod conform;
 pub mod engine;
 pub mod host;
-pub mod hostview;
 pub mod observe;
 pub mod runtime;
 pub mod spawn;

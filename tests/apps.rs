@@ -17,6 +17,7 @@
 
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::process::Command;
@@ -614,7 +615,7 @@ fn c_atomic_write_and_flush_both_directions_checked_on_the_wire() {
         assert_check(&s, "server", check);
     }
     for pcap in [&spcap, &cpcap] {
-        let o = Command::new(env!("CARGO_BIN_EXE_urxe")).arg("check").arg(pcap).output().unwrap();
+        let o = Command::new(urxe_bin::urxe()).arg("check").arg(pcap).output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         // Every packet passes but the client's deliberately misaligned ATOMIC WRITE, which
         // `urxe check` names (the responder NAKed it: 3 NAKs for the 3 hostile requests).

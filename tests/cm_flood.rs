@@ -18,6 +18,7 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::io::{BufRead, BufReader, Write};
@@ -160,7 +161,7 @@ fn cpu_s(pid: u32) -> f64 {
 
 /// `urxe stat PID`.
 fn stat(pid: u32) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_urxe")).args(["stat", &pid.to_string()]).output().unwrap();
+    let out = Command::new(urxe_bin::urxe()).args(["stat", &pid.to_string()]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

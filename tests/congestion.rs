@@ -17,6 +17,7 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::process::Command;
@@ -120,7 +121,7 @@ fn write_bw(ns: &Netns, port: u16, env: &[(&str, &str)], iters: u32) -> BwRun {
                     break;
                 }
                 let mut c = Command::new("ip");
-                c.args(["netns", "exec", &nsname, env!("CARGO_BIN_EXE_urxe"), "stat"]);
+                c.args(["netns", "exec", &nsname, urxe_bin::urxe(), "stat"]);
                 if let Ok(o) = run_bounded(&mut c, Duration::from_secs(10)) {
                     if o.stdout.matches("rp_cnp_handled").count() >= 2 {
                         *last.lock().unwrap() = o.stdout.clone();
@@ -190,7 +191,7 @@ fn ce_marks_bring_cnps_and_slow_the_sender_and_dcqcn_off_ignores_them() {
     let (mut ce_rows, mut cnp_rows) = (0, 0);
     for f in std::fs::read_dir(&caps).unwrap() {
         let path = f.unwrap().path();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_urxe"));
+        let mut cmd = Command::new(urxe_bin::urxe());
         cmd.arg("check").arg("--flows").arg(&path);
         let out = run_bounded(&mut cmd, Duration::from_secs(120)).expect("urxe check");
         assert!(out.stdout.contains("     ce   cnp"), "the flow table has ce and cnp columns\n{out}");
@@ -208,7 +209,7 @@ fn ce_marks_bring_cnps_and_slow_the_sender_and_dcqcn_off_ignores_them() {
     }
     if ce_rows == 0 || cnp_rows == 0 {
         for f in std::fs::read_dir(&caps).unwrap() {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_urxe"));
+            let mut cmd = Command::new(urxe_bin::urxe());
             cmd.arg("check").arg("--flows").arg(f.unwrap().path());
             println!("{}", run_bounded(&mut cmd, Duration::from_secs(120)).expect("urxe check"));
         }

@@ -5,6 +5,7 @@
 //! it open); other holders are Python sockets bound as root (no SO_REUSEPORT) or as nobody.
 
 mod abi_util;
+mod urxe_bin;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -45,7 +46,7 @@ impl Ns {
     }
 
     fn doctor(&self, envs: &[(&str, &str)], args: &[&str]) -> (i32, String) {
-        let mut c = self.cmd(env!("CARGO_BIN_EXE_urxe"), &[&["doctor", "--lib", lib()], args].concat());
+        let mut c = self.cmd(urxe_bin::urxe(), &[&["doctor", "--lib", lib()], args].concat());
         c.envs(envs.iter().copied());
         finish(c.output().unwrap())
     }
@@ -119,8 +120,7 @@ fn libraries_a_program_would_load_system_or_urxe() {
     // No urxe library where it is looked for: a problem, exit 1.
     let empty = std::env::temp_dir().join(format!("cli-doc-empty-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();
-    let (code, text) =
-        finish(ns.cmd(env!("CARGO_BIN_EXE_urxe"), &["doctor"]).env("URXE_LIB_DIR", &empty).output().unwrap());
+    let (code, text) = finish(ns.cmd(urxe_bin::urxe(), &["doctor"]).env("URXE_LIB_DIR", &empty).output().unwrap());
     let (head, fixes) = finding(&text, "urxe libraries");
     assert!(head.starts_with("[PROBLEM]") && head.contains("URXE_LIB_DIR"), "{text}");
     assert!(fixes.iter().any(|f| f.contains("provider/build.sh")), "{text}");
@@ -231,7 +231,7 @@ fn ucx_device_gate_absent_on_the_host_present_in_urxe_runs_view() {
         assert!(fixes.iter().any(|f| f.contains("urxe setup")), "{text}");
     }
     // Under `urxe run` the program sees the private view.
-    let exe = env!("CARGO_BIN_EXE_urxe");
+    let exe = urxe_bin::urxe();
     let (_, text) =
         finish(ns.cmd(exe, &["run", "--lib", lib(), "--", exe, "doctor", "--lib", lib()]).output().unwrap());
     let (head, _) = finding(&text, "UCX device gate");
@@ -244,7 +244,7 @@ fn user_namespaces_refused_for_urxe_runs_view() {
     // as uid 65534 in B, inside A, so that `urxe run`'s view would need a third one (C), which
     // A's limit refuses (ENOSPC), as `user.max_user_namespaces` does on a host.
     let ns = Ns::new();
-    let exe = env!("CARGO_BIN_EXE_urxe");
+    let exe = urxe_bin::urxe();
     let run = |limit: &str| {
         let script =
             format!("{limit}exec unshare --user --map-user=65534 --map-group=65534 {exe} doctor --lib {}", lib());
@@ -268,7 +268,7 @@ fn user_namespaces_refused_for_urxe_runs_view() {
 #[test]
 fn locked_memory_limit() {
     let ns = Ns::new();
-    let exe = env!("CARGO_BIN_EXE_urxe");
+    let exe = urxe_bin::urxe();
     let run = |lim: &str| {
         finish(ns.cmd("prlimit", &[&format!("--memlock={lim}"), exe, "doctor", "--lib", lib()]).output().unwrap())
     };
@@ -285,7 +285,7 @@ fn locked_memory_limit() {
 fn huge_pages_none_reserved_or_some() {
     // /proc/meminfo replaced by a file of ours in a private mount namespace.
     let ns = Ns::new();
-    let exe = env!("CARGO_BIN_EXE_urxe");
+    let exe = urxe_bin::urxe();
     let real = std::fs::read_to_string("/proc/meminfo").unwrap();
     let fake = |total: u32| {
         let text: String = real

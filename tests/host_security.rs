@@ -10,6 +10,7 @@
 #[path = "apps/mod.rs"]
 #[allow(dead_code)]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::net::{IpAddr, SocketAddr};
@@ -53,7 +54,7 @@ impl Ns {
 
     /// `urxe stat [pid]` in the namespace.
     fn stat(&self, pid: u32) -> Output {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_urxe"));
+        let mut c = Command::new(urxe_bin::urxe());
         c.args(["stat", &pid.to_string()]);
         self.run(&c, Duration::from_secs(10))
     }
@@ -280,7 +281,7 @@ fn squatted_flow_ports_leave_packets_with_a_valid_icrc() {
     assert!(c.success() && s.0, "rping with its ports squatted ({bound})\nserver: {}\n{c}", s.1);
     let mut checked = String::new();
     for pcap in [&sp, &cp] {
-        let mut check = Command::new(env!("CARGO_BIN_EXE_urxe"));
+        let mut check = Command::new(urxe_bin::urxe());
         check.arg("check").arg(pcap);
         let out = run_bounded(&mut check, Duration::from_secs(60)).unwrap();
         assert!(out.success(), "urxe check failed on {}\n{out}", pcap.display());

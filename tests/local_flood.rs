@@ -7,6 +7,7 @@
 #[path = "apps/mod.rs"]
 #[allow(dead_code)]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::process::{Command, Stdio};
@@ -126,7 +127,7 @@ fn the_stats_socket_answers_the_same_user_and_counts_refusals() {
     srv.args(["-d", DEV, "-g", "1", "-p", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = srv.spawn().unwrap();
     let pid = child.id();
-    let urxe = env!("CARGO_BIN_EXE_urxe");
+    let urxe = urxe_bin::urxe();
     let stat = || Command::new(urxe).args(["stat", &pid.to_string()]).output().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut first = stat();

@@ -20,6 +20,7 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::path::{Path, PathBuf};
@@ -160,7 +161,7 @@ fn verbs_two_qps_of_one_process_and_one_of_another_get_every_message_and_none_af
 /// What `urxe check` says about one capture: it passes, and how many UD SENDs to `group`
 /// with destination QPN 0xFFFFFF it lists.
 fn check_capture(pcap: &Path, group: &str) -> usize {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_urxe"));
+    let mut cmd = Command::new(urxe_bin::urxe());
     cmd.arg("check").arg(pcap);
     let out = run_bounded(&mut cmd, TIMEOUT).expect("run urxe check");
     assert!(out.success() && out.stdout.contains(": PASS:"), "urxe check must pass {}\n{out}", pcap.display());

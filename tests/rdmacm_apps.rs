@@ -15,6 +15,7 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::path::PathBuf;
@@ -369,7 +370,7 @@ fn rping_cm_exchange_and_flows_pass_urxe_check() {
     let s = srv.wait(TIMEOUT);
     assert!(c.success() && s.success(), "{s}\n{c}");
     for pcap in [&sp, &cp] {
-        let mut check = Command::new(env!("CARGO_BIN_EXE_urxe"));
+        let mut check = Command::new(urxe_bin::urxe());
         check.arg("check").arg(pcap);
         let out = run_bounded(&mut check, Duration::from_secs(60)).unwrap();
         assert!(out.success(), "urxe check failed on {}\n{out}", pcap.display());

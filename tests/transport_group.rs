@@ -10,6 +10,7 @@
 //! cargo test --release --test transport_group -- pairs     # scenarios whose name has "pairs"
 //! ```
 
+mod urxe_bin;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -677,7 +678,7 @@ fn four_pairs_and_a_crash() {
     ];
     std::thread::sleep(Duration::from_millis(300));
     // `urxe stat` shows every process of the group: its slot, QPs, counters and the members.
-    let stat = Command::new(env!("CARGO_BIN_EXE_urxe")).arg("stat").output().unwrap();
+    let stat = Command::new(urxe_bin::urxe()).arg("stat").output().unwrap();
     let stat = String::from_utf8_lossy(&stat.stdout).to_string();
     for p in [vs.child.id(), vc.child.id()] {
         assert!(stat.contains(&format!("pid {p}\n")), "pid {p} missing from urxe stat:\n{stat}");

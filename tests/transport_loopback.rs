@@ -2,6 +2,7 @@
 //! sockets with the process-memory accessor: SEND/RECV, RDMA WRITE, RDMA READ and atomics on
 //! RC, byte for byte, in the caller's thread (fast path) and through the progress thread.
 
+mod urxe_bin;
 use std::net::IpAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -242,17 +243,15 @@ fn progress_thread_completes_work_and_signals_armed_cq() {
 fn urxe_stat_reads_counters_of_a_running_device() {
     let (d, _e) = open(5);
     let s = side(d, QpType::Rc);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_urxe"))
-        .args(["stat", &std::process::id().to_string()])
-        .output()
-        .unwrap();
+    let out =
+        std::process::Command::new(urxe_bin::urxe()).args(["stat", &std::process::id().to_string()]).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains(&format!("pid {}", std::process::id())), "{text}");
     assert!(text.contains(&format!("address {}", s.dev.local_addr())), "{text}");
     assert!(text.contains("sent_pkts") && text.contains("rcvd_pkts") && text.contains("tx_datagrams"), "{text}");
     // Without a PID it finds every process with a device, this one included.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_urxe")).arg("stat").output().unwrap();
+    let out = std::process::Command::new(urxe_bin::urxe()).arg("stat").output().unwrap();
     assert!(String::from_utf8(out.stdout).unwrap().contains(&format!("pid {}", std::process::id())));
 }
 

@@ -20,6 +20,7 @@
 #[path = "apps/mod.rs"]
 #[allow(dead_code)]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::io::{BufRead, BufReader};
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 const MPI_TIMEOUT_S: u32 = 120;
 
 fn urxe_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_urxe"))
+    PathBuf::from(urxe_bin::urxe())
 }
 
 /// `urxe run -- PROGRAM`, with URXE_LIB_DIR set and no UCX workaround inherited.

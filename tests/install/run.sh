@@ -3,7 +3,7 @@
 #
 #   bash tests/install/run.sh [cargo|deb|ci|all]      (default: all)
 #
-# cargo: `cargo install --path . --locked --root EMPTY`, then EMPTY/bin/urxe runs an rping
+# cargo: `cargo install --path cli --locked --root EMPTY`, then EMPTY/bin/urxe runs an rping
 #        server and client (`urxe run -- rping ...`) with PATH=/usr/bin:/bin, no
 #        LD_LIBRARY_PATH, no URXE_* setting and an empty HOME: the binary's own copy of the
 #        libraries is all it has.
@@ -52,10 +52,10 @@ pair() {
 if [ "$WHAT" = cargo ] || [ "$WHAT" = all ]; then
   EMPTY=$WORK/prefix
   t0=$(date +%s)
-  if cargo install --path . --locked --root "$EMPTY" >"$WORK/cargo-install.log" 2>&1; then
-    ok "cargo install --path . --root EMPTY ($(( $(date +%s) - t0 )) s): $(ls "$EMPTY/bin")"
+  if cargo install --path cli --locked --root "$EMPTY" >"$WORK/cargo-install.log" 2>&1; then
+    ok "cargo install --path cli --root EMPTY ($(( $(date +%s) - t0 )) s): $(ls "$EMPTY/bin")"
   else
-    tail -n 20 "$WORK/cargo-install.log"; bad "cargo install --path ."
+    tail -n 20 "$WORK/cargo-install.log"; bad "cargo install --path cli"
   fi
   [ -z "$(ls "$EMPTY" | grep -v '^bin$\|^\.crates')" ] && ok "the prefix holds only bin/ (and cargo's records)" || bad "prefix: $(ls -A "$EMPTY")"
   if pair rping "$EMPTY/bin/urxe" run -- rping -s -v -C 10 :: "$EMPTY/bin/urxe" run -- rping -c -a 127.0.0.1 -v -V -C 10 \

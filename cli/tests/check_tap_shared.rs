@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use urxe::check::{check_file, Format, Options};
+use urxe_cli::check::{check_file, Format, Options};
 
 fn urxe_lib_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = &Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let dir = target.join("urxe/lib");
     if !dir.join("libibverbs.so.1").is_file() {

@@ -1,4 +1,4 @@
-//! Bundles urxe's two drop-in libraries into the `urxe` binary, so that `cargo install --path .`
+//! Bundles urxe's two drop-in libraries into the `urxe` binary, so that `cargo install --path cli`
 //! gives a urxe that runs programs with no other step (`urxe run` unpacks them into a cache
 //! when no installed copy is beside the binary).
 //!
@@ -23,7 +23,7 @@ fn main() {
         && std::env::var("PROFILE").as_deref() == Ok("release")
         && std::env::var_os("URXE_BUNDLE_NESTED").is_none()
         && std::env::var("URXE_BUNDLE").as_deref() != Ok("0")
-        && manifest.join("provider/build.sh").is_file();
+        && manifest.join("../provider/build.sh").is_file();
     let files = if wanted { build_libs(&out, &manifest) } else { Vec::new() };
     let mut list = String::from("&[\n");
     let mut id: u64 = 0xcbf2_9ce4_8422_2325;
@@ -40,10 +40,21 @@ fn main() {
 }
 
 fn build_libs(out: &Path, manifest: &Path) -> Vec<(String, PathBuf)> {
-    for d in ["src", "provider/src", "provider/examples", "provider/build.sh", "provider/Cargo.toml"] {
+    for d in ["../src", "../provider/src", "../provider/examples", "../provider/build.sh", "../provider/Cargo.toml"] {
         println!("cargo:rerun-if-changed={d}");
     }
-    for d in ["rdmacm/src", "rdmacm/examples", "rdmacm/build.sh", "rdmacm/Cargo.toml", "Cargo.toml", "Cargo.lock"] {
+    for d in [
+        "../rdmacm/src",
+        "../rdmacm/examples",
+        "../rdmacm/build.sh",
+        "../rdmacm/Cargo.toml",
+        "../Cargo.toml",
+        "../Cargo.lock",
+    ] {
+        println!("cargo:rerun-if-changed={d}");
+    }
+    // Both libraries are built on the C-ABI toolkit.
+    for d in ["../cabi/src", "../cabi/macros/src", "../cabi/Cargo.toml", "../cabi/macros/Cargo.toml"] {
         println!("cargo:rerun-if-changed={d}");
     }
     // OUT_DIR is <target>[/<triple>]/release/build/urxe-<hash>/out.
@@ -58,9 +69,9 @@ fn build_libs(out: &Path, manifest: &Path) -> Vec<(String, PathBuf)> {
     }
     path.push(std::env::var_os("PATH").unwrap_or_default());
     let status = Command::new("bash")
-        .arg(manifest.join("provider/build.sh"))
+        .arg(manifest.join("../provider/build.sh"))
         .arg("--release")
-        .current_dir(manifest)
+        .current_dir(manifest.join(".."))
         .env("PATH", path)
         .env("CARGO_TARGET_DIR", &nested)
         .env("URXE_OUT", &dest)

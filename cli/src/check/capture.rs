@@ -12,7 +12,7 @@ use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 
-pub use crate::wire::checksum::{fold, ones_complement_sum, TAP_IP_ID_UNKNOWN};
+pub use urxe::wire::checksum::{fold, ones_complement_sum, TAP_IP_ID_UNKNOWN};
 
 /// Why a capture could not be read at all (as opposed to a packet failing a check).
 #[derive(Debug)]
@@ -287,8 +287,8 @@ fn cut(d: &UdpDatagram<'_>, seg: usize, step: usize) -> Vec<GsoSegment> {
 /// The packet parses and its stored ICRC matches the one computed over its headers.
 fn icrc_confirms(d: &UdpDatagram<'_>, g: &GsoSegment) -> bool {
     let bytes = &d.payload[g.start..g.start + g.len];
-    let Ok(p) = crate::wire::parse(bytes) else { return false };
-    crate::wire::icrc::icrc_from_headers(&g.ip_header, &g.udp_header, p.icrc_covered(bytes)) == Ok(p.icrc)
+    let Ok(p) = urxe::wire::parse(bytes) else { return false };
+    urxe::wire::icrc::icrc_from_headers(&g.ip_header, &g.udp_header, p.icrc_covered(bytes)) == Ok(p.icrc)
 }
 
 /// A capture taken on the sending host (loopback in particular) shows a UDP GSO send as one
@@ -301,7 +301,7 @@ fn icrc_confirms(d: &UdpDatagram<'_>, g: &GsoSegment) -> bool {
 /// `None` if no split is proven.
 pub fn split_gso(d: &UdpDatagram<'_>) -> Option<Vec<GsoSegment>> {
     let p = d.payload;
-    let parses = |start: usize, len: usize| crate::wire::parse(&p[start..(start + len).min(p.len())]).is_ok();
+    let parses = |start: usize, len: usize| urxe::wire::parse(&p[start..(start + len).min(p.len())]).is_ok();
     for seg in MIN_SEGMENT..p.len().min(MAX_SEGMENT + 1) {
         // Cheap filters first: the first two packets must parse before any ICRC is computed.
         if !parses(0, seg) || !parses(seg, seg) {

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use urxe::check::{check_file, Format, Options, Totals};
-use urxe::hostview;
+use urxe_cli::check::{check_file, Format, Options, Totals};
+use urxe_cli::hostview;
 
 // The crate root stays src/bin/urxe.rs; its modules live in src/bin/urxe/.
 #[path = "urxe/cli.rs"]
@@ -134,7 +134,7 @@ fn cmd_check(opts: Options, files: &[PathBuf]) -> ExitCode {
 
 fn cmd_conform(a: cli::ConformArgs) -> ExitCode {
     use std::time::Duration;
-    use urxe::conform::{self, Config, Profile};
+    use urxe_cli::conform::{self, Config, Profile};
     if a.list {
         for s in conform::scenarios::all() {
             println!("{:<22} {} ({})", s.id, s.statement, s.ibta);

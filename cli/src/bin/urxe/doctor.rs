@@ -348,8 +348,8 @@ fn group(r: &mut Report, addr: IpAddr) {
 
 /// The UCX device gate and whether `urxe run` can build its private view.
 fn view(r: &mut Report, ifname: &str) {
-    let spec = urxe::hostview::Spec::urxe(ifname);
-    let have = urxe::hostview::Present::of(&spec);
+    let spec = urxe_cli::hostview::Spec::urxe(ifname);
+    let have = urxe_cli::hostview::Present::of(&spec);
     let yesno = |b: bool| if b { "present" } else { "absent" };
     let text =
         format!("{} {}, {} {}", spec.dev_path().display(), yesno(have.dev), spec.sys_path().display(), yesno(have.sys));
@@ -404,12 +404,16 @@ fn view(r: &mut Report, ifname: &str) {
 
 /// `urxe doctor --probe-view` (the child of [`view`]): enters the view and exits.
 fn probe_view_child() -> ExitCode {
-    let spec = urxe::hostview::Spec::urxe("lo");
-    match urxe::hostview::enter_view(&spec) {
+    let spec = urxe_cli::hostview::Spec::urxe("lo");
+    match urxe_cli::hostview::enter_view(&spec) {
         Ok(mode) => {
             println!(
                 "{}",
-                if mode == urxe::hostview::Mode::UserNamespace { "user + mount namespace" } else { "mount namespace" }
+                if mode == urxe_cli::hostview::Mode::UserNamespace {
+                    "user + mount namespace"
+                } else {
+                    "mount namespace"
+                }
             );
             ExitCode::SUCCESS
         }

@@ -12,9 +12,9 @@ use std::net::IpAddr;
 
 use super::cm::CmInfo;
 use super::verify::PacketReport;
-use crate::wire::aeth::{NakCode, Syndrome};
-use crate::wire::opcode::{OpKind, Transport};
-use crate::wire::Psn;
+use urxe::wire::aeth::{NakCode, Syndrome};
+use urxe::wire::opcode::{OpKind, Transport};
+use urxe::wire::Psn;
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct FlowKey {

@@ -11,14 +11,14 @@ use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketBlock;
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::DataLink;
-use urxe::check::capture::{decode, Capture, Decoded, Frame};
-use urxe::check::{check_file, Format, Options};
 use urxe::wire::icrc::IpFields;
 use urxe::wire::packet::finish;
 use urxe::wire::parse;
+use urxe_cli::check::capture::{decode, Capture, Decoded, Frame};
+use urxe_cli::check::{check_file, Format, Options};
 
 fn captures() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures");
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -103,7 +103,7 @@ fn parse_then_emit_reproduces_every_captured_packet() {
 
 /// Flips one bit at `at` (offset in the Ethernet frame) of frame `idx` of rc_send.pcap.
 fn flipped(idx: usize, at: usize, mask: u8) -> (PathBuf, u64) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send.pcap");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rc_send.pcap");
     let mut fr = bytes_of(&src);
     fr[idx][at] ^= mask;
     let d = tmpdir("flip");
@@ -159,7 +159,7 @@ fn a_flipped_masked_bit_keeps_the_icrc_verdict() {
 
 #[test]
 fn pcapng_and_cooked_link_types_are_read() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rdma_read.pcap");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rdma_read.pcap");
     let eth = bytes_of(&src);
     let d = tmpdir("links");
 
@@ -237,7 +237,7 @@ fn bad_files_get_one_clear_message_and_a_nonzero_exit() {
     std::fs::write(&empty, b"").unwrap();
     let text = d.join("notes.txt");
     std::fs::write(&text, b"this is not a capture at all\n").unwrap();
-    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send.pcap");
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rc_send.pcap");
     let whole = std::fs::read(&good).unwrap();
     let trunc = d.join("truncated.pcap");
     std::fs::write(&trunc, &whole[..whole.len() - 100]).unwrap();
@@ -264,7 +264,7 @@ fn bad_files_get_one_clear_message_and_a_nonzero_exit() {
 
 #[test]
 fn json_and_verbose_outputs_describe_every_packet() {
-    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/atomic.pcap");
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/atomic.pcap");
     let (code, out, _) = run_check(&["--json"], &f);
     assert_eq!(code, 0);
     let lines: Vec<&str> = out.lines().collect();
@@ -283,7 +283,7 @@ fn json_and_verbose_outputs_describe_every_packet() {
 fn flow_report_counts_retransmissions_and_naks() {
     // Build a capture with a retransmitted SEND and a NAK from rc_send_only: duplicate frame 1
     // (a request) at the end, and turn one ACK into a PSN-sequence NAK (fixing its ICRC).
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send_only.pcap");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rc_send_only.pcap");
     let mut fr = bytes_of(&src);
     let dup = fr[0].clone();
     fr.push(dup);
@@ -313,7 +313,7 @@ fn flow_report_counts_retransmissions_and_naks() {
 }
 
 fn urxe_capture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/urxe").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/urxe").join(name)
 }
 
 /// tcpdump on `lo` while two urxe processes ran `ibv_rc_pingpong -n 5 -s 16`: frames 6-12 are
@@ -406,7 +406,7 @@ fn a_header_only_capture_is_valid_with_zero_packets() {
 
 /// urxe's libibverbs.so.1 (built by `bash provider/build.sh --release` if it is not there).
 fn urxe_lib_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = &Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let dir = target.join("urxe/lib");
     if !dir.join("libibverbs.so.1").is_file() {
@@ -610,8 +610,8 @@ fn tap_records_each_packet_of_gso_trains() {
 #[test]
 fn received_records_without_their_ip_id_verify_with_the_solved_id() {
     use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
-    use urxe::check::capture::TAP_IP_ID_UNKNOWN;
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rc_send.pcap");
+    use urxe_cli::check::capture::TAP_IP_ID_UNKNOWN;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rc_send.pcap");
     let fr = bytes_of(&src);
     let ids: Vec<u16> = fr.iter().map(|f| u16::from_be_bytes([f[IP_ID], f[IP_ID + 1]])).collect();
     assert!(ids.iter().all(|&i| i != 0));
@@ -627,7 +627,7 @@ fn received_records_without_their_ip_id_verify_with_the_solved_id() {
             // Keep the IPv4 header checksum right for the new ID.
             ip[10] = 0;
             ip[11] = 0;
-            let c = !urxe::check::capture::fold(urxe::check::capture::ones_complement_sum(0, &ip[..20]));
+            let c = !urxe_cli::check::capture::fold(urxe_cli::check::capture::ones_complement_sum(0, &ip[..20]));
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             if damage == Some(i) {
                 ip[20 + 8 + 12 + 5] ^= 0x10;

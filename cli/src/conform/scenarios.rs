@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use super::peer::{pattern, QPS_ERR, QPS_RTS, WC_RECV, WC_RETRY_EXC_ERR, WC_SEND, WC_SUCCESS};
 use super::{describe, Ctx, Rc, RcOpts, Rx};
-use crate::wire::aeth::{AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
-use crate::wire::atomic_eth::AtomicEthRepr;
-use crate::wire::bth::BthRepr;
-use crate::wire::deth::DethRepr;
-use crate::wire::opcode::op;
-use crate::wire::packet::Headers;
-use crate::wire::reth::RethRepr;
-use crate::wire::{Msn, Psn};
+use urxe::wire::aeth::{AethRepr, CreditCode, NakCode, RnrTimer, Syndrome};
+use urxe::wire::atomic_eth::AtomicEthRepr;
+use urxe::wire::bth::BthRepr;
+use urxe::wire::deth::DethRepr;
+use urxe::wire::opcode::op;
+use urxe::wire::packet::Headers;
+use urxe::wire::reth::RethRepr;
+use urxe::wire::{Msn, Psn};
 
 pub struct Scenario {
     pub id: &'static str,

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapReader, PcapWriter};
 use pcap_file::DataLink;
-use urxe::check::{check_file, Format, Options};
 use urxe::wire::icrc::icrc_from_headers;
+use urxe_cli::check::{check_file, Format, Options};
 
 fn golden() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/rdma_cm.pcap")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/rdma_cm.pcap")
 }
 
-fn run(path: &Path, format: Format, flows: bool) -> (urxe::check::Totals, String) {
+fn run(path: &Path, format: Format, flows: bool) -> (urxe_cli::check::Totals, String) {
     let mut out = Vec::new();
     let t = check_file(path, Options { format, flows, ..Default::default() }, &mut out).unwrap();
     (t, String::from_utf8(out).unwrap())

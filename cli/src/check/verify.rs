@@ -5,10 +5,10 @@ use std::net::IpAddr;
 use super::capture::{UdpChecksum, UdpDatagram};
 use super::cm::{CmInfo, GsiProblem};
 use super::roce::{icrc_of, is_manufacturer_specific, lenient, op_name, solve_field, Field};
-use crate::wire::aeth::{NakCode, Syndrome};
-use crate::wire::icrc::ROCEV2_PORT;
-use crate::wire::opcode::{OpKind, Transport};
-use crate::wire::{parse, Parsed, WireError};
+use urxe::wire::aeth::{NakCode, Syndrome};
+use urxe::wire::icrc::ROCEV2_PORT;
+use urxe::wire::opcode::{OpKind, Transport};
+use urxe::wire::{parse, Parsed, WireError};
 
 /// A rule a packet broke.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -176,7 +176,7 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>, strict: bool) -> Packet
     let mut cm = None;
     let mut rdeth = None;
     let verify_icrc = |stored: u32, problems: &mut Vec<Problem>| {
-        let covered = &payload[..payload.len().saturating_sub(crate::wire::icrc::ICRC_LEN)];
+        let covered = &payload[..payload.len().saturating_sub(urxe::wire::icrc::ICRC_LEN)];
         match icrc_of(d, covered) {
             Ok(c) if c == stored => IcrcVerdict::Ok,
             Ok(c) => {
@@ -223,8 +223,8 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>, strict: bool) -> Packet
             Err(e) => {
                 // The ICRC does not depend on the opcode or on the headers after the BTH: it is
                 // checked whenever the packet holds a BTH and an ICRC.
-                if payload.len() >= crate::wire::packet::MIN_LEN {
-                    let stored = crate::wire::icrc::stored_icrc(payload).unwrap_or(0);
+                if payload.len() >= urxe::wire::packet::MIN_LEN {
+                    let stored = urxe::wire::icrc::stored_icrc(payload).unwrap_or(0);
                     icrc = verify_icrc(stored, &mut problems);
                 }
                 match e {
@@ -242,7 +242,7 @@ pub fn check_packet<'a>(frame: u64, d: &UdpDatagram<'a>, strict: bool) -> Packet
                         rdeth = l.rdeth;
                         if !l.headers_complete {
                             problems.push(Problem::Wire(WireError::Truncated {
-                                need: l.parsed.info.header_len() + crate::wire::icrc::ICRC_LEN,
+                                need: l.parsed.info.header_len() + urxe::wire::icrc::ICRC_LEN,
                                 have: payload.len(),
                             }));
                         }
@@ -319,7 +319,7 @@ fn flush_atomic_write_rules(p: &Parsed<'_>) -> Option<&'static str> {
 }
 
 /// `global`, `persistent`, `global+persistent` (or the raw value) and `range` / `mr`.
-fn feth_str(f: crate::wire::feth::FethRepr) -> String {
+fn feth_str(f: urxe::wire::feth::FethRepr) -> String {
     let placement = match f.placement {
         1 => "global".to_string(),
         2 => "persistent".to_string(),
@@ -360,7 +360,7 @@ pub fn hint_source_port(d: &UdpDatagram<'_>, r: &mut PacketReport<'_>) {
     else {
         return;
     };
-    let covered = &d.payload[..d.payload.len().saturating_sub(crate::wire::icrc::ICRC_LEN)];
+    let covered = &d.payload[..d.payload.len().saturating_sub(urxe::wire::icrc::ICRC_LEN)];
     if let Some(port) = solve_field(d, covered, stored, Field::UdpSourcePort).filter(|&p| p != d.sport) {
         r.hint = Some(format!(
             "ICRC verifies with UDP source port {port} instead of {}: the capture point rewrote the source port?",
@@ -699,12 +699,12 @@ pub fn is_request_kind(k: OpKind) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::bth::BthRepr;
-    use crate::wire::deth::DethRepr;
-    use crate::wire::icrc::IpFields;
-    use crate::wire::opcode::op;
-    use crate::wire::packet::finish;
-    use crate::wire::Headers;
+    use urxe::wire::bth::BthRepr;
+    use urxe::wire::deth::DethRepr;
+    use urxe::wire::icrc::IpFields;
+    use urxe::wire::opcode::op;
+    use urxe::wire::packet::finish;
+    use urxe::wire::Headers;
 
     fn packet(opcode: u8, dest_qp: u32) -> Vec<u8> {
         let mut h = Headers { bth: BthRepr { opcode, dest_qp, ..BthRepr::default() }, ..Headers::default() };

@@ -57,7 +57,7 @@ fn every_subcommand_answers_help_and_h_with_exit_0_and_usage() {
 
 /// The highest `<prefix>N` symbol version in an entry table.
 fn highest(file: &str, prefix: &str) -> u32 {
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(file)).unwrap();
     text.match_indices(prefix)
         .filter_map(|(i, _)| {
             let digits: String = text[i + prefix.len()..].chars().take_while(char::is_ascii_digit).collect();

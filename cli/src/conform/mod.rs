@@ -23,11 +23,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::transport::socket::{RecvBatch, RoceSocket};
-use crate::wire::aeth::{AethRepr, Syndrome};
-use crate::wire::icrc::{IpFields, ROCEV2_PORT};
-use crate::wire::packet::{finish, Headers};
-use crate::wire::{parse, Psn};
+use urxe::transport::socket::{RecvBatch, RoceSocket};
+use urxe::wire::aeth::{AethRepr, Syndrome};
+use urxe::wire::icrc::{IpFields, ROCEV2_PORT};
+use urxe::wire::packet::{finish, Headers};
+use urxe::wire::{parse, Psn};
 
 pub use peer::{PeerLink, Wc};
 pub use profile::Profile;
@@ -327,12 +327,12 @@ impl Ctx {
 
 /// An opcode a responder sends (ACK, atomic ACK, READ response).
 pub fn is_response(op: u8) -> bool {
-    crate::wire::opcode::Opcode(op).info().is_response()
+    urxe::wire::opcode::Opcode(op).info().is_response()
 }
 
 /// An ACK-class packet's syndrome rendered for notes.
 pub fn describe(r: &Rx) -> String {
-    let op = crate::wire::opcode::Opcode(r.opcode());
+    let op = urxe::wire::opcode::Opcode(r.opcode());
     match r.headers.aeth {
         Some(AethRepr { syndrome, msn }) => format!("{op} psn={:#x} {syndrome:?} msn={}", r.psn().value(), msn.value()),
         None => format!("{op} psn={:#x}", r.psn().value()),
@@ -447,9 +447,9 @@ pub fn run(cfg: &Config, mut progress: impl FnMut(&ScenarioResult)) -> io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::bth::BthRepr;
-    use crate::wire::icrc::icrc;
-    use crate::wire::opcode::op;
+    use urxe::wire::bth::BthRepr;
+    use urxe::wire::icrc::icrc;
+    use urxe::wire::opcode::op;
 
     fn send_only() -> Headers {
         Headers {

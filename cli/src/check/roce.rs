@@ -6,18 +6,18 @@
 //! capture point rewrote).
 
 use super::capture::UdpDatagram;
-use crate::wire::aeth::{Aeth, AethRepr};
-use crate::wire::atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr};
-use crate::wire::atomic_eth::{AtomicEth, AtomicEthRepr};
-use crate::wire::bth::{Bth, BthRepr, BTH_LEN};
-use crate::wire::deth::{Deth, DethRepr};
-use crate::wire::icrc::{icrc_from_headers, IpHeaderError, ICRC_LEN};
-use crate::wire::ieth::{Ieth, IethRepr};
-use crate::wire::immdt::{ImmDt, ImmDtRepr};
-use crate::wire::opcode::{HeaderSet, Opcode};
-use crate::wire::reth::{Reth, RethRepr};
-use crate::wire::xrceth::{XrcEth, XrcEthRepr};
-use crate::wire::{Headers, Parsed};
+use urxe::wire::aeth::{Aeth, AethRepr};
+use urxe::wire::atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr};
+use urxe::wire::atomic_eth::{AtomicEth, AtomicEthRepr};
+use urxe::wire::bth::{Bth, BthRepr, BTH_LEN};
+use urxe::wire::deth::{Deth, DethRepr};
+use urxe::wire::icrc::{icrc_from_headers, IpHeaderError, ICRC_LEN};
+use urxe::wire::ieth::{Ieth, IethRepr};
+use urxe::wire::immdt::{ImmDt, ImmDtRepr};
+use urxe::wire::opcode::{HeaderSet, Opcode};
+use urxe::wire::reth::{Reth, RethRepr};
+use urxe::wire::xrceth::{XrcEth, XrcEthRepr};
+use urxe::wire::{Headers, Parsed};
 
 /// The ICRC over the packet's variant-masked headers: RoCEv2 (IP + UDP headers, as the wire
 /// layer computes it) or RoCEv1 (IBTA Annex A16: the 8 bytes of 1s that stand for the LRH,
@@ -99,7 +99,7 @@ pub fn lenient(p: &[u8], with_icrc: bool) -> Option<Lenient<'_>> {
     };
     // The pad is only known to be there when the packet ends in the capture.
     let pad = if with_icrc { (bth.pad_cnt as usize).min(end - header_len) } else { 0 };
-    let icrc = if with_icrc { crate::wire::icrc::stored_icrc(p).unwrap_or(0) } else { 0 };
+    let icrc = if with_icrc { urxe::wire::icrc::stored_icrc(p).unwrap_or(0) } else { 0 };
     Some(Lenient {
         parsed: Parsed { headers, info, header_len, payload: &p[header_len..end - pad], icrc, reserved_nonzero: false },
         rdeth,

@@ -18,7 +18,7 @@ const UDP: usize = ETH + 20;
 const BTH: usize = ETH + 20 + 8;
 
 fn golden(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures").join(name)
 }
 
 fn tmpdir(name: &str) -> PathBuf {

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::wire::cm::{port_space, CmMessage, CmaHeader};
-use crate::wire::mad::{MadHeader, CLASS_CM, GSI_QKEY, MAD_LEN};
+use urxe::wire::cm::{port_space, CmMessage, CmaHeader};
+use urxe::wire::mad::{MadHeader, CLASS_CM, GSI_QKEY, MAD_LEN};
 
 /// What one CM MAD says (no borrowed data, so a report can keep it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,8 +9,6 @@ use std::time::Duration;
 
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::DataLink;
-use urxe::check::capture::{fold, ones_complement_sum};
-use urxe::check::{check_file, Format, Options};
 use urxe::wire::aeth::{AethRepr, CreditCode, Syndrome};
 use urxe::wire::bth::BthRepr;
 use urxe::wire::feth::FethRepr;
@@ -19,6 +17,8 @@ use urxe::wire::opcode::op;
 use urxe::wire::packet::finish;
 use urxe::wire::reth::RethRepr;
 use urxe::wire::{Headers, Msn, Psn};
+use urxe_cli::check::capture::{fold, ones_complement_sum};
+use urxe_cli::check::{check_file, Format, Options};
 
 const A: Ipv4Addr = Ipv4Addr::new(127, 46, 0, 1);
 const B: Ipv4Addr = Ipv4Addr::new(127, 46, 0, 2);
@@ -87,7 +87,7 @@ fn read_response_only(psn: u32, msn: u32) -> Headers {
     }
 }
 
-fn run(path: &Path, format: Format) -> (urxe::check::Totals, String) {
+fn run(path: &Path, format: Format) -> (urxe_cli::check::Totals, String) {
     let mut out = Vec::new();
     let t =
         check_file(path, Options { format, flows: format == Format::Summary, ..Default::default() }, &mut out).unwrap();

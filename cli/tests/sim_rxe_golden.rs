@@ -3,16 +3,18 @@
 //! pad — and the same ICRC once computed with the capture's IPv4 ID), and accepts rxe's
 //! packets and answers them as rxe did.
 
+// The engine simulator of the urxe package's tests.
+#[path = "../../tests/sim/mod.rs"]
 mod sim;
 
 use std::net::IpAddr;
 use std::path::Path;
 
 use sim::*;
-use urxe::check::capture::{decode, Capture, Decoded};
 use urxe::engine::*;
 use urxe::wire::icrc::{icrc, IpFields, ICRC_LEN};
 use urxe::wire::opcode::{op, OpKind};
+use urxe_cli::check::capture::{decode, Capture, Decoded};
 
 /// One captured RoCEv2 datagram.
 #[derive(Clone, Debug)]
@@ -34,7 +36,7 @@ impl Cap {
 }
 
 fn load(name: &str) -> Vec<Cap> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures").join(name);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures").join(name);
     let mut c = Capture::open(&path).unwrap();
     let mut out = Vec::new();
     while let Some(f) = c.next_frame() {

@@ -5,13 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-use urxe::check::{check_file, Format, Options};
+use urxe_cli::check::{check_file, Format, Options};
 
 fn capture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/captures/urxe/xrc_pingpong.pcapng")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures/urxe/xrc_pingpong.pcapng")
 }
 
-fn run(path: &Path, format: Format, flows: bool) -> (urxe::check::Totals, String) {
+fn run(path: &Path, format: Format, flows: bool) -> (urxe_cli::check::Totals, String) {
     let mut out = Vec::new();
     let t = check_file(path, Options { format, flows, ..Default::default() }, &mut out).unwrap();
     (t, String::from_utf8(out).unwrap())
