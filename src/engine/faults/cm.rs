@@ -92,12 +92,11 @@ impl FaultPlan {
         let mut out = Vec::new();
         for (i, f) in self.faults.iter_mut().enumerate() {
             let ready = connected || f.action != Action::Disconnect;
-            if f.scope.site == Some(Site::Cm) && cm_timed(&f.action) && f.fired() == 0 && ready {
-                if now >= f.schedule.at.unwrap_or(0) {
-                    f.mark_fired(now);
-                    if let Some(e) = cm_effect(CmStep::Established, f.action) {
-                        out.push((i, e));
-                    }
+            let timed = f.scope.site == Some(Site::Cm) && cm_timed(&f.action) && f.fired() == 0;
+            if timed && ready && now >= f.schedule.at.unwrap_or(0) {
+                f.mark_fired(now);
+                if let Some(e) = cm_effect(CmStep::Established, f.action) {
+                    out.push((i, e));
                 }
             }
         }

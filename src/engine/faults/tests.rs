@@ -151,7 +151,8 @@ fn a_plan_that_does_not_mean_what_it_says_is_refused_naming_the_item() {
 
 #[test]
 fn cm_faults_take_their_default_steps_and_map_to_the_kernels_events() {
-    let mut plan = parse("reject=28:count=1; cm-error=EHOSTUNREACH; cm-error=ETIMEDOUT:step=connect; lose-rtu").unwrap();
+    let mut plan =
+        parse("reject=28:count=1; cm-error=EHOSTUNREACH; cm-error=ETIMEDOUT:step=connect; lose-rtu").unwrap();
     let steps: Vec<_> = plan.faults.iter().map(|f| f.scope.cm_step).collect();
     use CmStep::*;
     assert_eq!(steps, vec![Some(RequestReceived), Some(ResolveAddr), Some(Connect), Some(Rtu)]);
