@@ -110,3 +110,31 @@ fn device_faults_reach_the_program_as_a_real_devices_events_and_states() {
         assert_contains(&out, &format!("-> {f} at Device"));
     }
 }
+
+/// `urxe run --faults SPEC|@FILE -- PROGRAM` gives the program the plan (URXE_FAULTS); a plan
+/// that does not parse is refused before the program runs, exit 2 naming the item.
+#[test]
+fn urxe_run_faults_hands_the_plan_to_the_program_and_refuses_a_bad_one() {
+    let urxe = env!("CARGO_BIN_EXE_urxe");
+    let run = |plan: &str| {
+        std::process::Command::new(urxe)
+            .args(["run", "--no-view", "--faults", plan, "--", "sh", "-c", "echo \"plan=$URXE_FAULTS\""])
+            .output()
+            .expect("run urxe")
+    };
+    let o = run("seed=5; drop:every=10");
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "plan=seed=5; drop:every=10\n");
+    let file = std::env::temp_dir().join(format!("urxe-faults-plan-{}", std::process::id()));
+    std::fs::write(&file, "seed=5\nrnr-nak:count=3 # a comment\n").unwrap();
+    let o = run(&format!("@{}", file.display()));
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), format!("plan=@{}\n", file.display()));
+    std::fs::write(&file, "drop\nteleport\n").unwrap();
+    let o = run(&format!("@{}", file.display()));
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(o.stdout.is_empty(), "the program must not run: {o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("urxe run: --faults: URXE_FAULTS: item 2 \"teleport\": unknown fault 'teleport'"), "{err}");
+}
