@@ -138,3 +138,35 @@ fn urxe_run_faults_hands_the_plan_to_the_program_and_refuses_a_bad_one() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("urxe run: --faults: URXE_FAULTS: item 2 \"teleport\": unknown fault 'teleport'"), "{err}");
 }
+
+/// rping with a DREQ in the middle of its run (`disconnect:at=1s` on the client): both sides
+/// get RDMA_CM_EVENT_DISCONNECTED ("DISCONNECT EVENT..."), the ping loop stops on the flushed
+/// QP (state ERROR, 10) and both processes end — the path rping takes when its peer
+/// disconnects on the kernel's CMA.
+#[test]
+fn rping_meets_a_dreq_mid_run_on_both_sides_and_ends() {
+    let _g = heavy_lock();
+    ensure_rdmacm();
+    let addr = "127.41.9.1";
+    let rping = |args: &[&str]| {
+        let mut c = urxe_cmd(tool("rping"));
+        c.env("URXE_ADDR", addr).args(args).args(["-a", addr, "-p", "7490", "-C", "1000000"]);
+        c
+    };
+    let start = Instant::now();
+    let mut server = rping(&["-s"]);
+    let srv = std::thread::spawn(move || run_bounded(&mut server, std::time::Duration::from_secs(30)));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut client = rping(&["-c"]);
+    client.env("URXE_FAULTS", "disconnect:at=1s");
+    let c = run_bounded(&mut client, std::time::Duration::from_secs(30)).expect("run rping -c");
+    let s = srv.join().expect("server thread").expect("run rping -s");
+    eprintln!("{s}\n{c}");
+    assert_contains(&c, "urxe: fault injected: disconnect:at=1s -> Disconnect at Cm");
+    assert_contains(&c, "client DISCONNECT EVENT...");
+    assert_contains(&s, "server DISCONNECT EVENT...");
+    assert_contains(&c, "wait for RDMA_WRITE_ADV state 10");
+    assert_contains(&s, "wait for RDMA_READ_ADV state 10");
+    assert!(!c.timed_out && !s.timed_out, "both end by themselves\n{s}\n{c}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}
