@@ -170,3 +170,87 @@ fn rping_meets_a_dreq_mid_run_on_both_sides_and_ends() {
     assert!(!c.timed_out && !s.timed_out, "both end by themselves\n{s}\n{c}");
     assert!(start.elapsed() < std::time::Duration::from_secs(30));
 }
+
+/// The fault lines of a run's stderr without their times ("… (t=123 ns)").
+fn fault_lines(o: &Output) -> Vec<String> {
+    o.stderr
+        .lines()
+        .filter(|l| l.starts_with("urxe: fault injected:"))
+        .map(|l| l.split(" (t=").next().unwrap_or(l).to_string())
+        .collect()
+}
+
+/// Every injected fault is marked in the `URXE_PCAP` capture: a record on the device's
+/// `urxe-faults` interface whose pcapng comment is the fault's trace line, read back with
+/// tshark (`-e frame.comment`); and one seed gives the same faults at the same QP and PSN
+/// sequence positions twice (the plan's decisions are a function of the packets).
+#[test]
+fn injected_faults_are_comments_in_the_capture_and_one_seed_replays_them() {
+    let _g = heavy_lock();
+    let dir = std::env::temp_dir().join(format!("urxe-faults-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Requests only: ibv_rc_pingpong has one SEND outstanding at a time, so the requests a side
+    // sends (a lost one resent once per loss) do not depend on timing; ACKs would (coalescing).
+    let plan = "seed=11; drop:class=req,prob=0.05; dup:class=req,every=40";
+    let run = |n: usize| {
+        let pcap = dir.join(format!("server-{n}.pcapng"));
+        let pp = |server: bool| {
+            let mut c = urxe_cmd(tool("ibv_rc_pingpong"));
+            c.args(["-d", DEV, "-g", "1", "-p", "18934", "-n", "200"]);
+            if server {
+                c.env("URXE_FAULTS", plan).env("URXE_PCAP", &pcap);
+            } else {
+                c.arg(HOST);
+            }
+            c
+        };
+        let (s, c) = run_pair(18934, pp(true), pp(false));
+        assert_contains(&c, "200 iters");
+        (s, pcap)
+    };
+    let (s1, pcap1) = run(1);
+    let lines = fault_lines(&s1);
+    assert!(lines.len() >= 5, "few faults injected: {}\n{s1}", lines.len());
+    let mut tshark = std::process::Command::new("tshark");
+    tshark.arg("-r").arg(&pcap1).args(["-Y", "frame.comment", "-T", "fields", "-e", "frame.comment"]);
+    let t = run_bounded(&mut tshark, std::time::Duration::from_secs(60)).expect("run tshark");
+    assert!(t.success(), "{t}");
+    let comments: Vec<String> = t
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("urxe: fault injected:"))
+        .map(|l| l.split(" (t=").next().unwrap_or(l).to_string())
+        .collect();
+    assert_eq!(comments, lines, "one comment per fault, in order, each its trace line");
+    // The replay: the same faults at the same packets. QPNs and starting PSNs are random per
+    // run (ibv_rc_pingpong draws them), so each line is compared with its PSN as an offset in
+    // its stream (requests one way, ACKs the other: bases far apart), streams numbered in the
+    // order they first appear.
+    let shape = |ls: &[String]| -> Vec<String> {
+        let mut bases: Vec<u32> = Vec::new();
+        ls.iter()
+            .map(|l| {
+                let head = l.split(" qp ").next().unwrap_or(l);
+                let Some(p) = l.split(" psn ").nth(1).and_then(|p| p.parse::<u32>().ok()) else {
+                    return head.to_string();
+                };
+                let near = |b: &u32| {
+                    let d = p.wrapping_sub(*b) & 0xFF_FFFF;
+                    !((1 << 16)..=(1 << 24) - (1 << 16)).contains(&d)
+                };
+                let i = bases.iter().position(near).unwrap_or_else(|| {
+                    bases.push(p);
+                    bases.len() - 1
+                });
+                let off = ((p.wrapping_sub(bases[i]) & 0xFF_FFFF) << 8) as i32 >> 8;
+                format!("{head} stream {i} {off:+}")
+            })
+            .collect()
+    };
+    let (s2, _) = run(2);
+    let (a, b) = (shape(&lines), shape(&fault_lines(&s2)));
+    let same = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    eprintln!("replay: {same} of {} / {} fault lines alike", a.len(), b.len());
+    assert_eq!(a, b, "the same seed, the same faults\n{s1}\n{s2}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
