@@ -114,13 +114,26 @@ fn drops_delays_duplicates_reorders_and_corruption_on_either_side_leave_the_data
     ] {
         let (net, st, rst, intact) = send_with(plan, node, &o, 64 * 1024, true);
         assert_eq!((st, rst, intact), (WcStatus::Success, Some(WcStatus::Success), true), "{plan}");
-        let injected = net.nodes[node].eng.counters().faults_injected;
+        let c = net.nodes[node].eng.counters();
+        let injected = c.faults_injected;
         assert!(injected > 0, "{plan}: nothing injected");
         assert_eq!(
             net.nodes[node].eng.fault_plan().unwrap().faults[0].fired(),
             injected,
             "{plan}: the plan's count and the engine's agree"
         );
+        // `urxe stat` shows it under its kind, and under no other.
+        let kinds = [
+            ("drop", c.faults_drop),
+            ("delay", c.faults_delay),
+            ("dup", c.faults_dup),
+            ("reorder", c.faults_reorder),
+            ("corrupt", c.faults_corrupt),
+        ];
+        for (k, n) in kinds {
+            let want = if plan.starts_with(k) { injected } else { 0 };
+            assert_eq!(n, want, "{plan}: faults_{k}");
+        }
     }
 }
 

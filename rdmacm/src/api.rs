@@ -13,6 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr;
 use urxe::cm::rdma_id::{request_private_data, request_user_room, room, Before};
 use urxe::cm::{reject, sidr_status, ListenQp, State};
+use urxe::engine::faults::CmStep;
 use urxe::wire::cm::rdma_cm_service_id;
 
 // ---- IDs ------------------------------------------------------------------------------------
@@ -294,8 +295,11 @@ pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: So
     st.dst = Some(dst);
     st.src = Some(SocketAddr::new(dev_addr, port));
     let routable = probe.is_ok() && dst.is_ipv4() == dev_addr.is_ipv4() && !dst.ip().is_unspecified();
+    if crate::faults::resolution_fails(&mut lib, k, CmStep::ResolveAddr) {
+        return Ok(());
+    }
     if routable {
-        st.state = IdState::AddrResolved;
+        lib.id(id)?.state = IdState::AddrResolved;
         lib.fill_route(k);
         lib.post(k, 0, event::ADDR_RESOLVED, 0, |_| {});
     } else {
@@ -324,6 +328,9 @@ pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
     lib.id(id)?.state.resolve_route()?;
+    if crate::faults::resolution_fails(&mut lib, k, CmStep::ResolveRoute) {
+        return Ok(());
+    }
     lib.fill_route(k);
     lib.post(k, 0, event::ROUTE_RESOLVED, 0, |_| {});
     Ok(())
@@ -425,7 +432,12 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
         st.agreed.retry_count = p.retry_count.min(7);
         st.agreed.path_mtu = mtu;
         let cp = lib.connect_params(k, &p, qpn, pdata)?;
-        lib.cm()?.connect(t, &cp).map_err(|e| e.errno())?
+        let lose = crate::faults::on_connect()?;
+        let comm = lib.cm()?.connect(t, &cp).map_err(|e| e.errno())?;
+        if lose {
+            crate::faults::lose_req(comm);
+        }
+        comm
     };
     lib.by_comm.insert(comm, k);
     let st = lib.id(id)?;

@@ -435,11 +435,15 @@ impl Lib {
     /// After any CM command or input: send what it queued, deliver its events, re-arm the
     /// timer.
     pub fn flush(&mut self) {
+        self.fault_due();
         loop {
             let Some(cm) = self.cm.as_mut() else { return };
             let mut progressed = false;
             while let Some(out) = cm.poll_transmit() {
                 progressed = true;
+                if Lib::fault_drops(&out.mad) {
+                    continue;
+                }
                 if let Some(d) = &self.dev {
                     let peer = gid_of(out.peer);
                     // SAFETY: both buffers are 16 and 256 bytes as the call requires. A lost
@@ -462,7 +466,13 @@ impl Lib {
 
     fn arm_timer(&mut self) {
         let Some(cm) = self.cm.as_ref() else { return };
-        let at = cm.poll_timeout().unwrap_or(0);
+        // A timed fault's moment wakes the CM thread too (only while it is ahead: one due
+        // earlier acts at the next flush that finds what it needs).
+        let fault_at = Lib::fault_next_at().filter(|&t| t > now());
+        let at = match (cm.poll_timeout(), fault_at) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(0),
+        };
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
             it_value: libc::timespec { tv_sec: (at / 1_000_000_000) as _, tv_nsec: (at % 1_000_000_000) as _ },

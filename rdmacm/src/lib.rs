@@ -27,6 +27,7 @@ pub mod endpoints;
 pub mod entries;
 pub mod events;
 pub mod export;
+pub mod faults;
 pub mod forward;
 pub mod layout;
 pub mod mcast;

@@ -101,6 +101,10 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
             return;
         };
+        if let Some(r) = crate::faults::reject() {
+            let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, r, &[]));
+            return;
+        }
         if self.backlog_full(listen) {
             let _ = self.cm.as_mut().map(|cm| cm.refuse_request(comm_id));
             return;

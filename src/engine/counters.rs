@@ -25,8 +25,23 @@ pub struct Counters {
     pub duplicate_requests: u64,
     /// Packets dropped because the ICRC did not match.
     pub icrc_errors: u64,
-    /// Packet faults a fault plan injected (`URXE_FAULTS`; see engine::faults).
+    /// Faults a fault plan injected (`URXE_FAULTS`; see engine::faults), all kinds; then per
+    /// kind: packets dropped (`drop`, `silent`), duplicated, reordered, delayed, corrupted
+    /// (ICRC or PSN), answered with an RNR NAK or a NAK, verbs failed with an errno,
+    /// completions given an error status, device faults raised (`qp-fatal`, `port-down`, …),
+    /// and packets lost while a `port-down` held the port down.
     pub faults_injected: u64,
+    pub faults_drop: u64,
+    pub faults_dup: u64,
+    pub faults_reorder: u64,
+    pub faults_delay: u64,
+    pub faults_corrupt: u64,
+    pub faults_rnr_nak: u64,
+    pub faults_nak: u64,
+    pub faults_errno: u64,
+    pub faults_wc: u64,
+    pub faults_device: u64,
+    pub faults_port_down_drops: u64,
     /// IPv4 packets whose ICRC could not be verified (IP ID unknown) and were accepted.
     pub icrc_unverified: u64,
     /// Packets dropped because a length was wrong (truncated, bad pad, payload size).

@@ -40,6 +40,8 @@ const FLUSH_AGE: Duration = Duration::from_millis(100);
 /// Smallest `URXE_PCAP_MAX`: the headers and a few packets.
 pub const MIN_MAX: u64 = 4096;
 const LINKTYPE_RAW: u16 = 101;
+/// Fault notes: private use (DLT_USER0), the note's text as data.
+const LINKTYPE_USER0: u16 = 147;
 
 const BT_SHB: u32 = 0x0A0D_0D0A;
 const BT_IDB: u32 = 1;
@@ -57,6 +59,8 @@ pub struct Tap {
     tx_if: u32,
     rx_if: u32,
     ttl: u8,
+    /// The interface of this device's fault notes ([`Tap::note`]), added at the first one.
+    notes_if: std::sync::OnceLock<u32>,
 }
 
 /// One capture file, shared by every device of the process that names the same path.
@@ -173,7 +177,7 @@ impl Tap {
             w.flush();
             (tx, rx)
         };
-        Ok(Tap { file, tx_if, rx_if, ttl: default_ttl() })
+        Ok(Tap { file, tx_if, rx_if, ttl: default_ttl(), notes_if: std::sync::OnceLock::new() })
     }
 
     /// Records packets the device has just sent from `src` to `dst` with IP TOS / traffic
@@ -192,6 +196,22 @@ impl Tap {
     pub fn received(&self, src: SocketAddr, dst: SocketAddr, tos: u8, packet: &[u8]) {
         let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
         w.packet(self.rx_if, now_ns(), FLAG_INBOUND, src, dst, (self.ttl, tos, 0), false, packet);
+        w.maybe_flush();
+    }
+
+    /// Records a fault the plan injected (`URXE_FAULTS`): one record on this device's
+    /// `urxe-faults` interface (link type USER0, added with the first note), whose data and
+    /// pcapng comment (`frame.comment` in tshark) are `text`, e.g. `urxe: fault injected:
+    /// drop:every=3 -> Drop at Tx qp 0x11 psn 7 (t=… ns)`. Among the packets in time order: a
+    /// dropped packet is missing from the capture and its note names its QP and PSN; a
+    /// duplicated, corrupted or delayed one appears as sent, with the note beside it. `urxe
+    /// check` counts notes as frames of another link type.
+    pub fn note(&self, text: &str) {
+        let mut w = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let iface = *self
+            .notes_if
+            .get_or_init(|| w.interface_of(LINKTYPE_USER0, &format!("urxe-faults of interface {}", self.tx_if)));
+        w.note(iface, now_ns(), text.as_bytes());
         w.maybe_flush();
     }
 
@@ -344,8 +364,12 @@ impl Writer {
     }
 
     fn interface(&mut self, name: &str) -> u32 {
+        self.interface_of(LINKTYPE_RAW, name)
+    }
+
+    fn interface_of(&mut self, linktype: u16, name: &str) -> u32 {
         let n = self.block(BT_IDB, |w| {
-            w.buf.extend_from_slice(&LINKTYPE_RAW.to_le_bytes());
+            w.buf.extend_from_slice(&linktype.to_le_bytes());
             w.buf.extend_from_slice(&0u16.to_le_bytes());
             w.buf.extend_from_slice(&0u32.to_le_bytes()); // snaplen: none
             w.put_option(OPT_IF_NAME, name.as_bytes());
@@ -355,6 +379,30 @@ impl Writer {
         self.size += n as u64;
         self.interfaces += 1;
         self.interfaces - 1
+    }
+
+    /// One Enhanced Packet Block of `text` on `iface`, with `text` as its comment too.
+    fn note(&mut self, iface: u32, ts: u64, text: &[u8]) {
+        let text = &text[..text.len().min(4096)];
+        let block_len = 28 + 2 * (text.len() + pad4(text.len())) + 4 + 4 + 4;
+        if self.failed || self.size + block_len as u64 > self.max {
+            self.dropped += 1;
+            return;
+        }
+        let n = self.block(BT_EPB, |w| {
+            let b = &mut w.buf;
+            b.extend_from_slice(&iface.to_le_bytes());
+            b.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+            b.extend_from_slice(&(ts as u32).to_le_bytes());
+            b.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            b.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            b.extend_from_slice(text);
+            b.extend(std::iter::repeat_n(0u8, pad4(text.len())));
+            w.put_option(OPT_COMMENT, text);
+            w.put_option(0, &[]);
+        });
+        self.size += n as u64;
+        self.oldest.get_or_insert_with(Instant::now);
     }
 
     /// One Enhanced Packet Block: IP header, UDP header, `payload`.
@@ -485,6 +533,26 @@ mod tests {
     // The tests that write a capture and read it back with `urxe check` are in
     // cli/tests/observe_tap.rs: the verifier is the cli crate's.
     use super::*;
+
+    #[test]
+    fn fault_notes_are_records_of_their_own_interface_that_check_passes_over() {
+        let (path, a, b, p) = one_flow("notes.pcapng");
+        {
+            let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
+            t.sent(a, b, 0, std::iter::once((0, &p[..])));
+            t.note("urxe: fault injected: drop -> Drop at Tx qp 0x11 psn 5 (t=1 ns)");
+            t.note("second");
+        }
+        let mut c = Capture::open(&path).unwrap();
+        let frames: Vec<_> = std::iter::from_fn(|| c.next_frame()).map(Result::unwrap).collect();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0].link, DataLink::RAW);
+        assert_eq!(frames[1].link, DataLink::USER0);
+        assert_eq!(frames[1].data, b"urxe: fault injected: drop -> Drop at Tx qp 0x11 psn 5 (t=1 ns)");
+        assert_eq!((frames[2].link, &frames[2].data[..]), (DataLink::USER0, &b"second"[..]));
+        let t = check_file(&path, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
+        assert!(t.passed() && t.rocev2 == 1, "{}", t.line());
+    }
 
     #[test]
     fn sizes_parse_with_suffixes_and_reject_junk() {

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use crate::engine::faults::{parse, FaultPlan, Injected};
 
 /// The plan `URXE_FAULTS` names, if any.
-pub(super) fn fault_setting() -> io::Result<Option<FaultPlan>> {
+pub fn fault_setting() -> io::Result<Option<FaultPlan>> {
     let Some(v) = std::env::var_os("URXE_FAULTS") else { return Ok(None) };
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("URXE_FAULTS: {why}"));
     let v = v.into_string().map_err(|_| bad("not UTF-8".into()))?;

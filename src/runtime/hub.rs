@@ -63,6 +63,9 @@ impl Core {
         while let Some(i) = self.engine.poll_injected() {
             let name = self.engine.fault_plan().and_then(|p| p.faults.get(i.fault)).map_or("", |f| f.name.as_str());
             super::faultplan::log(&i, name);
+            if let Some(t) = self.io.tap() {
+                t.note(&super::faultplan::trace_line(&i, name));
+            }
         }
     }
 

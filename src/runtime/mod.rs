@@ -28,3 +28,4 @@ mod pacing;
 mod progress;
 
 pub use device::{Device, EventSink, PostSend};
+pub use faultplan::fault_setting;

@@ -94,6 +94,11 @@ pub(crate) struct Io {
 }
 
 impl Io {
+    /// The `URXE_PCAP` tap, if one is open (fault notes go there).
+    pub(crate) fn tap(&self) -> Option<&crate::observe::tap::Tap> {
+        self.tap.as_ref()
+    }
+
     pub(crate) fn new(rx: RoceSocket, gso: GsoScope, tap: Option<crate::observe::tap::Tap>) -> Io {
         let local = rx.local_addr().ip();
         Io {

@@ -203,6 +203,13 @@ fn cmd_run(a: cli::RunArgs) -> ExitCode {
     if let Some(path) = &a.pcap {
         std::env::set_var("URXE_PCAP", path);
     }
+    if let Some(plan) = &a.faults {
+        std::env::set_var("URXE_FAULTS", plan);
+        if let Err(e) = urxe::runtime::fault_setting() {
+            eprintln!("urxe run: --faults: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let (view, addr) = (!a.no_view, a.dev.addr);
     let Some((prog, pargs)) = a.command.split_first() else {
         eprintln!("urxe run: no program given (urxe run [--addr A] -- PROGRAM ARGS...)");

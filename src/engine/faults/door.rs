@@ -3,7 +3,7 @@
 //! comes here.
 
 use super::inject::Injected;
-use super::inject::{HeldRx, Injector, RxVerdict};
+use super::inject::{tally, HeldRx, Injector, RxVerdict};
 use super::plan::{Action, FaultPlan, Site};
 use crate::engine::comp::enter_error;
 use crate::engine::qp::Qp;
@@ -43,13 +43,14 @@ impl<M: HostMemory> Engine<M> {
         self.release_held_rx(now);
         if self.sh.faults.as_ref().is_some_and(|f| f.port_down(now)) {
             self.sh.counters.faults_injected += 1;
+            self.sh.counters.faults_port_down_drops += 1;
             return;
         }
         let answerable = self.answerable(d.payload);
         let Some(f) = self.sh.faults.as_mut() else { return };
         let verdict = f.on_rx(now, d, answerable);
-        if !matches!(verdict, RxVerdict::Pass) {
-            self.sh.counters.faults_injected += 1;
+        if let Some(a) = f.last.take() {
+            tally(&mut self.sh.counters, &a);
         }
         match verdict {
             RxVerdict::Pass => self.receive(now, d),
@@ -86,7 +87,7 @@ impl<M: HostMemory> Engine<M> {
         let due = f.plan.due_device(now);
         for (fault, action, qpn) in due {
             f.push_log(Injected { at: now, fault, action, site: Site::Device, qpn, psn: None });
-            self.sh.counters.faults_injected += 1;
+            tally(&mut self.sh.counters, &action);
             match action {
                 Action::QpFatal | Action::DeviceFatal => {
                     if action == Action::DeviceFatal {
@@ -214,9 +215,9 @@ impl<M: HostMemory> Engine<M> {
             let f = self.sh.faults.as_mut()?;
             if f.port_down(now) {
                 self.sh.counters.faults_injected += 1;
+                self.sh.counters.faults_port_down_drops += 1;
                 continue;
             }
-            let before = f.log.len();
             let rehash = |b: &mut [u8]| {
                 if let (Some(ip), Some(n)) = (ip, b.len().checked_sub(4)) {
                     let c = crate::wire::icrc::icrc(&ip, t.src_port, ROCEV2_PORT, &b[..n]);
@@ -224,8 +225,8 @@ impl<M: HostMemory> Engine<M> {
                 }
             };
             let out = f.on_tx(now, t, buf, rehash);
-            if f.log.len() != before {
-                self.sh.counters.faults_injected += 1;
+            if let Some(a) = f.last.take() {
+                tally(&mut self.sh.counters, &a);
             }
             if out.is_some() {
                 return out;

@@ -61,6 +61,8 @@ pub(crate) struct Injector {
     tx_reorder: Option<HeldTx>,
     /// The port is down (`port-down`) until then: nothing is sent or received.
     pub port_down_until: Option<Nanos>,
+    /// The action of the packet fault injected last, until the door counts it.
+    pub last: Option<Action>,
 }
 
 /// At most this many injected faults wait in the log for the driver; older ones are dropped
@@ -82,6 +84,28 @@ fn bth_point(site: Site, payload: &[u8], peer: IpAddr) -> (Point, Option<u32>) {
     (Point { site: Some(site), qpn, opcode, response, peer: Some(peer), ..Point::default() }, psn)
 }
 
+/// Counts an injected fault: in all, and by its kind.
+pub(crate) fn tally(c: &mut Counters, a: &Action) {
+    c.faults_injected += 1;
+    let kind = match a {
+        Action::Drop => &mut c.faults_drop,
+        Action::Duplicate => &mut c.faults_dup,
+        Action::Reorder => &mut c.faults_reorder,
+        Action::Delay(_) => &mut c.faults_delay,
+        Action::CorruptIcrc | Action::CorruptPsn(_) => &mut c.faults_corrupt,
+        Action::RnrNak => &mut c.faults_rnr_nak,
+        Action::Nak(_) => &mut c.faults_nak,
+        Action::Errno(_) => &mut c.faults_errno,
+        Action::WcStatus(_) => &mut c.faults_wc,
+        Action::CqOverrun | Action::QpFatal | Action::PortDown(_) | Action::DeviceFatal | Action::SrqLimit => {
+            &mut c.faults_device
+        }
+        // rdma_cm faults are librdmacm's, counted there.
+        _ => return,
+    };
+    *kind += 1;
+}
+
 /// Moves the 24-bit PSN of a packet (BTH bytes 9..12) by `by`.
 pub(crate) fn move_psn(bytes: &mut [u8], by: u32) {
     if bytes.len() >= 12 {
@@ -100,10 +124,12 @@ impl Injector {
             tx_held: VecDeque::new(),
             tx_reorder: None,
             port_down_until: None,
+            last: None,
         }
     }
 
     fn record(&mut self, at: Nanos, d: Decision, site: Site, p: &Point, psn: Option<u32>) {
+        self.last = Some(d.action);
         self.push_log(Injected { at, fault: d.fault, action: d.action, site, qpn: p.qpn, psn });
     }
 
@@ -121,7 +147,7 @@ impl Injector {
         }
         let d = self.plan.decide(now, &Point { site: Some(site), qpn, ..Point::default() })?;
         self.push_log(Injected { at: now, fault: d.fault, action: d.action, site, qpn, psn: None });
-        c.faults_injected += 1;
+        tally(c, &d.action);
         Some(d.action)
     }
 

@@ -15,11 +15,13 @@
 //! verbs, device and CM faults; it uses the wire layer's opcode table for opcode names.
 #![forbid(unsafe_code)]
 
+mod cm;
 mod door;
 mod inject;
 mod plan;
 mod spec;
 
+pub use cm::{cm_effect, CmEffect};
 pub use inject::Injected;
 pub(crate) use inject::Injector;
 pub use plan::*;

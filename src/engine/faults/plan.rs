@@ -167,6 +167,12 @@ impl Fault {
     pub fn fired(&self) -> u64 {
         self.fired
     }
+
+    /// Counts a firing of a fault that fires once at its time (device and timed CM faults).
+    pub(super) fn mark_fired(&mut self, now: Nanos) {
+        self.fired += 1;
+        self.first.get_or_insert(now);
+    }
 }
 
 /// A parsed plan: its faults in the order written, and the generator for `prob=`.

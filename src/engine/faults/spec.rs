@@ -27,6 +27,7 @@
 //! `errno=ENOMEM:site=post-send,after=100,count=1`, `port-down=2s:at=500ms`,
 //! `reject=28:step=request`.
 
+use super::cm::{cm_steps, cm_timed};
 use super::plan::{Action, CmStep, Fault, FaultPlan, Nanos, Schedule, Scope, Site};
 use crate::wire::opcode::Opcode;
 use std::fmt;
@@ -144,6 +145,9 @@ fn fault(item: &str) -> Result<Fault, String> {
     if (scope.cm_id.is_some() || scope.cm_step.is_some()) && site != Site::Cm {
         return Err("cm-id and step scope rdma_cm faults (site cm)".into());
     }
+    if site == Site::Cm {
+        cm_scope(name, &action, &mut scope, &sched)?;
+    }
     Ok(Fault::new(item, action, scope, sched))
 }
 
@@ -193,6 +197,28 @@ fn action(name: &str, arg: Option<&str>) -> Result<(Action, Option<Site>), Strin
         "device-removal" => none(Action::DeviceRemoval, cm),
         _ => Err(format!("unknown fault '{name}'")),
     }
+}
+
+/// An rdma_cm fault's step (its default when none is given) and schedule: a step it acts at;
+/// `disconnect` and `device-removal` happen once at `at=`, as device faults.
+fn cm_scope(name: &str, action: &Action, scope: &mut Scope, sched: &Schedule) -> Result<(), String> {
+    if scope.cm_id.is_some() {
+        return Err("cm-id is not carried out yet: scope an rdma_cm fault by step".into());
+    }
+    let (default, steps) = cm_steps(action);
+    let step = *scope.cm_step.get_or_insert(default);
+    if !steps.contains(&step) {
+        return Err(format!("'{name}' cannot act at step {step:?}"));
+    }
+    let once = sched.after != 0
+        || sched.every.is_some()
+        || sched.prob.is_some()
+        || sched.duration.is_some()
+        || sched.count.is_some();
+    if cm_timed(action) && once {
+        return Err(format!("'{name}' happens once, at at= (at once without it): no after, every, prob, for or count"));
+    }
+    Ok(())
 }
 
 fn fits(a: &Action, s: Site) -> bool {

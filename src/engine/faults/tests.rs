@@ -148,3 +148,45 @@ fn a_plan_that_does_not_mean_what_it_says_is_refused_naming_the_item() {
         assert!(e.to_string().contains(why), "{text}: {e}");
     }
 }
+
+#[test]
+fn cm_faults_take_their_default_steps_and_map_to_the_kernels_events() {
+    let mut plan =
+        parse("reject=28:count=1; cm-error=EHOSTUNREACH; cm-error=ETIMEDOUT:step=connect; lose-rtu").unwrap();
+    let steps: Vec<_> = plan.faults.iter().map(|f| f.scope.cm_step).collect();
+    use CmStep::*;
+    assert_eq!(steps, vec![Some(RequestReceived), Some(ResolveAddr), Some(Connect), Some(Rtu)]);
+    assert_eq!(plan.decide_cm(0, RequestReceived), Some((0, CmEffect::Reject(28))));
+    // count=1: the second REQ is let through.
+    assert_eq!(plan.decide_cm(1, RequestReceived), None);
+    assert_eq!(plan.decide_cm(2, ResolveAddr), Some((1, CmEffect::AddrError(-libc::EHOSTUNREACH))));
+    assert_eq!(plan.decide_cm(3, ResolveRoute), None);
+    assert_eq!(plan.decide_cm(4, Connect), Some((2, CmEffect::LoseReq)));
+    assert_eq!(plan.decide_cm(5, Rtu), Some((3, CmEffect::LoseRtu)));
+    let mut plan = parse("cm-error=ENETUNREACH:step=resolve-route; cm-error=ENOMEM:step=connect").unwrap();
+    assert_eq!(plan.decide_cm(0, ResolveRoute), Some((0, CmEffect::RouteError(-libc::ENETUNREACH))));
+    assert_eq!(plan.decide_cm(0, Connect), Some((1, CmEffect::ConnectFails(libc::ENOMEM))));
+    assert_eq!(parse("drop").unwrap().decide_cm(0, Connect), None);
+}
+
+#[test]
+fn disconnect_and_device_removal_happen_once_at_their_time() {
+    let mut plan = parse("disconnect:at=1ms; device-removal:at=5ms").unwrap();
+    assert_eq!(plan.next_cm_at(), Some(1_000_000));
+    assert!(plan.due_cm(500_000, true).is_empty());
+    // Due, but nothing is connected: the disconnect waits for a connection.
+    assert!(plan.due_cm(2_000_000, false).is_empty());
+    assert_eq!(plan.due_cm(3_000_000, true), vec![(0, CmEffect::Disconnect)]);
+    assert!(plan.due_cm(4_000_000, true).is_empty());
+    assert_eq!(plan.due_cm(5_000_000, false), vec![(1, CmEffect::DeviceRemoval)]);
+    assert_eq!(plan.next_cm_at(), None);
+    for (text, why) in [
+        ("reject=28:step=rtu", "cannot act at step Rtu"),
+        ("cm-error=ETIMEDOUT:step=request", "cannot act at step RequestReceived"),
+        ("disconnect:count=2", "happens once"),
+        ("reject=28:cm-id=3", "cm-id is not carried out yet"),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert!(e.to_string().contains(why), "{text}: {e}");
+    }
+}

@@ -254,6 +254,10 @@ pub struct RunArgs {
     /// Do not build the private view of /dev/infiniband and /sys/class/infiniband.
     #[arg(long)]
     pub no_view: bool,
+    /// Run the program under a fault plan: the plan itself or @FILE (sets URXE_FAULTS; see
+    /// docs/faults.md). A plan that does not parse is refused here, before the program runs.
+    #[arg(long, value_name = "SPEC|@FILE", value_parser = non_empty)]
+    pub faults: Option<String>,
     /// The program and its arguments (all passed on as given).
     #[arg(required = true, value_name = "PROGRAM", trailing_var_arg = true, allow_hyphen_values = true)]
     pub command: Vec<OsString>,
