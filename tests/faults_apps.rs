@@ -9,6 +9,7 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::time::Instant;
@@ -115,7 +116,7 @@ fn device_faults_reach_the_program_as_a_real_devices_events_and_states() {
 /// that does not parse is refused before the program runs, exit 2 naming the item.
 #[test]
 fn urxe_run_faults_hands_the_plan_to_the_program_and_refuses_a_bad_one() {
-    let urxe = env!("CARGO_BIN_EXE_urxe");
+    let urxe = urxe_bin::urxe();
     let run = |plan: &str| {
         std::process::Command::new(urxe)
             .args(["run", "--no-view", "--faults", plan, "--", "sh", "-c", "echo \"plan=$URXE_FAULTS\""])

@@ -535,26 +535,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fault_notes_are_records_of_their_own_interface_that_check_passes_over() {
-        let (path, a, b, p) = one_flow("notes.pcapng");
-        {
-            let t = Tap::open(path.clone(), u64::MAX, a.ip()).unwrap();
-            t.sent(a, b, 0, std::iter::once((0, &p[..])));
-            t.note("urxe: fault injected: drop -> Drop at Tx qp 0x11 psn 5 (t=1 ns)");
-            t.note("second");
-        }
-        let mut c = Capture::open(&path).unwrap();
-        let frames: Vec<_> = std::iter::from_fn(|| c.next_frame()).map(Result::unwrap).collect();
-        assert_eq!(frames.len(), 3);
-        assert_eq!(frames[0].link, DataLink::RAW);
-        assert_eq!(frames[1].link, DataLink::USER0);
-        assert_eq!(frames[1].data, b"urxe: fault injected: drop -> Drop at Tx qp 0x11 psn 5 (t=1 ns)");
-        assert_eq!((frames[2].link, &frames[2].data[..]), (DataLink::USER0, &b"second"[..]));
-        let t = check_file(&path, Options { format: Format::Quiet, ..Default::default() }, &mut Vec::new()).unwrap();
-        assert!(t.passed() && t.rocev2 == 1, "{}", t.line());
-    }
-
-    #[test]
     fn sizes_parse_with_suffixes_and_reject_junk() {
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("64K"), Some(64 << 10));
