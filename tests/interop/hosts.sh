@@ -16,43 +16,18 @@
 #      HX_LIMIT (60 s per tool run)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export IX_NS=${IX_NS:-urxe-ix}
-export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
-BASE_CACHE=${IX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe-interop}
-URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
-URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
-OUT=$REPO/target/interop/hosts-$(date -u +%Y%m%dT%H%M%SZ)
-ONLY=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    -o) OUT=${2:?-o needs a directory}; shift 2 ;;
-    -s) ONLY=${2:?-s needs case names}; shift 2 ;;
-    *) echo "usage: hosts.sh [-o OUTDIR] [-s CASE,CASE]" >&2; exit 2 ;;
-  esac
-done
-VM_IP=10.77.0.2 HOST_IP=10.77.0.1 HOST6=fd00:77::1 VM6=fd00:77::2 LIMIT=${HX_LIMIT:-60}
-die() { printf 'hosts: ERROR: %s\n' "$*" >&2; exit 2; }
-say() { printf 'hosts: %s\n' "$*" >&2; }
-[ "$(id -u)" = 0 ] || die "must run as root"
-[ -f "$URXE_LIB_DIR/librdmacm.so.1" ] || die "no $URXE_LIB_DIR/librdmacm.so.1 (provider/build.sh)"
-[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
-[ -f "$BASE_CACHE/initrd.gz" ] || die "no VM image in $BASE_CACHE: run tests/interop/setup.sh"
-mkdir -p "$OUT/logs" "$OUT/pcaps"
+LAB_NAME=hosts LAB_CASES=1
+# shellcheck source=lib/common.sh
+. "$HERE/lib/common.sh"
+lab_args "$@"
+HOST6=fd00:77::1 VM6=fd00:77::2 LIMIT=${HX_LIMIT:-60}
+lab_require librdmacm.so.1 image
 
 # shellcheck source=lib/cm_image.sh
 . "$HERE/lib/cm_image.sh"
 cm_image
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  "$HERE/lab.sh" down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-"$HERE/lab.sh" down >/dev/null 2>&1 || true
-"$HERE/lab.sh" up >/dev/null
+lab_up
 # lab.sh turns IPv6 off in its netns; on for lo (local delivery) and br0 (the bridge ports stay without).
 ip netns exec "$IX_NS" sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 net.ipv6.conf.br0.disable_ipv6=0
 ip -n "$IX_NS" addr add "$HOST6/64" dev br0 nodad
