@@ -7,9 +7,13 @@
 #   ib_send_lat 2 B         beside the busy-poll UDP ping-pong (bench/ceiling pp-server/pp-client,
 #                           20-byte datagrams), typical one-way (half round trip) latency,
 #                           ratio = urxe / ping-pong (bar at MTU 9000: <= 1.5)
+#   MPI ping-pong 1 MiB     tests/mpi/mpi_check --pp 1048576, one rank per namespace: Open MPI
+#                           over UCX over urxe (UCX_TLS=rc_verbs,ud_verbs,self) beside Open MPI's
+#                           TCP transport (--mca pml ob1 --mca btl tcp,self), same link, same
+#                           run; ratio = urxe / TCP (bar >= 1.0)
 #   bash bench/hosts.sh                      # all of it
 #   FAMILIES=6 MTUS=1500 TESTS=write bash bench/hosts.sh
-# TESTS: any of write send lat (default all). Prints one line per figure. Needs root
+# TESTS: any of write send lat mpi (default all; mpi needs openmpi-bin, libopenmpi-dev, ucx). Prints one line per figure. Needs root
 # (namespaces), perftest, iperf3 (scripts/deps.sh). Namespaces uxh-a/uxh-b, removed at exit.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +23,8 @@ BENCH=$ROOT/bench
 LIB=${URXE_LIB:-$ROOT/target/urxe/lib}
 MTUS=${MTUS:-"1500 9000"}
 FAMILIES=${FAMILIES:-${FAMILY:-"4 6"}}
-TESTS=${TESTS:-"write send lat"}
+TESTS=${TESTS:-"write send lat mpi"}
+MPI_N=${MPI_N:-200}
 SECS=${SECS:-5}
 LAT_N=${LAT_N:-20000}
 [ -e "$LIB/libibverbs.so.1" ] || { echo "hosts.sh: no $LIB/libibverbs.so.1 (bash provider/build.sh --release)" >&2; exit 2; }
@@ -40,6 +45,33 @@ ip -n $A addr add 10.78.0.1/24 dev uxh0; ip -n $B addr add 10.78.0.2/24 dev uxh1
 ip -n $A addr add fd00:77::1/64 dev uxh0 nodad; ip -n $B addr add fd00:77::2/64 dev uxh1 nodad
 OOB=10.78.0.1
 mkdir -p /tmp/uxh-rt/a /tmp/uxh-rt/b
+if [[ " $TESTS " == *" mpi "* ]]; then
+  mpicc -O2 -o /tmp/uxh-rt/mpi_check "$ROOT/tests/mpi/mpi_check.c"
+  # mpirun's rsh launcher calls `AGENT HOST COMMAND...`, HOST a namespace here: the daemon runs
+  # in it under `urxe run` (UCX's /dev/infiniband), with that namespace's RoCE address and
+  # its own TMPDIR (the namespaces share /tmp and a host name).
+  cat >/tmp/uxh-rt/agent <<AGENT
+#!/bin/sh
+host=\$1; shift
+export TMPDIR=/tmp/uxh-rt/tmp-\$host URXE_RUNTIME_DIR=/tmp/uxh-rt/tmp-\$host XDG_RUNTIME_DIR=/tmp/uxh-rt/tmp-\$host
+mkdir -p "\$TMPDIR"
+case \$host in $A) export URXE_ADDR=\$UXH_ADDR_A ;; *) export URXE_ADDR=\$UXH_ADDR_B ;; esac
+exec ip netns exec "\$host" $ROOT/target/release/urxe run --lib $LIB -- /bin/sh -c "\$*"
+AGENT
+  chmod +x /tmp/uxh-rt/agent
+  printf '%s slots=1\n%s slots=1\n' $A $B >/tmp/uxh-rt/hostfile
+fi
+# mpi LABEL MCA...: the 1 MiB ping-pong between the namespaces; prints its MB/s
+mpi() {
+  local label=$1; shift
+  mkdir -p /tmp/uxh-rt/tmp-mpirun
+  ip netns exec $A env TMPDIR=/tmp/uxh-rt/tmp-mpirun UXH_ADDR_A="$AA" UXH_ADDR_B="$AB" \
+    UCX_TLS=rc_verbs,ud_verbs,self timeout -k 5 120 mpirun --allow-run-as-root -np 2 \
+    --hostfile /tmp/uxh-rt/hostfile --map-by node --mca plm_rsh_agent /tmp/uxh-rt/agent \
+    --mca oob_tcp_if_include 10.78.0.0/24 -x PATH -x UCX_TLS -x UXH_ADDR_A -x UXH_ADDR_B "$@" \
+    /tmp/uxh-rt/mpi_check "$MPI_N" --pp 1048576 >"/tmp/uxh-mpi-$label.txt" 2>&1 || true
+  sed -n 's/.*x [0-9]*: \([0-9.]*\) MB\/s.*verified.*/\1/p' "/tmp/uxh-mpi-$label.txt" | tail -1
+}
 urxe() { # NS ADDR RT CMD...
   local ns=$1 addr=$2 rt=$3; shift 3
   ip netns exec "$ns" env LD_LIBRARY_PATH="$LIB" URXE_ADDR="$addr" URXE_RUNTIME_DIR="$rt" XDG_RUNTIME_DIR="$rt" "$@"
@@ -81,6 +113,11 @@ for fam in $FAMILIES; do
       perf ib_send_lat -d urxe0 -x 1 -F -s 2 -n "$LAT_N"
       lat=$(col 2 5)
       echo "IPv$fam MTU $mtu: ib_send_lat 2 B typical $lat us; busy-poll UDP ping-pong $pp us (one way); ratio $(ratio "$lat" "$pp") x"
+    fi
+    if [[ " $TESTS " == *" mpi "* ]]; then
+      tcpmb=$(mpi tcp-$fam-$mtu --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24)
+      ucxmb=$(mpi ucx-$fam-$mtu --mca pml ucx --mca btl self)
+      echo "IPv$fam MTU $mtu: MPI ping-pong 1 MiB over UCX/urxe ${ucxmb:-0} MB/s; Open MPI TCP ${tcpmb:-0} MB/s; ratio $(ratio "${ucxmb:-0}" "${tcpmb:-0}") x"
     fi
   done
 done
