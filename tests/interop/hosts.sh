@@ -55,7 +55,7 @@ CASES=(
   "v6_write_bw_64k|hs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|pass"
   "v6_write_bw_64k|vs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|gso6"
   "v6_burst|vs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 131072 -n 1 -c|noresend"
-  "ce_cnp|hs|1500|1500|4|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 300|cnp"
+  "ce_cnp|hs|1500|1500|4|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|cnp"
   "mtu_vm9000_urxe1500|hs|9000|1500|4|rping -S 16384 -C 10 -v -V|rej26"
   "mtu_vm1500_urxe9000|hs|1500|9000|4|rping -S 16384 -C 10 -v -V|pass"
   "mtu_urxe1500_vm9000|vs|9000|1500|4|rping -S 16384 -C 10 -v -V|pass"
