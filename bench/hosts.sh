@@ -13,7 +13,8 @@
 #                           run; ratio = urxe / TCP (bar >= 1.0)
 #   bash bench/hosts.sh                      # all of it
 #   FAMILIES=6 MTUS=1500 TESTS=write bash bench/hosts.sh
-# TESTS: any of write send lat mpi (default all; mpi needs openmpi-bin, libopenmpi-dev, ucx). Prints one line per figure. Needs root
+# TESTS: any of write send lat mpi (default all; mpi needs openmpi-bin, libopenmpi-dev, ucx).
+# MPI_N round trips (200), MPI_SIZE bytes (1048576), MPI_TCP_MCA extra --mca words for the TCP run. Prints one line per figure. Needs root
 # (namespaces), perftest, iperf3 (scripts/deps.sh). Namespaces uxh-a/uxh-b, removed at exit.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +57,8 @@ host=\$1; shift
 export TMPDIR=/tmp/uxh-rt/tmp-\$host URXE_RUNTIME_DIR=/tmp/uxh-rt/tmp-\$host XDG_RUNTIME_DIR=/tmp/uxh-rt/tmp-\$host
 mkdir -p "\$TMPDIR"
 case \$host in $A) export URXE_ADDR=\$UXH_ADDR_A ;; *) export URXE_ADDR=\$UXH_ADDR_B ;; esac
+# the TCP run's daemons (UXH_PLAIN=1) without urxe: UCX would open urxe0 in every rank
+[ "\$UXH_PLAIN" = 1 ] && exec ip netns exec "\$host" /bin/sh -c "\$*"
 exec ip netns exec "\$host" $ROOT/target/release/urxe run --lib $LIB -- /bin/sh -c "\$*"
 AGENT
   chmod +x /tmp/uxh-rt/agent
@@ -65,11 +68,11 @@ fi
 mpi() {
   local label=$1; shift
   mkdir -p /tmp/uxh-rt/tmp-mpirun
-  ip netns exec $A env TMPDIR=/tmp/uxh-rt/tmp-mpirun UXH_ADDR_A="$AA" UXH_ADDR_B="$AB" \
+  ip netns exec $A env TMPDIR=/tmp/uxh-rt/tmp-mpirun UXH_ADDR_A="$AA" UXH_ADDR_B="$AB" UXH_PLAIN="${UXH_PLAIN:-0}" \
     UCX_TLS=rc_verbs,ud_verbs,self timeout -k 5 120 mpirun --allow-run-as-root -np 2 \
     --hostfile /tmp/uxh-rt/hostfile --map-by node --mca plm_rsh_agent /tmp/uxh-rt/agent \
     --mca oob_tcp_if_include 10.78.0.0/24 -x PATH -x UCX_TLS -x UXH_ADDR_A -x UXH_ADDR_B "$@" \
-    /tmp/uxh-rt/mpi_check "$MPI_N" --pp 1048576 >"/tmp/uxh-mpi-$label.txt" 2>&1 || true
+    /tmp/uxh-rt/mpi_check "$MPI_N" --pp "${MPI_SIZE:-1048576}" >"/tmp/uxh-mpi-$label.txt" 2>&1 || true
   sed -n 's/.*x [0-9]*: \([0-9.]*\) MB\/s.*verified.*/\1/p' "/tmp/uxh-mpi-$label.txt" | tail -1
 }
 urxe() { # NS ADDR RT CMD...
@@ -115,7 +118,8 @@ for fam in $FAMILIES; do
       echo "IPv$fam MTU $mtu: ib_send_lat 2 B typical $lat us; busy-poll UDP ping-pong $pp us (one way); ratio $(ratio "$lat" "$pp") x"
     fi
     if [[ " $TESTS " == *" mpi "* ]]; then
-      tcpmb=$(mpi tcp-$fam-$mtu --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24)
+      # shellcheck disable=SC2086 # MPI_TCP_MCA: extra --mca words for the TCP run
+      tcpmb=$(UXH_PLAIN=1 mpi tcp-$fam-$mtu --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 ${MPI_TCP_MCA:-})
       ucxmb=$(mpi ucx-$fam-$mtu --mca pml ucx --mca btl self)
       echo "IPv$fam MTU $mtu: MPI ping-pong 1 MiB over UCX/urxe ${ucxmb:-0} MB/s; Open MPI TCP ${tcpmb:-0} MB/s; ratio $(ratio "${ucxmb:-0}" "${tcpmb:-0}") x"
     fi
