@@ -46,9 +46,11 @@ while [ -z \"\$G\" ] && [ \$n -lt 100 ]; do for i in 0 1 2 3 4 5 6 7 8 9; do \
 # packets left in GSO trains: an IPv6 train carries the UDP checksum, a lone datagram 0 |
 # cnp: every RoCE packet from the VM is marked CE on urxe's input (nft `ip ecn set ce`); urxe
 # must send CNPs (np_cnp_sent > 0 in `urxe stat`), to each QP at most one per
-# min_time_between_cnps (CNP_GAP_US, set for urxe; the capture's smallest gap >= 80 % of it,
-# capture timestamps being taken on the way out), kernel rxe ignores them and the transfer
-# completes)
+# min_time_between_cnps (CNP_GAP_US, set for urxe): at most 5 % of the capture's gaps between
+# CNPs to one QP under 80 % of it (the capture stamps a CNP when it leaves, so one delayed on
+# its way out shortens the gap after it; without the limit, a CNP per marked packet, most gaps
+# would be the data's, 61 % of them under 40 µs in the first run); kernel rxe ignores the CNPs
+# and the transfer completes)
 CASES=(
   "v6_rc_pingpong|hs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 4096 -n 20 -c|pass"
   "v6_rc_pingpong|vs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 4096 -n 20 -c|pass"
@@ -154,18 +156,20 @@ NFT
         if [ "$trained" -gt 0 ]; then result="pass ($trained in GSO trains)"; else result="FAIL (no GSO train)"; fi
       fi
       if [ "$expect" = cnp ] && [ "$result" = pass ]; then
-        local sent cnps gap
+        local sent cnps gaps short gap
         sent=$(awk '/np_cnp_sent/ { n += $2 } END { print n + 0 }' "$log.stat" 2>/dev/null || echo 0)
-        # CNPs (BTH opcode 0x81) from urxe: count and the smallest gap to one QP, in µs
-        read -r cnps gap < <(tshark -r "$cap" -Y "ip.src == $HOST_IP && infiniband.bth.opcode == 0x81" \
+        # CNPs (BTH opcode 0x81) from urxe: count, gaps to one QP, those under 80 % of the
+        # limit, the smallest (µs)
+        read -r cnps gaps short gap < <(tshark -r "$cap" -Y "ip.src == $HOST_IP && infiniband.bth.opcode == 0x81" \
           -T fields -e frame.time_epoch -e infiniband.bth.destqp 2>/dev/null |
-          awk '{ if ($2 in last) { g = ($1 - last[$2]) * 1e6; if (min == "" || g < min) min = g } last[$2] = $1; n++ }
-               END { printf "%d %s\n", n, (min == "" ? "-" : sprintf("%.1f", min)) }')
-        if [ "${sent:-0}" -gt 0 ] && [ "${cnps:-0}" -gt 0 ] &&
-          { [ "$gap" = - ] || awk -v g="$gap" -v n="$CNP_GAP_US" 'BEGIN { exit !(g >= 0.8 * n) }'; }; then
-          result="pass (np_cnp_sent $sent, $cnps CNPs captured, min gap $gap us)"
+          awk -v n="$CNP_GAP_US" '{ if ($2 in last) { g = ($1 - last[$2]) * 1e6; k++; if (g < 0.8 * n) s++
+                 if (min == "" || g < min) min = g } last[$2] = $1; c++ }
+               END { printf "%d %d %d %s\n", c, k, s, (min == "" ? "-" : sprintf("%.1f", min)) }')
+        local what="np_cnp_sent $sent, $cnps CNPs captured, $short of $gaps gaps < 80 % of ${CNP_GAP_US} us (min $gap us)"
+        if [ "${sent:-0}" -gt 0 ] && [ "${cnps:-0}" -gt 0 ] && [ $((short * 100)) -le $((gaps * 5)) ]; then
+          result="pass ($what)"
         else
-          result="FAIL (np_cnp_sent ${sent:-?}, $cnps CNPs captured, min gap $gap us)"
+          result="FAIL ($what)"
         fi
       fi ;;
     rej26)
