@@ -84,6 +84,10 @@ impl Pair {
             .arg(format!("URXE_RUNTIME_DIR={}", rt.display()))
             .arg(format!("XDG_RUNTIME_DIR={}", rt.display()))
             .arg(format!("URXE_ADDR={addr}"))
+            // Every RoCE packet its own frame on the captures: a GSO train (IPv6 trains leave
+            // whole, checksum on) crosses the veth as one super-frame, which `read_v6` would
+            // count as one packet; the per-packet path is also the burst's worst case.
+            .arg("URXE_GSO=0")
             .arg(program)
             .args(args);
         c

@@ -4,6 +4,11 @@
 //!   IP ID 0 — the ICRC covers the ID, and 0 is the only value a sender can know in advance.
 //! - IPv6: `UDP_NO_CHECK6_TX/RX`, UDP checksum 0 as RoCEv2 sends it; `IPV6_FLOWINFO_SEND` on and
 //!   `IPV6_AUTOFLOWLABEL` off: the flow label is the one each send names, 0 if it names none.
+//!   A GSO train is the exception: the kernel refuses an IPv6 GSO send without the UDP
+//!   checksum (`udp_v6_send_skb`: EINVAL with `UDP_NO_CHECK6_TX`), so a send of trains turns
+//!   `UDP_NO_CHECK6_TX` off and its segments carry the checksum (offloaded: the device or the
+//!   segmentation fills it in); the next send of lone datagrams turns it on again. The ICRC
+//!   masks the UDP checksum, so it is the same either way.
 //! - Send: UDP GSO (`UDP_SEGMENT`) for runs of equal-size packets to one unicast peer;
 //!   `sendmmsg` otherwise. Segmentation gives an IPv4 train's segments the IDs 0, 1, 2...,
 //!   which the ICRC covers: the caller stores each segment's ICRC for its ID
@@ -105,6 +110,8 @@ pub struct RoceSocket {
     gro: bool,
     /// The IP TOS / traffic class the socket sends with now (DSCP and ECN; 0 at first).
     tos: std::sync::atomic::AtomicU8,
+    /// IPv6: the socket sends with the UDP checksum now (`UDP_NO_CHECK6_TX` off; see above).
+    csum6: std::sync::atomic::AtomicBool,
 }
 
 impl RoceSocket {
@@ -222,7 +229,14 @@ impl RoceSocket {
             SocketAddr::V4(_) => setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1),
             SocketAddr::V6(_) => setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1),
         };
-        Ok(RoceSocket { sock, local, gso, gro, tos: std::sync::atomic::AtomicU8::new(0) })
+        Ok(RoceSocket {
+            sock,
+            local,
+            gso,
+            gro,
+            tos: std::sync::atomic::AtomicU8::new(0),
+            csum6: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -250,6 +264,18 @@ impl RoceSocket {
         }
     }
 
+    /// IPv6: sends from now on with the UDP checksum (`on`: what a GSO send needs) or with
+    /// checksum 0 (one `setsockopt` when it changes). Nothing on IPv4, whose DF socket sends 0.
+    fn udp6_checksum(&self, on: bool) -> io::Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.local.is_ipv4() || self.csum6.load(Relaxed) == on {
+            return Ok(());
+        }
+        setsockopt_int(self.sock.as_raw_fd(), SOL_UDP, UDP_NO_CHECK6_TX, libc::c_int::from(!on))?;
+        self.csum6.store(on, Relaxed);
+        Ok(())
+    }
+
     /// GSO may be used to send to `dst`: the kernel offers it and `dst` is one unicast peer
     /// (never a group: a UD datagram to a group goes alone).
     pub fn gso_to(&self, dst: IpAddr) -> bool {
@@ -258,11 +284,13 @@ impl RoceSocket {
 
     /// Sends one datagram.
     pub fn send_to(&self, buf: &[u8], dst: SocketAddr) -> io::Result<usize> {
+        self.udp6_checksum(false)?;
         self.sock.send_to(buf, &SockAddr::from(dst))
     }
 
     /// Sends `buf` as segments of `seg` bytes (the last may be shorter) in one GSO call.
     pub fn send_gso(&self, buf: &[u8], seg: u16, dst: SocketAddr) -> io::Result<()> {
+        self.udp6_checksum(true)?;
         let addr = SockAddr::from(dst);
         let mut iov = libc::iovec { iov_base: buf.as_ptr() as *mut libc::c_void, iov_len: buf.len() };
         // cmsg space for one u16: CMSG_SPACE(2) = 16 + 8 on 64-bit Linux.
@@ -298,6 +326,7 @@ impl RoceSocket {
         if n == 0 {
             return Ok(0);
         }
+        self.udp6_checksum(false)?;
         for i in 0..n {
             batch.iov[i] = libc::iovec {
                 iov_base: batch.data[batch.spans[i].0..].as_mut_ptr() as *mut libc::c_void,
@@ -383,6 +412,8 @@ impl RoceSocket {
         if trains == 0 {
             return Ok(0);
         }
+        // Only a message of several segments needs the checksum; lone datagrams keep 0.
+        self.udp6_checksum(batch.train_pkts[..trains].iter().any(|&c| c > 1))?;
         let r = self.send_headers(&mut batch.hdrs[..trains])?;
         Ok(batch.train_pkts[..r].iter().sum())
     }

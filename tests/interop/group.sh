@@ -10,34 +10,17 @@
 #      IX_NS, IX_RUN, IX_CACHE as the other lab scripts
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export IX_NS=${IX_NS:-urxe-ix}
-export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
-URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
-URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
-OUT=$REPO/target/interop/group-$(date -u +%Y%m%dT%H%M%SZ)
-[ "${1:-}" = -o ] && OUT=${2:?-o needs a directory}
-VM_IP=10.77.0.2 HOST_IP=10.77.0.1 PAIRS=4 BASE_PORT=18601 LIMIT=120
+LAB_NAME=group
+# shellcheck source=lib/common.sh
+. "$HERE/lib/common.sh"
+lab_args "$@"
+PAIRS=4 BASE_PORT=18601 LIMIT=120
 PP="-g 1 -m 1024 -s 4096 -n 100 -c"
-die() { printf 'group: ERROR: %s\n' "$*" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || die "must run as root"
-[ -f "$URXE_LIB_DIR/libibverbs.so.1" ] || die "no $URXE_LIB_DIR/libibverbs.so.1 (provider/build.sh)"
-[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
-mkdir -p "$OUT/logs" "$OUT/pcaps"
+lab_require libibverbs.so.1
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  "$HERE/lab.sh" down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-"$HERE/lab.sh" down >/dev/null 2>&1 || true
-"$HERE/lab.sh" up >/dev/null
+lab_up
 "$HERE/lab.sh" loss 0 >/dev/null
 ip -n "$IX_NS" link set br0 mtu 9000
-
-in_ns() { ip netns exec "$IX_NS" env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR=$HOST_IP "$@"; }
 
 # The VM's job (busybox sh): PAIRS pingpongs at once (servers, or clients of $1), each under
 # its own timeout; exits 0 only if all pass, after printing their outputs.

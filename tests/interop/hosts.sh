@@ -16,43 +16,18 @@
 #      HX_LIMIT (60 s per tool run)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export IX_NS=${IX_NS:-urxe-ix}
-export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
-BASE_CACHE=${IX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe-interop}
-URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
-URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
-OUT=$REPO/target/interop/hosts-$(date -u +%Y%m%dT%H%M%SZ)
-ONLY=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    -o) OUT=${2:?-o needs a directory}; shift 2 ;;
-    -s) ONLY=${2:?-s needs case names}; shift 2 ;;
-    *) echo "usage: hosts.sh [-o OUTDIR] [-s CASE,CASE]" >&2; exit 2 ;;
-  esac
-done
-VM_IP=10.77.0.2 HOST_IP=10.77.0.1 HOST6=fd00:77::1 VM6=fd00:77::2 LIMIT=${HX_LIMIT:-60}
-die() { printf 'hosts: ERROR: %s\n' "$*" >&2; exit 2; }
-say() { printf 'hosts: %s\n' "$*" >&2; }
-[ "$(id -u)" = 0 ] || die "must run as root"
-[ -f "$URXE_LIB_DIR/librdmacm.so.1" ] || die "no $URXE_LIB_DIR/librdmacm.so.1 (provider/build.sh)"
-[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
-[ -f "$BASE_CACHE/initrd.gz" ] || die "no VM image in $BASE_CACHE: run tests/interop/setup.sh"
-mkdir -p "$OUT/logs" "$OUT/pcaps"
+LAB_NAME=hosts LAB_CASES=1
+# shellcheck source=lib/common.sh
+. "$HERE/lib/common.sh"
+lab_args "$@"
+HOST6=fd00:77::1 VM6=fd00:77::2 LIMIT=${HX_LIMIT:-60} CNP_GAP_US=50
+lab_require librdmacm.so.1 image
 
 # shellcheck source=lib/cm_image.sh
 . "$HERE/lib/cm_image.sh"
 cm_image
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  "$HERE/lab.sh" down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-"$HERE/lab.sh" down >/dev/null 2>&1 || true
-"$HERE/lab.sh" up >/dev/null
+lab_up
 # lab.sh turns IPv6 off in its netns; on for lo (local delivery) and br0 (the bridge ports stay without).
 ip netns exec "$IX_NS" sysctl -qw net.ipv6.conf.lo.disable_ipv6=0 net.ipv6.conf.br0.disable_ipv6=0
 ip -n "$IX_NS" addr add "$HOST6/64" dev br0 nodad
@@ -67,13 +42,22 @@ while [ -z \"\$G\" ] && [ \$n -lt 100 ]; do for i in 0 1 2 3 4 5 6 7 8 9; do \
 
 # CASE: name | direction (hs: urxe serves, the VM is the client; vs: the VM serves) | VM MTU |
 # br0 MTU (= urxe's interface) | family (4|6) | command (DEV, GIDX: the side's) | expect
-# (pass | rej26 | noresend: pass and the capture's retrans 0)
+# (pass | rej26 | noresend: pass and the capture's retrans 0 | gso6: pass, and urxe's WRITE
+# packets left in GSO trains: an IPv6 train carries the UDP checksum, a lone datagram 0 |
+# cnp: every RoCE packet from the VM is marked CE on urxe's input (nft `ip ecn set ce`); urxe
+# must send CNPs (np_cnp_sent > 0 in `urxe stat`), to each QP at most one per
+# min_time_between_cnps (CNP_GAP_US, set for urxe): at most 5 % of the capture's gaps between
+# CNPs to one QP under 80 % of it (the capture stamps a CNP when it leaves, so one delayed on
+# its way out shortens the gap after it; without the limit, a CNP per marked packet, most gaps
+# would be the data's, 61 % of them under 40 µs in the first run); kernel rxe ignores the CNPs
+# and the transfer completes)
 CASES=(
   "v6_rc_pingpong|hs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 4096 -n 20 -c|pass"
   "v6_rc_pingpong|vs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 4096 -n 20 -c|pass"
   "v6_write_bw_64k|hs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|pass"
-  "v6_write_bw_64k|vs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|pass"
+  "v6_write_bw_64k|vs|1500|9000|6|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|gso6"
   "v6_burst|vs|1500|9000|6|ibv_rc_pingpong -d DEV -g GIDX -m 1024 -s 131072 -n 1 -c|noresend"
+  "ce_cnp|hs|1500|1500|4|ib_write_bw -d DEV -x GIDX -F -m 1024 -s 65536 -n 100|cnp"
   "mtu_vm9000_urxe1500|hs|9000|1500|4|rping -S 16384 -C 10 -v -V|rej26"
   "mtu_vm1500_urxe9000|hs|1500|9000|4|rping -S 16384 -C 10 -v -V|pass"
   "mtu_urxe1500_vm9000|vs|9000|1500|4|rping -S 16384 -C 10 -v -V|pass"
@@ -87,6 +71,7 @@ run_case() {  # the fields of one CASES entry
   ip -n "$IX_NS" link set br0 mtu "$bmtu"
   local haddr=$HOST_IP pre=""
   [ "$fam" = 6 ] && haddr=$HOST6 pre=$V6_PREFIX
+  [ "$fam" = 4 ] && pre="G=1; "
   local hcmd=${tmpl//DEV/urxe0} vcmd=${tmpl//DEV/rxe0}
   hcmd=${hcmd//GIDX/1} vcmd=${vcmd//GIDX/\$G}
   # rping: the server names its own address, the client the server's
@@ -99,7 +84,21 @@ run_case() {  # the fields of one CASES entry
   local urxe_pid vm_pid urxe_rc=0 vm_rc=0 slimit=$((LIMIT + 40))
   # a server refused at once ends by its time limit: keep that short
   [ "$expect" = rej26 ] && slimit=45
-  local env=(env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR="$haddr")
+  local env=(env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR="$haddr") statp=
+  if [ "$expect" = cnp ]; then
+    env+=(URXE_DCQCN_MIN_TIME_BETWEEN_CNPS=$CNP_GAP_US)
+    ip netns exec "$IX_NS" nft -f - <<NFT
+table ip hx_ce {
+  chain in { type filter hook input priority 0; ip saddr $VM_IP udp dport 4791 ip ecn set ce; }
+}
+NFT
+    # urxe's counters while the tool runs; the last answer is kept
+    ( for n in $(seq 1 $((LIMIT * 2))); do
+        ip netns exec "$IX_NS" timeout 5 "$URXE_CHECK" stat >"$log.stat.tmp" 2>/dev/null &&
+          grep -q np_cnp_sent "$log.stat.tmp" && cp "$log.stat.tmp" "$log.stat"
+        sleep 0.5
+      done ) & statp=$!; PIDS+=("$statp")
+  fi
   rm -f "$IX_RUN/vm-r/serial.log"
   if [ "$dir" = hs ]; then
     [ "$rp" = 1 ] && hcmd="$hcmd -s -a $HOST_IP" && vcmd="$vcmd -c -a $HOST_IP"
@@ -134,6 +133,10 @@ run_case() {  # the fields of one CASES entry
   # refused, the VM's client is done: urxe's server (our child) has nothing more to wait for
   [ "$expect" = rej26 ] && [ -n "$urxe_pid" ] && { sleep 1; kill "$urxe_pid" 2>/dev/null || true; }
   [ -n "$urxe_pid" ] && { wait "$urxe_pid" || urxe_rc=$?; }
+  if [ -n "$statp" ]; then
+    kill "$statp" 2>/dev/null || true; wait "$statp" 2>/dev/null || true
+    ip netns exec "$IX_NS" nft delete table ip hx_ce 2>/dev/null || true
+  fi
   sleep 0.3
   kill -INT "$dc" 2>/dev/null || true
   wait "$dc" 2>/dev/null || true
@@ -144,9 +147,31 @@ run_case() {  # the fields of one CASES entry
   if "$URXE_CHECK" check "$cap" >"$log.check.log" 2>&1; then check=ok; else check=FAIL; fi
   local cli_log=$log.vm.log; [ "$dir" = vs ] && cli_log=$log.urxe.log
   case $expect in
-    pass|noresend)
+    pass|noresend|gso6|cnp)
       if [ "$urxe_rc" = 0 ] && [ "$vm_rc" = 0 ]; then result=pass; else result="FAIL (urxe $urxe_rc, vm $vm_rc)"; fi
-      [ "$expect" = noresend ] && [ "$result" = pass ] && [ "$retrans" != 0 ] && result="FAIL ($retrans resent)" ;;
+      [ "$expect" = noresend ] && [ "$result" = pass ] && [ "$retrans" != 0 ] && result="FAIL ($retrans resent)"
+      if [ "$expect" = gso6 ] && [ "$result" = pass ]; then
+        local trained
+        trained=$(tshark -r "$cap" -Y "ipv6.src == $HOST6 && udp.checksum != 0" -T fields -e frame.number 2>/dev/null | wc -l)
+        if [ "$trained" -gt 0 ]; then result="pass ($trained in GSO trains)"; else result="FAIL (no GSO train)"; fi
+      fi
+      if [ "$expect" = cnp ] && [ "$result" = pass ]; then
+        local sent cnps gaps short gap
+        sent=$(awk '/np_cnp_sent/ { n += $2 } END { print n + 0 }' "$log.stat" 2>/dev/null || echo 0)
+        # CNPs (BTH opcode 0x81) from urxe: count, gaps to one QP, those under 80 % of the
+        # limit, the smallest (µs)
+        read -r cnps gaps short gap < <(tshark -r "$cap" -Y "ip.src == $HOST_IP && infiniband.bth.opcode == 0x81" \
+          -T fields -e frame.time_epoch -e infiniband.bth.destqp 2>/dev/null |
+          awk -v n="$CNP_GAP_US" '{ if ($2 in last) { g = ($1 - last[$2]) * 1e6; k++; if (g < 0.8 * n) s++
+                 if (min == "" || g < min) min = g } last[$2] = $1; c++ }
+               END { printf "%d %d %d %s\n", c, k, s, (min == "" ? "-" : sprintf("%.1f", min)) }')
+        local what="np_cnp_sent $sent, $cnps CNPs captured, $short of $gaps gaps < 80 % of ${CNP_GAP_US} us (min $gap us)"
+        if [ "${sent:-0}" -gt 0 ] && [ "${cnps:-0}" -gt 0 ] && [ $((short * 100)) -le $((gaps * 5)) ]; then
+          result="pass ($what)"
+        else
+          result="FAIL ($what)"
+        fi
+      fi ;;
     rej26)
       if grep -q "RDMA_CM_EVENT_REJECTED, error 26" "$cli_log"; then result="pass (REJ 26)"; else result="FAIL (no REJ 26; urxe $urxe_rc, vm $vm_rc)"; fi ;;
   esac

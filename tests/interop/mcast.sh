@@ -13,24 +13,14 @@
 #      IX_NS, IX_RUN, IX_CACHE as the other lab scripts; MC_COUNT (20), MC_GROUP (239.77.0.1)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export IX_NS=${IX_NS:-urxe-ix}
-export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
-BASE_CACHE=${IX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe-interop}
-URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
-URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
-OUT=$REPO/target/interop/mcast-$(date -u +%Y%m%dT%H%M%SZ)
-[ "${1:-}" = -o ] && OUT=${2:?-o needs a directory}
-VM_IP=10.77.0.2 HOST_IP=10.77.0.1 LIMIT=90
+LAB_NAME=mcast
+# shellcheck source=lib/common.sh
+. "$HERE/lib/common.sh"
+lab_args "$@"
+LIMIT=90
 COUNT=${MC_COUNT:-20} GROUP=${MC_GROUP:-239.77.0.1}
-die() { printf 'mcast: ERROR: %s\n' "$*" >&2; exit 2; }
-say() { printf 'mcast: %s\n' "$*" >&2; }
-[ "$(id -u)" = 0 ] || die "must run as root"
-[ -f "$URXE_LIB_DIR/librdmacm.so.1" ] || die "no $URXE_LIB_DIR/librdmacm.so.1 (provider/build.sh)"
-[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
-[ -f "$BASE_CACHE/initrd.gz" ] || die "no VM image in $BASE_CACHE: run tests/interop/setup.sh"
 command -v mckey >/dev/null || die "mckey missing (rdmacm-utils)"
-mkdir -p "$OUT/logs" "$OUT/pcaps"
+lab_require librdmacm.so.1 image
 
 # ---------------------------------------------------------------- the image with rdma_cm
 # shellcheck source=lib/cm_image.sh
@@ -39,18 +29,8 @@ cm_image
 CACHE=$CM_CACHE
 
 # ---------------------------------------------------------------- the lab
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  "$HERE/lab.sh" down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-"$HERE/lab.sh" down >/dev/null 2>&1 || true
-"$HERE/lab.sh" up >/dev/null
+lab_up
 "$HERE/lab.sh" loss 0 >/dev/null
-
-in_ns() { ip netns exec "$IX_NS" env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR=$HOST_IP "$@"; }
 vm() { IX_CACHE=$CACHE IX_VM_TIMEOUT=$((LIMIT + 60)) "$HERE/vm.sh" r "$VM_IP" "$1"; }
 
 run_dir() {  # $1 = hs | vs

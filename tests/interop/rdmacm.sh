@@ -21,45 +21,18 @@
 #      IX_NS, IX_RUN, IX_CACHE as the other lab scripts; CM_LIMIT (90 s per tool run)
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-export IX_NS=${IX_NS:-urxe-ix}
-export IX_RUN=${IX_RUN:-/tmp/urxe-interop}
-BASE_CACHE=${IX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/urxe-interop}
-URXE_LIB_DIR=${URXE_LIB_DIR:-$REPO/target/urxe/lib}
-URXE_CHECK=${URXE_CHECK:-$REPO/target/release/urxe}
-OUT=$REPO/target/interop/rdmacm-$(date -u +%Y%m%dT%H%M%SZ)
-ONLY=""
-while [ $# -gt 0 ]; do
-  case $1 in
-    -o) OUT=${2:?-o needs a directory}; shift 2 ;;
-    -s) ONLY=${2:?-s needs case names}; shift 2 ;;
-    *) echo "usage: rdmacm.sh [-o OUTDIR] [-s CASE,CASE]" >&2; exit 2 ;;
-  esac
-done
-VM_IP=10.77.0.2 HOST_IP=10.77.0.1 LIMIT=${CM_LIMIT:-90}
-die() { printf 'rdmacm: ERROR: %s\n' "$*" >&2; exit 2; }
-say() { printf 'rdmacm: %s\n' "$*" >&2; }
-[ "$(id -u)" = 0 ] || die "must run as root"
-[ -f "$URXE_LIB_DIR/librdmacm.so.1" ] || die "no $URXE_LIB_DIR/librdmacm.so.1 (provider/build.sh)"
-[ -x "$URXE_CHECK" ] || die "no $URXE_CHECK (cargo build --release)"
-[ -f "$BASE_CACHE/initrd.gz" ] || die "no VM image in $BASE_CACHE: run tests/interop/setup.sh"
-mkdir -p "$OUT/logs" "$OUT/pcaps"
+LAB_NAME=rdmacm LAB_CASES=1
+# shellcheck source=lib/common.sh
+. "$HERE/lib/common.sh"
+lab_args "$@"
+LIMIT=${CM_LIMIT:-90}
+lab_require librdmacm.so.1 image
 
 # shellcheck source=lib/cm_image.sh
 . "$HERE/lib/cm_image.sh"
 cm_image
 
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  "$HERE/lab.sh" down >/dev/null 2>&1 || true
-}
-trap cleanup EXIT
-"$HERE/lab.sh" down >/dev/null 2>&1 || true
-"$HERE/lab.sh" up >/dev/null
-
-in_ns() { ip netns exec "$IX_NS" env LD_LIBRARY_PATH="$URXE_LIB_DIR" URXE_ADDR=$HOST_IP "$@"; }
+lab_up
 # The guest gets the bridge's MTU (9000) as urxe's side has: rdma_cm takes the path MTU from the
 # local interface on both sides, as the kernel does, so a smaller guest MTU would drop frames.
 vm() { IX_VM_MTU=9000 IX_CACHE=$CM_CACHE IX_VM_TIMEOUT=$((LIMIT + 60)) "$HERE/vm.sh" r "$VM_IP" "$1"; }

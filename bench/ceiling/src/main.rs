@@ -114,9 +114,7 @@ fn set_int(fd: i32, level: i32, name: i32, val: i32) -> io::Result<()> {
 fn get_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
     let mut val: i32 = 0;
     let mut len = mem::size_of::<i32>() as libc::socklen_t;
-    let r = unsafe {
-        libc::getsockopt(fd, level, name, &mut val as *mut i32 as *mut libc::c_void, &mut len)
-    };
+    let r = unsafe { libc::getsockopt(fd, level, name, &mut val as *mut i32 as *mut libc::c_void, &mut len) };
     cvt(r).map(|_| val)
 }
 
@@ -142,9 +140,7 @@ fn udp_socket(ip: [u8; 4], port: u16, buf: usize) -> io::Result<(Fd, u16)> {
     })?;
     let mut got: libc::sockaddr_in = unsafe { mem::zeroed() };
     let mut len = mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    cvt(unsafe {
-        libc::getsockname(fd.0, &mut got as *mut libc::sockaddr_in as *mut libc::sockaddr, &mut len)
-    })?;
+    cvt(unsafe { libc::getsockname(fd.0, &mut got as *mut libc::sockaddr_in as *mut libc::sockaddr, &mut len) })?;
     Ok((fd, u16::from_be(got.sin_port)))
 }
 
@@ -521,16 +517,11 @@ fn mode_mmsg64(cfg: &Cfg) -> Result<String, String> {
         let mut iov: [libc::iovec; BATCH] = unsafe { mem::zeroed() };
         let mut hdr: [libc::mmsghdr; BATCH] = unsafe { mem::zeroed() };
         for i in 0..BATCH {
-            iov[i] = libc::iovec {
-                iov_base: rbuf[i * SLOT..].as_mut_ptr() as *mut libc::c_void,
-                iov_len: SLOT,
-            };
+            iov[i] = libc::iovec { iov_base: rbuf[i * SLOT..].as_mut_ptr() as *mut libc::c_void, iov_len: SLOT };
             hdr[i].msg_hdr.msg_iov = &mut iov[i];
             hdr[i].msg_hdr.msg_iovlen = 1;
         }
-        let r = unsafe {
-            libc::recvmmsg(rxfd, hdr.as_mut_ptr(), BATCH as _, libc::MSG_DONTWAIT, std::ptr::null_mut())
-        };
+        let r = unsafe { libc::recvmmsg(rxfd, hdr.as_mut_ptr(), BATCH as _, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if r < 0 {
             let e = errno();
             return if is_would_block(e) { Ok(Got::Empty) } else { Err(io::Error::from_raw_os_error(e)) };
@@ -671,7 +662,8 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                     // Sleeps until the ping arrives (or 100 ms pass, to look at `stop`).
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                 }
-                let r = unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+                let r =
+                    unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
                 if r > 0 {
                     if held == 0 {
                         for s in reply[..msg].chunks_mut(seg) {
@@ -697,7 +689,9 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                     break;
                 }
                 polls += 1;
-                if (server_blocks || polls.is_multiple_of(64)) && (stop.load(Ordering::Acquire) || Instant::now() > hard) {
+                if (server_blocks || polls.is_multiple_of(64))
+                    && (stop.load(Ordering::Acquire) || Instant::now() > hard)
+                {
                     break;
                 }
             }
@@ -736,7 +730,9 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                 }
                 let mut held = 0usize;
                 loop {
-                    let r = unsafe { libc::recv(cfd, rbuf.as_mut_ptr() as *mut libc::c_void, rbuf.len(), libc::MSG_DONTWAIT) };
+                    let r = unsafe {
+                        libc::recv(cfd, rbuf.as_mut_ptr() as *mut libc::c_void, rbuf.len(), libc::MSG_DONTWAIT)
+                    };
                     if r >= 8 {
                         if seq_at(&rbuf, 0) == Some(i) {
                             held += r as usize;
@@ -838,8 +834,11 @@ fn work(ns: u64) {
 
 // ---------------------------------------------------------------- main
 
-const USAGE: &str = "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] [-w NS] MODE...
+const USAGE: &str =
+    "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] [-w NS] MODE...
 modes: gso gso64 mmsg64 pingpong pingpong_srvblock pingpong_rc all
+   or: urxe-ceiling pp-server ADDR:PORT [-t SECS] | pp-client ADDR:PORT [-n TRIPS] [-t SECS]
+       (the busy-poll ping-pong between two processes, e.g. two network namespaces)
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
   -c  CPUs of the sender/client and receiver/server threads (default 0,1)
@@ -897,8 +896,23 @@ fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
     Ok((cfg, modes))
 }
 
+mod pair;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // The ping-pong between two processes (bench/hosts.sh: one per network namespace).
+    if let Some(r) = pair::run(&args) {
+        return match r {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("mode={} error={}", args[0], clean(&e));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let (cfg, modes) = match parse_args(&args) {
         Ok(x) => x,
         Err(e) => {
