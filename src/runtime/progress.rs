@@ -185,6 +185,11 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             // Disarmed: the pollers take the packets and run the timers, and every call of
             // theirs pushes the away timer ahead; it wakes us once nobody calls any more. No
             // look in between: each would preempt a poller that shares our CPU.
+            if sig.owner.waiting() {
+                // Disarmed for a thread asleep on its channel (`owner`): it runs the timers it
+                // knew of when it went to sleep; one another thread's post set later rang us.
+                wake_at = deadline;
+            }
             sig.ensure_away(now);
         }
         let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
@@ -222,12 +227,17 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             }
         }
         if !sig.armed() {
-            let idle_for = sig.app_away_for(sig.now());
-            if idle_for < REARM_AFTER_NS && !other_events {
+            let now = sig.now();
+            let idle_for = sig.app_away_for(now);
+            let owner_due = sig.owner.waiting() && deadline.is_some_and(|d| d <= now);
+            if idle_for < REARM_AFTER_NS && !other_events && !owner_due {
                 // Still polling (the away timer was set from an older call): sleep on.
                 continue;
             }
             if idle_for >= REARM_AFTER_NS {
+                // A socket owner between two waits that stopped calling the library has left
+                // event-driven work (see `owner`): its parked claim goes.
+                sig.owner.clear_parked();
                 sig.set_rx_armed(true);
             }
         }
