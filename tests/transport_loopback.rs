@@ -457,3 +457,48 @@ fn progress_thread_holds_an_ack_for_the_next_post_and_sends_it_alone_if_none_com
     assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
     assert_eq!(b.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
 }
+
+/// The progress thread's wakeup count, from the device's wakeup counters.
+fn thread_wakeups(s: &Side) -> u64 {
+    let text = s.dev.stats_text();
+    let line = text.lines().find(|l| l.trim_start().starts_with("thread_wakeups:")).expect("thread_wakeups");
+    line.split(':').nth(1).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn a_passive_read_responder_answers_each_read_in_the_wakeup_that_received_it() {
+    // ib_read_lat's responder: b's application never calls the library once connected, so
+    // every READ request wakes b's progress thread, which must send the response in that same
+    // wakeup (issue 40: no second wakeup, no hand-off to another thread, no held response).
+    let (da, _ea) = open(8);
+    let (db, _eb) = open(9);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 300, 400);
+    connect(&b, &a, 400, 300);
+    let mut remote = pattern(64, 9);
+    let mut local = vec![0u8; 64];
+    let rmr = reg(&b, &mut remote);
+    let lmr = reg(&a, &mut local);
+    // b goes quiet: past the away timer its progress thread takes the packets (armed).
+    std::thread::sleep(Duration::from_millis(50));
+    const N: u64 = 200;
+    let (w0, p0) = (thread_wakeups(&b), b.dev.transport_counters().progress_wakeups);
+    for i in 0..N {
+        local.fill(0);
+        let sge = [Sge { addr: local.as_mut_ptr() as u64, length: 64, lkey: lmr.lkey }];
+        let kind = WrKind::RdmaRead { remote_addr: remote.as_ptr() as u64, rkey: rmr.rkey };
+        let wr = SendWr { wr_id: i, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+        a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
+        let wc = wait_wc(&a);
+        assert_eq!((wc.wr_id, wc.status, wc.opcode), (i, WcStatus::Success, WcOpcode::RdmaRead));
+        assert_eq!(local, remote);
+    }
+    let (w, p) = (thread_wakeups(&b) - w0, b.dev.transport_counters().progress_wakeups - p0);
+    eprintln!("{N} READs: b's progress thread woke {w} times, {p} steps");
+    // One wakeup per READ; a few more for timers (the away timer, a look while active).
+    assert!(w <= N + N / 10, "{w} wakeups of b's progress thread for {N} READs");
+    assert!(p <= N + N / 10, "{p} progress steps on b for {N} READs");
+    assert!(p >= N - N / 10, "b's responses were not sent by its progress thread ({p} steps for {N} READs)");
+    assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
+}
