@@ -1,6 +1,6 @@
 //! The completion-channel wait (tests/c/event_path.c, compiled against the installed header
 //! with -Werror and ASan/UBSan): a thread asleep in ibv_get_cq_event receives the packets of
-//! its own exchange (src/transport/owner.rs), with the completion arriving before, during and
+//! its own exchange (src/runtime/owner.rs), with the completion arriving before, during and
 //! after the thread goes to sleep; two threads on one channel each get one event; a
 //! non-blocking channel answers EAGAIN and wakes the program's own poll(); a waiter cancelled
 //! while it owns the socket leaves the device working. Each section runs in its own process.
@@ -45,4 +45,16 @@ fn a_non_blocking_channel_says_eagain_and_wakes_the_programs_poll() {
 fn a_waiter_cancelled_while_it_owns_the_socket_leaves_the_device_working() {
     let out = section("cancelled");
     assert!(out.contains("cancelled: ok"), "{out}");
+}
+
+#[test]
+fn destroy_cq_waits_for_every_event_to_be_acked() {
+    let out = section("acks");
+    assert!(out.contains("acks: 50 events"), "{out}");
+}
+
+#[test]
+fn nobody_spins_while_a_thread_sleeps_on_its_channel() {
+    let out = section("idle");
+    assert!(out.contains("idle: "), "{out}");
 }

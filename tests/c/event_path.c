@@ -1,7 +1,7 @@
 /*
  * event_path.c - the completion-channel wait as programs use it, through urxe's event path
  * (a thread asleep in ibv_get_cq_event receives the packets itself; see
- * src/transport/owner.rs). One process, two RC QPs of one device connected to each other:
+ * src/runtime/owner.rs). One process, two RC QPs of one device connected to each other:
  * every packet of an exchange (the SEND, its ACK) goes through the socket the waiting thread
  * sleeps on, so a wait that did not receive for itself, or slept past an arrival, hangs.
  *
@@ -17,6 +17,12 @@
  *              (100 rounds), and the event is read without blocking
  *   cancelled  a thread asleep in ibv_get_cq_event (the socket's owner) is cancelled; the
  *              next waits, blocking and by poll() on a non-blocking channel, work on
+ *   acks       50 events read and not acked; ibv_destroy_cq of that CQ (in a thread) stays
+ *              blocked until ibv_ack_cq_events acks all 50 (one call, nevents 50), and
+ *              comp_events_completed counts them; a new CQ on the channel then destroys at once
+ *   idle       a thread asleep in ibv_get_cq_event (owning the socket) for 300 ms with nothing
+ *              to do: the process uses under 60 ms of CPU meanwhile (nobody spins: not the
+ *              waiter, not the progress thread); then one exchange wakes it (no lost wake-up)
  *
  * Every wait is bounded (alarm(60) for the whole program, 2 s per poll()). Exit 0 and "all
  * checks passed" only if every check passed. Built by tests/abi_event.rs with -Wall -Wextra
@@ -78,8 +84,8 @@ static void setup(void)
 
 static void teardown(void)
 {
-	CHECK(ibv_destroy_qp(qp_a) == 0);
-	CHECK(ibv_destroy_qp(qp_b) == 0);
+	CHECK(!qp_a || ibv_destroy_qp(qp_a) == 0);
+	CHECK(!qp_b || ibv_destroy_qp(qp_b) == 0);
 	CHECK(ibv_dereg_mr(mr) == 0);
 	/* Waits until every event handed out on the CQ was acked. */
 	CHECK(ibv_destroy_cq(cq_a) == 0);
@@ -237,6 +243,16 @@ static void *event_waiter(void *arg)
 	return NULL;
 }
 
+static volatile int destroy_done;
+static int destroy_ret;
+
+static void *destroyer(void *arg)
+{
+	destroy_ret = ibv_destroy_cq(arg);
+	destroy_done = 1;
+	return NULL;
+}
+
 static void cancelled(void)
 {
 	REQUIRE(ibv_req_notify_cq(cq_a, 0) == 0);
@@ -269,10 +285,71 @@ static void cancelled(void)
 	printf("cancelled: ok\n");
 }
 
+static void acks(void)
+{
+	int n = 50;
+	for (int i = 0; i < n && !failures; i++) {
+		REQUIRE(ibv_req_notify_cq(cq_a, 0) == 0);
+		CHECK(post_exchange(1000 + i) == 0);
+		struct ibv_cq *cq = NULL;
+		void *c = NULL;
+		CHECK(ibv_get_cq_event(channel, &cq, &c) == 0 && cq == cq_a);
+		CHECK(reap(cq_a, 1000 + i) && reap(cq_b, 1000 + i));
+	}
+	CHECK(cq_a->comp_events_completed == 0);
+	/* cq_a is both QPs' send CQ: they go first, then cq_a in a thread. */
+	REQUIRE(ibv_destroy_qp(qp_a) == 0 && ibv_destroy_qp(qp_b) == 0);
+	qp_a = qp_b = NULL;
+	pthread_t t;
+	destroy_ret = -1;
+	destroy_done = 0;
+	REQUIRE(pthread_create(&t, NULL, destroyer, cq_a) == 0);
+	usleep(100000);
+	CHECK(!destroy_done); /* 50 events unacked */
+	ibv_ack_cq_events(cq_a, n - 1);
+	usleep(50000);
+	CHECK(!destroy_done); /* one still unacked */
+	ibv_ack_cq_events(cq_a, 1);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(destroy_done && destroy_ret == 0);
+	cq_a = ibv_create_cq(ctx, 16, (void *)0xa, channel, 0);
+	REQUIRE(cq_a);
+	printf("acks: %d events\n", n);
+}
+
+static double cpu_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void idle(void)
+{
+	REQUIRE(ibv_req_notify_cq(cq_a, 0) == 0);
+	waiter_returned = 0;
+	waiter_cq = NULL;
+	pthread_t t;
+	REQUIRE(pthread_create(&t, NULL, event_waiter, NULL) == 0);
+	usleep(20000); /* asleep by now (if not, it sleeps within the window below) */
+	double c0 = cpu_ms();
+	usleep(300000);
+	double used = cpu_ms() - c0;
+	printf("idle: %.1f ms of CPU over 300 ms asleep\n", used);
+	CHECK(used < 60);
+	CHECK(!waiter_returned);
+	CHECK(post_exchange(7) == 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(waiter_returned && waiter_cq == cq_a);
+	if (waiter_cq == cq_a)
+		ibv_ack_cq_events(cq_a, 1);
+	CHECK(reap(cq_a, 7) && reap(cq_b, 7));
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
-		fprintf(stderr, "usage: event_path race|two|nonblock|cancelled\n");
+		fprintf(stderr, "usage: event_path race|two|nonblock|cancelled|acks|idle\n");
 		return 2;
 	}
 	alarm(60); /* a lost wake-up ends the process (SIGALRM) instead of the test run */
@@ -285,6 +362,10 @@ int main(int argc, char **argv)
 		nonblock();
 	else if (!strcmp(argv[1], "cancelled"))
 		cancelled();
+	else if (!strcmp(argv[1], "acks"))
+		acks();
+	else if (!strcmp(argv[1], "idle"))
+		idle();
 	else
 		REQUIRE(0 && "unknown section");
 	teardown();
