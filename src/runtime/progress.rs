@@ -234,6 +234,13 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
                 // Still polling (the away timer was set from an older call): sleep on.
                 continue;
             }
+            if !other_events && !owner_due && sig.owner.waiting() && sig.owner.held() {
+                // The away timer's liveness check of a socket owner asleep on its channel: it
+                // lives and receives itself; a step here would take the lock and perhaps the
+                // owner's packet (two wakeups for one arrival). (`held` clears a dead owner's
+                // claim: then we re-arm below.)
+                continue;
+            }
             if idle_for >= REARM_AFTER_NS {
                 // A socket owner between two waits that stopped calling the library has left
                 // event-driven work (see `owner`): its parked claim goes.
