@@ -386,7 +386,7 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
 }
 
 /// Before `ibv_get_cq_event` sleeps on a blocking channel: the thread waits until the channel
-/// is readable as the receive socket's owner if it can (`urxe::transport` `owner`), so the
+/// is readable as the receive socket's owner if it can (`urxe::runtime` `owner`), so the
 /// packet that completes its work wakes it and nobody else; returns when the channel is
 /// readable (the record read follows) or when another thread owns the socket (then the read
 /// sleeps as before, and that thread's steps write the records). Runs the device's steps with
