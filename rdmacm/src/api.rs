@@ -371,7 +371,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 
 pub(crate) fn qp_num(id: *mut rdma_cm_id) -> Option<u32> {
     // SAFETY: `id` is live; its qp (if any) is a QP libibverbs created for it.
-    unsafe { (*id).qp.cast::<ibv_qp_head>().as_ref().map(|q| q.qp_num) }
+    unsafe { (*id).qp.as_ref().map(|q| q.qp_num) }
 }
 
 /// The user's private data (at most `max` bytes), or EINVAL.

@@ -286,9 +286,8 @@ impl Lib {
             return Err(libc::ENODEV);
         }
         let mut gid = ibv_gid::default();
-        // SAFETY: zero is a valid port_attr; ibv_query_port fills at most the real struct,
-        // which ibv_port_attr_head covers with room to spare.
-        let mut port: ibv_port_attr_head = unsafe { std::mem::zeroed() };
+        // ibv_query_port (the exported, compat entry) fills at most the whole struct.
+        let mut port = ibv_port_attr::zeroed();
         // SAFETY: `ctx` is an open context; the out-parameters are ours.
         let ok = unsafe { ibv_query_gid(ctx, 1, 0, &mut gid) == 0 && ibv_query_port(ctx, 1, &mut port) == 0 };
         if !ok {
@@ -308,7 +307,7 @@ impl Lib {
         }
         let first = (self.random() as u32 & 0xFF_FFFF).max(1);
         self.cm = Some(Cm::new(CmConfig {
-            local_gid: gid.raw,
+            local_gid: gid.bytes(),
             ca_guid: guid,
             comm_id_base: base,
             first_comm_id: first,
@@ -317,8 +316,8 @@ impl Lib {
         self.timerfd = tfd;
         self.dev = Some(Dev {
             ctx,
-            addr: ip_of_gid(gid.raw),
-            gid: gid.raw,
+            addr: ip_of_gid(gid.bytes()),
+            gid: gid.bytes(),
             active_mtu: port.active_mtu.clamp(1, 5) as u8,
             gsi,
             pd: ptr::null_mut(),

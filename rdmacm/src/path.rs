@@ -86,7 +86,7 @@ impl Lib {
     }
 
     /// The attributes of `state` for an ID's QP (`rdma_init_qp_attr` and our own transitions).
-    pub fn qp_attr(&self, id: usize, state: c_int) -> Result<(ibv_qp_attr, c_int), i32> {
+    pub fn qp_attr(&self, id: usize, state: u32) -> Result<(ibv_qp_attr, c_int), i32> {
         let st = self.ids.get(&id).ok_or(libc::EINVAL)?;
         let mut a = ibv_qp_attr { qp_state: state, ..Default::default() };
         let ud = st.qp_type == qp_type::UD;
@@ -107,7 +107,7 @@ impl Lib {
             }
             qp_state::RTR if ud => mask::STATE,
             qp_state::RTR => {
-                a.path_mtu = c_int::from(st.agreed.path_mtu.max(1));
+                a.path_mtu = u32::from(st.agreed.path_mtu.max(1));
                 a.dest_qp_num = st.agreed.remote_qpn;
                 a.rq_psn = st.agreed.local_psn;
                 a.max_dest_rd_atomic = st.agreed.responder_resources;
@@ -139,7 +139,7 @@ impl Lib {
         Ok((a, m))
     }
 
-    pub fn modify(&self, id: usize, state: c_int) -> Result<(), i32> {
+    pub fn modify(&self, id: usize, state: u32) -> Result<(), i32> {
         // SAFETY: `id` is a live ID box.
         let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
         if qp.is_null() {
