@@ -143,25 +143,8 @@ pub struct rdma_cm_join_mc_attr_ex {
     pub addr: *mut sockaddr,
 }
 
-/// `enum rdma_cm_event_type`.
-pub mod event {
-    pub const ADDR_RESOLVED: i32 = 0;
-    pub const ADDR_ERROR: i32 = 1;
-    pub const ROUTE_RESOLVED: i32 = 2;
-    pub const ROUTE_ERROR: i32 = 3;
-    pub const CONNECT_REQUEST: i32 = 4;
-    pub const CONNECT_RESPONSE: i32 = 5;
-    pub const CONNECT_ERROR: i32 = 6;
-    pub const UNREACHABLE: i32 = 7;
-    pub const REJECTED: i32 = 8;
-    pub const ESTABLISHED: i32 = 9;
-    pub const DISCONNECTED: i32 = 10;
-    pub const DEVICE_REMOVAL: i32 = 11;
-    pub const MULTICAST_JOIN: i32 = 12;
-    pub const MULTICAST_ERROR: i32 = 13;
-    pub const ADDR_CHANGE: i32 = 14;
-    pub const TIMEWAIT_EXIT: i32 = 15;
-}
+/// `enum rdma_cm_event_type`: the sans-IO core's (it decides which event follows which).
+pub use urxe::cm::rdma_conn::event;
 
 /// `enum rdma_port_space`.
 pub mod ps {
@@ -171,7 +154,7 @@ pub mod ps {
     pub const IB: i32 = 0x013F;
 }
 
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+pub const RDMA_UDP_QKEY: u32 = urxe::cm::rdma_conn::RDMA_UDP_QKEY;
 pub const RDMA_MAX_RESP_RES: u8 = 0xFF;
 pub const RDMA_MAX_INIT_DEPTH: u8 = 0xFF;
 

@@ -305,7 +305,9 @@ impl RdmaId {
     }
 
     /// A CM event for this ID (the caller found the ID by the event's comm ID): the state it
-    /// moves to, and the rdma_cm event to post. `None`: nothing to post (an event that is not
+    /// moves to, and the rdma_cm event to post, with the CM event it was made from (the one a
+    /// fault may have put in the received one's place: its payload fills the C event).
+    /// `None`: nothing to post (an event that is not
     /// an ID's own, e.g. a request for a listener, or one a fault swallowed).
     ///
     /// The transitions, as the kernel's CMA reports them: REP → CONNECT_RESPONSE (the user
@@ -313,8 +315,13 @@ impl RdmaId {
     /// reason as status; no answer → UNREACHABLE (-ETIMEDOUT); DREQ or DREP → DISCONNECTED;
     /// timewait over → TIMEWAIT_EXIT; SIDR_REP valid → ESTABLISHED, otherwise UNREACHABLE
     /// (-EINVAL); SIDR timeout → UNREACHABLE (-ETIMEDOUT).
-    pub fn handle_cm(&mut self, ev: CmEvent, faults: &mut dyn IdFaults) -> Option<Post> {
+    pub fn handle_cm(&mut self, ev: CmEvent, faults: &mut dyn IdFaults) -> Option<(Post, CmEvent)> {
         let ev = faults.cm_event(ev, self)?;
+        let post = self.transition(&ev)?;
+        Some((post, ev))
+    }
+
+    fn transition(&mut self, ev: &CmEvent) -> Option<Post> {
         let keep = |event, status| Some(Post { event, status, forget_comm: false });
         let forget = |event, status| Some(Post { event, status, forget_comm: true });
         match ev {
@@ -335,7 +342,7 @@ impl RdmaId {
             }
             CmEvent::Rejected { reason, .. } => {
                 self.state = IdState::Disconnected;
-                forget(event::REJECTED, i32::from(reason))
+                forget(event::REJECTED, i32::from(*reason))
             }
             CmEvent::Unreachable { .. } => {
                 self.state = IdState::Disconnected;
@@ -346,7 +353,7 @@ impl RdmaId {
                 keep(event::DISCONNECTED, 0)
             }
             CmEvent::TimewaitExit { .. } => forget(event::TIMEWAIT_EXIT, 0),
-            CmEvent::SidrRepReceived { status, .. } if status != sidr_status::VALID => {
+            CmEvent::SidrRepReceived { status, .. } if *status != sidr_status::VALID => {
                 forget(event::UNREACHABLE, -libc::EINVAL)
             }
             CmEvent::SidrRepReceived { .. } => {

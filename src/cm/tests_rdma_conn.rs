@@ -273,7 +273,7 @@ fn each_cm_event_becomes_its_rdma_cm_event_with_its_status_and_state() {
         let mut id = routed(PS_TCP, QPT_RC);
         id.connect_sent(COMM);
         let name = format!("{ev:?}");
-        assert_eq!(id.handle_cm(ev, &mut NoFaults), want, "{name}");
+        assert_eq!(id.handle_cm(ev, &mut NoFaults).map(|(p, _)| p), want, "{name}");
         assert_eq!(id.state, state, "{name}");
     }
 }
@@ -330,12 +330,14 @@ fn faults_are_consulted_before_any_state_changes() {
     let mut f = Script { refuse: None, rej_reason: Some(reject::CONSUMER_DEFINED), lose_rtu: false };
     let mut id = routed(PS_TCP, QPT_RC);
     id.connect_sent(COMM);
-    assert_eq!(id.handle_cm(rep(), &mut f), Some(Post { event: event::REJECTED, status: 28, forget_comm: true }));
+    let (post, seen) = id.handle_cm(rep(), &mut f).expect("the REJ is posted");
+    assert_eq!(post, Post { event: event::REJECTED, status: 28, forget_comm: true });
+    assert!(matches!(seen, CmEvent::Rejected { reason: 28, .. }), "the C event is made from the REJ");
     assert_eq!((id.state, id.agreed.remote_qpn), (IdState::Disconnected, 0), "the REP was never seen");
 
     let mut f = Script { refuse: None, rej_reason: None, lose_rtu: true };
     let mut id = requested(QPT_RC, 1, 1);
     id.accept_sent();
-    assert_eq!(id.handle_cm(CmEvent::Established { comm_id: COMM }, &mut f), None);
+    assert!(id.handle_cm(CmEvent::Established { comm_id: COMM }, &mut f).is_none());
     assert_eq!(id.state, IdState::Accepted, "a lost RTU leaves the passive side waiting");
 }
