@@ -37,6 +37,6 @@ struct verbs_device {
 fn rust_mirrors_match_the_installed_header() {
     let report = rust_report();
     assert!(report.lines().count() > 400, "report suspiciously short");
-    let prelude = format!("#include <infiniband/verbs.h>\n{PRIVATE_MIRRORS}");
+    let prelude = format!("#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n{PRIVATE_MIRRORS}");
     abi_util::layout::assert_report_matches_headers("abi-layout", &report, &prelude);
 }

@@ -276,6 +276,13 @@ pub fn layout_report() -> String {
         element.port_num => "element.port_num", event_type => "event_type"]);
     report!(o, ibv_ece, "struct ibv_ece", [
         vendor_id => "vendor_id", options => "options", comp_mask => "comp_mask"]);
+    report!(o, ibv_sa_path_rec, "struct ibv_sa_path_rec", [
+        dgid => "dgid", sgid => "sgid", dlid => "dlid", slid => "slid", raw_traffic => "raw_traffic",
+        flow_label => "flow_label", hop_limit => "hop_limit", traffic_class => "traffic_class",
+        reversible => "reversible", numb_path => "numb_path", pkey => "pkey", sl => "sl",
+        mtu_selector => "mtu_selector", mtu => "mtu", rate_selector => "rate_selector", rate => "rate",
+        packet_life_time_selector => "packet_life_time_selector", packet_life_time => "packet_life_time",
+        preference => "preference"]);
     for (name, value) in CONSTANTS {
         let _ = writeln!(o, "const {name} {value}");
     }

@@ -1,6 +1,6 @@
-//! `#[repr(C)]` mirrors of rdma-core 44's `<rdma/rdma_cma.h>` (and the pieces of
-//! `<infiniband/verbs.h>` / `<infiniband/sa.h>` it embeds), written from the header's
-//! declarations, not copied. tests/rdmacm_layout.rs checks every size, alignment, offset and
+//! `#[repr(C)]` mirrors of rdma-core 44's `<rdma/rdma_cma.h>` (the `<infiniband/verbs.h>` /
+//! `<infiniband/sa.h>` pieces it embeds are the toolkit's, `urxe_cabi::verbs`), written from
+//! the header's declarations, not copied. tests/rdmacm_layout.rs checks every size, alignment, offset and
 //! constant against the installed header.
 //!
 //! `<rdma/rdma_verbs.h>`'s inline helpers (`rdma_post_send`, `rdma_reg_msgs`,
@@ -11,76 +11,12 @@
 
 use libc::{c_char, c_int, c_void, sockaddr, sockaddr_storage, socklen_t};
 
-/// Verbs objects this library only points at (they belong to libibverbs.so.1).
-pub type ibv_context = c_void;
-pub type ibv_qp = c_void;
-pub type ibv_cq = c_void;
-pub type ibv_srq = c_void;
-pub type ibv_pd = c_void;
-pub type ibv_comp_channel = c_void;
-
-/// `union ibv_gid` (16 bytes, 8-aligned by its `__be64` view).
-#[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ibv_gid {
-    pub raw: [u8; 16],
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_global_route {
-    pub dgid: ibv_gid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_ah_attr {
-    pub grh: ibv_global_route,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
-
-/// `<infiniband/sa.h>`: the path record librdmacm hangs off `rdma_route` (network byte order
-/// where the header says `__be`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_sa_path_rec {
-    pub dgid: ibv_gid,
-    pub sgid: ibv_gid,
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: c_int,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: c_int,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_ece {
-    pub vendor_id: u32,
-    pub options: u32,
-    pub comp_mask: u32,
-}
+/// The `<infiniband/verbs.h>` / `<infiniband/sa.h>` structs the header embeds or points at,
+/// from the toolkit both C libraries share (its layout test checks them against the headers).
+pub use urxe_cabi::verbs::{
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_ece, ibv_gid, ibv_global_route, ibv_pd, ibv_qp,
+    ibv_sa_path_rec, ibv_srq,
+};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,25 +143,8 @@ pub struct rdma_cm_join_mc_attr_ex {
     pub addr: *mut sockaddr,
 }
 
-/// `enum rdma_cm_event_type`.
-pub mod event {
-    pub const ADDR_RESOLVED: i32 = 0;
-    pub const ADDR_ERROR: i32 = 1;
-    pub const ROUTE_RESOLVED: i32 = 2;
-    pub const ROUTE_ERROR: i32 = 3;
-    pub const CONNECT_REQUEST: i32 = 4;
-    pub const CONNECT_RESPONSE: i32 = 5;
-    pub const CONNECT_ERROR: i32 = 6;
-    pub const UNREACHABLE: i32 = 7;
-    pub const REJECTED: i32 = 8;
-    pub const ESTABLISHED: i32 = 9;
-    pub const DISCONNECTED: i32 = 10;
-    pub const DEVICE_REMOVAL: i32 = 11;
-    pub const MULTICAST_JOIN: i32 = 12;
-    pub const MULTICAST_ERROR: i32 = 13;
-    pub const ADDR_CHANGE: i32 = 14;
-    pub const TIMEWAIT_EXIT: i32 = 15;
-}
+/// `enum rdma_cm_event_type`: the sans-IO core's (it decides which event follows which).
+pub use urxe::cm::rdma_conn::event;
 
 /// `enum rdma_port_space`.
 pub mod ps {
@@ -235,7 +154,7 @@ pub mod ps {
     pub const IB: i32 = 0x013F;
 }
 
-pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+pub const RDMA_UDP_QKEY: u32 = urxe::cm::rdma_conn::RDMA_UDP_QKEY;
 pub const RDMA_MAX_RESP_RES: u8 = 0xFF;
 pub const RDMA_MAX_INIT_DEPTH: u8 = 0xFF;
 

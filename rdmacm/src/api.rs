@@ -11,10 +11,10 @@ use crate::verbs::*;
 use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr;
-use urxe::cm::rdma_id::{request_private_data, request_user_room, room, Before};
+use urxe::cm::rdma_conn::{Accept, ConnParam, Connect, DevicePath, Reject};
+use urxe::cm::rdma_id::Before;
 use urxe::cm::{reject, sidr_status, ListenQp, State};
 use urxe::engine::faults::CmStep;
-use urxe::wire::cm::rdma_cm_service_id;
 
 // ---- IDs ------------------------------------------------------------------------------------
 
@@ -378,32 +378,37 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
 
 pub(crate) fn qp_num(id: *mut rdma_cm_id) -> Option<u32> {
     // SAFETY: `id` is live; its qp (if any) is a QP libibverbs created for it.
-    unsafe { (*id).qp.cast::<ibv_qp_head>().as_ref().map(|q| q.qp_num) }
+    unsafe { (*id).qp.as_ref().map(|q| q.qp_num) }
 }
 
-/// The user's private data (at most `max` bytes), or EINVAL.
-pub(crate) fn user_data(p: *const c_void, len: u8, max: usize) -> Result<Vec<u8>, i32> {
+/// The private data a C call names (`len` bytes at `p`; none for NULL or 0): any length a
+/// `u8` allows; the sans-IO core checks it against the message's room.
+///
+/// # Safety
+/// `p` is NULL or points to `len` readable bytes (the caller's contract).
+pub(crate) unsafe fn private_data<'a>(p: *const c_void, len: u8) -> &'a [u8] {
     if len == 0 || p.is_null() {
-        return Ok(Vec::new());
-    }
-    if usize::from(len) > max {
-        return Err(libc::EINVAL);
+        return &[];
     }
     // SAFETY: the caller's private data of `len` bytes.
-    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, usize::from(len)) }.to_vec())
+    unsafe { std::slice::from_raw_parts(p as *const u8, usize::from(len)) }
 }
 
-pub(crate) fn default_param() -> rdma_conn_param {
-    rdma_conn_param {
-        private_data: ptr::null(),
-        private_data_len: 0,
-        responder_resources: DEVICE_MAX_RD_ATOMIC,
-        initiator_depth: DEVICE_MAX_RD_ATOMIC,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0,
+/// `struct rdma_conn_param` converted for the sans-IO core; NULL is librdmacm's default.
+///
+/// # Safety
+/// As [`private_data`] for the parameters' private data.
+pub(crate) unsafe fn conn_param_of<'a>(p: Option<&rdma_conn_param>) -> ConnParam<'a> {
+    let Some(p) = p else { return ConnParam::librdmacm_default() };
+    ConnParam {
+        // SAFETY: the caller's contract.
+        private_data: unsafe { private_data(p.private_data, p.private_data_len) },
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: p.srq != 0,
+        qp_num: p.qp_num,
     }
 }
 
@@ -411,38 +416,30 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
     let k = key(id)?;
     let mut lib = lock();
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    // Refused before the device is asked for anything (the core checks again).
     st.state.connect()?;
-    let (src, dst, ps, ud) = (st.src, st.dst, st.ps, st.qp_type == qp_type::UD);
-    let (src, dst) = (src.ok_or(libc::EINVAL)?, dst.ok_or(libc::EINVAL)?);
-    let mut p = param.unwrap_or_else(default_param);
-    let qpn = qp_num(id).unwrap_or(p.qp_num);
-    let user = user_data(p.private_data, p.private_data_len, request_user_room(ud))?;
-    let pdata = request_private_data(src, dst, &user, ud)?;
+    let ud = st.qp_type == qp_type::UD;
+    // SAFETY: the caller's parameters name their private data.
+    let p = unsafe { conn_param_of(param.as_ref()) };
+    let (psn, dev) = if ud { (0, DevicePath { gid: [0; 16], active_mtu: 0 }) } else { (lib.psn(), lib.device_path()?) };
+    let qp = qp_num(id);
+    let plan = lib.with_core(k, |c, f| c.connect(&p, qp, psn, &dev, f))??;
     let t = now();
-    let comm = if ud {
-        let service = rdma_cm_service_id(ps as u16, dst.port());
-        lib.cm()?.sidr_request(t, dst.ip(), service, SIDR_TIMEOUT, MAX_CM_RETRIES, &pdata).map_err(|e| e.errno())?
-    } else {
-        p.responder_resources = p.responder_resources.min(DEVICE_MAX_RD_ATOMIC);
-        p.initiator_depth = p.initiator_depth.min(DEVICE_MAX_RD_ATOMIC);
-        let psn = lib.psn();
-        let mtu = lib.device()?.active_mtu;
-        let st = lib.id(id)?;
-        st.agreed.local_psn = psn;
-        st.agreed.retry_count = p.retry_count.min(7);
-        st.agreed.path_mtu = mtu;
-        let cp = lib.connect_params(k, &p, qpn, pdata)?;
-        let lose = crate::faults::on_connect()?;
-        let comm = lib.cm()?.connect(t, &cp).map_err(|e| e.errno())?;
-        if lose {
-            crate::faults::lose_req(comm);
+    let comm = match plan {
+        Connect::Sidr { peer, service_id, timeout, max_retries, private_data } => {
+            lib.cm()?.sidr_request(t, peer, service_id, timeout, max_retries, &private_data).map_err(|e| e.errno())?
         }
-        comm
+        Connect::Req(cp) => {
+            let lose = crate::faults::on_connect()?;
+            let comm = lib.cm()?.connect(t, &cp).map_err(|e| e.errno())?;
+            if lose {
+                crate::faults::lose_req(comm);
+            }
+            comm
+        }
     };
     lib.by_comm.insert(comm, k);
-    let st = lib.id(id)?;
-    st.comm = Some(comm);
-    st.state = IdState::Connecting;
+    lib.with_core(k, |c, _| c.connect_sent(comm))?;
     lib.flush();
     Ok(())
 }
@@ -459,38 +456,32 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma
 pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i32> {
     let k = key(id)?;
     let mut lib = lock();
-    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    st.state.answer()?;
-    let comm = st.comm.ok_or(libc::EINVAL)?;
-    let ud = st.qp_type == qp_type::UD;
-    let p = param.unwrap_or_else(default_param);
-    let qpn = qp_num(id).unwrap_or(p.qp_num);
-    if ud {
-        let user = user_data(p.private_data, p.private_data_len, room::SIDR_REP)?;
-        lib.cm()?.send_sidr_rep(comm, sidr_status::VALID, qpn, RDMA_UDP_QKEY, &user).map_err(|e| e.errno())?;
-        lib.by_comm.remove(&comm);
-        let st = lib.id(id)?;
-        st.comm = None;
-        st.state = IdState::Connected;
-        lib.flush();
-        return Ok(false);
-    }
-    let user = user_data(p.private_data, p.private_data_len, room::REP)?;
-    let st = lib.id(id)?;
-    st.agreed.responder_resources = p.responder_resources.min(st.agreed.responder_resources.max(1));
-    st.agreed.initiator_depth = p.initiator_depth.min(st.agreed.initiator_depth);
-    if !id.is_null() && qp_num(id).is_some() {
-        if let Err(e) = lib.qp_to_rts(k) {
-            let _ = lib.cm()?.reject(comm, reject::CONSUMER_DEFINED, &[]);
+    lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's parameters name their private data.
+    let p = unsafe { conn_param_of(param.as_ref()) };
+    let qp = qp_num(id);
+    match lib.with_core(k, |c, f| c.accept(&p, qp, f))?? {
+        Accept::SidrRep { comm, qpn, qkey, private_data } => {
+            lib.cm()?.send_sidr_rep(comm, sidr_status::VALID, qpn, qkey, &private_data).map_err(|e| e.errno())?;
+            lib.by_comm.remove(&comm);
+            lib.with_core(k, |c, _| c.accept_sent())?;
             lib.flush();
-            return Err(e);
+            Ok(false)
+        }
+        Accept::Rep { comm, params } => {
+            if qp.is_some() {
+                if let Err(e) = lib.qp_to_rts(k) {
+                    let _ = lib.cm()?.reject(comm, reject::CONSUMER_DEFINED, &[]);
+                    lib.flush();
+                    return Err(e);
+                }
+            }
+            lib.cm()?.accept(now(), comm, &params).map_err(|e| e.errno())?;
+            lib.with_core(k, |c, _| c.accept_sent())?;
+            lib.flush();
+            Ok(true)
         }
     }
-    let ap = lib.accept_params(k, &p, qpn, user);
-    lib.cm()?.accept(now(), comm, &ap).map_err(|e| e.errno())?;
-    lib.id(id)?.state = IdState::Accepted;
-    lib.flush();
-    Ok(true)
 }
 
 #[urxe_cabi::export(neg1)]
@@ -506,19 +497,20 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_
 pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
-    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    let comm = st.comm.ok_or(libc::EINVAL)?;
-    let ud = st.qp_type == qp_type::UD;
-    let user = user_data(pdata, len, if ud { room::SIDR_REP } else { room::REJ })?;
-    if ud {
-        lib.cm()?.send_sidr_rep(comm, sidr_status::REJECTED, 0, 0, &user).map_err(|e| e.errno())?;
-    } else {
-        lib.cm()?.reject(comm, reject::CONSUMER_DEFINED, &user).map_err(|e| e.errno())?;
-    }
+    // SAFETY: NULL or the caller's `len` bytes.
+    let user = unsafe { private_data(pdata, len) };
+    let comm = match lib.with_core(k, |c, f| c.reject(user, f))?? {
+        Reject::SidrRep { comm, status, private_data } => {
+            lib.cm()?.send_sidr_rep(comm, status, 0, 0, &private_data).map_err(|e| e.errno())?;
+            comm
+        }
+        Reject::Rej { comm, reason, private_data } => {
+            lib.cm()?.reject(comm, reason, &private_data).map_err(|e| e.errno())?;
+            comm
+        }
+    };
     lib.by_comm.remove(&comm);
-    let st = lib.id(id)?;
-    st.comm = None;
-    st.state = IdState::Disconnected;
+    lib.with_core(k, |c, _| c.reject_sent())?;
     lib.flush();
     Ok(())
 }

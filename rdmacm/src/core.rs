@@ -22,20 +22,19 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use urxe::cm::rdma_conn::DevicePath;
 use urxe::cm::rdma_id::{RdmaId, Rng};
-use urxe::cm::{sidr_status, Cm, CmConfig, CmCounters, CmEvent, CommId, Nanos};
+use urxe::cm::{Cm, CmConfig, CmCounters, CmEvent, CommId, Nanos};
 use urxe::wire::mad::MAD_LEN;
 
-/// The kernel's CMA: packet life time 18 on RoCE, CM response timeout 20, 15 CM retries.
-pub const PACKET_LIFE_TIME: u8 = 18;
-pub const CM_RESPONSE_TIMEOUT: u8 = 20;
-pub const MAX_CM_RETRIES: u8 = 15;
+/// The kernel's CMA figures (packet life time, CM timeouts and retries, hop limit), from the
+/// sans-IO core.
+pub use urxe::cm::rdma_conn::{flow_label, CM_RESPONSE_TIMEOUT, HOP_LIMIT, MAX_CM_RETRIES, PACKET_LIFE_TIME};
+/// The fault hook of the sans-IO core ([`Lib::faults`]).
+pub use urxe::cm::rdma_conn::{IdFaults, NoFaults};
 /// `CMA_CM_MRA_SETTING`'s service timeout: what the passive side asks for while the user has
 /// not answered a CONNECT_REQUEST.
 pub const MRA_SERVICE_TIMEOUT: u8 = 24;
-/// SIDR_REQ timeout exponent and retries (the kernel's `CMA_CM_RESPONSE_TIMEOUT`, 15 tries).
-pub const SIDR_TIMEOUT: u8 = 20;
-pub const HOP_LIMIT: u8 = 64;
 pub use urxe::cm::rdma_id::MAX_BACKLOG;
 
 pub use crate::channel::{Channel, EventBox};
@@ -122,6 +121,10 @@ pub struct Lib {
     pub outstanding: HashSet<usize>,
     pub timerfd: c_int,
     rng: Rng,
+    /// Fault injection's hook into the sans-IO core: consulted by every connect / accept /
+    /// reject plan and every CM event on an ID ([`IdFaults`]); [`NoFaults`] unless a test
+    /// injects some.
+    pub faults: Box<dyn IdFaults + Send>,
     /// The CM's counters as `urxe stat` last got them.
     pub(crate) reported: CmCounters,
 }
@@ -150,6 +153,7 @@ pub fn lock() -> MutexGuard<'static, Lib> {
             outstanding: HashSet::new(),
             timerfd: -1,
             rng: Rng::new(seed),
+            faults: Box::new(NoFaults),
             reported: CmCounters::default(),
         })
     });
@@ -286,9 +290,8 @@ impl Lib {
             return Err(libc::ENODEV);
         }
         let mut gid = ibv_gid::default();
-        // SAFETY: zero is a valid port_attr; ibv_query_port fills at most the real struct,
-        // which ibv_port_attr_head covers with room to spare.
-        let mut port: ibv_port_attr_head = unsafe { std::mem::zeroed() };
+        // ibv_query_port (the exported, compat entry) fills at most the whole struct.
+        let mut port = ibv_port_attr::zeroed();
         // SAFETY: `ctx` is an open context; the out-parameters are ours.
         let ok = unsafe { ibv_query_gid(ctx, 1, 0, &mut gid) == 0 && ibv_query_port(ctx, 1, &mut port) == 0 };
         if !ok {
@@ -308,7 +311,7 @@ impl Lib {
         }
         let first = (self.random() as u32 & 0xFF_FFFF).max(1);
         self.cm = Some(Cm::new(CmConfig {
-            local_gid: gid.raw,
+            local_gid: gid.bytes(),
             ca_guid: guid,
             comm_id_base: base,
             first_comm_id: first,
@@ -317,8 +320,8 @@ impl Lib {
         self.timerfd = tfd;
         self.dev = Some(Dev {
             ctx,
-            addr: ip_of_gid(gid.raw),
-            gid: gid.raw,
+            addr: ip_of_gid(gid.bytes()),
+            gid: gid.bytes(),
             active_mtu: port.active_mtu.clamp(1, 5) as u8,
             gsi,
             pd: ptr::null_mut(),
@@ -351,6 +354,19 @@ impl Lib {
 
     pub fn id(&mut self, id: *mut rdma_cm_id) -> Result<&mut Id, i32> {
         self.ids.get_mut(&(id as usize)).ok_or(libc::EINVAL)
+    }
+
+    /// Runs `f` on an ID's sans-IO core with the fault hook (EINVAL for an unknown ID).
+    pub fn with_core<T>(&mut self, id: usize, f: impl FnOnce(&mut RdmaId, &mut dyn IdFaults) -> T) -> Result<T, i32> {
+        let Lib { ids, faults, .. } = self;
+        let st = ids.get_mut(&id).ok_or(libc::EINVAL)?;
+        Ok(f(&mut st.core, faults.as_mut()))
+    }
+
+    /// What the one device gives a connection's path (ENODEV without one).
+    pub fn device_path(&mut self) -> Result<DevicePath, i32> {
+        let d = self.device()?;
+        Ok(DevicePath { gid: d.gid, active_mtu: d.active_mtu })
     }
 
     // ---- channels and events ----------------------------------------------------------------
@@ -482,81 +498,74 @@ impl Lib {
     }
 
     fn on_cm_event(&mut self, ev: CmEvent) {
-        use crate::abi::event as E;
         match ev {
             CmEvent::ReqReceived { comm_id, peer, req } => self.on_req(comm_id, peer, &req),
-            CmEvent::RepReceived { comm_id, rep } => {
-                let Some(&id) = self.by_comm.get(&comm_id) else { return };
-                let Some(st) = self.ids.get_mut(&id) else { return };
-                st.agreed.remote_qpn = rep.remote_qpn;
-                st.agreed.remote_psn = rep.starting_psn;
-                // Their initiator depth bounds our responder resources and vice versa.
-                st.agreed.responder_resources = rep.initiator_depth;
-                st.agreed.initiator_depth = rep.responder_resources;
-                st.agreed.rnr_retry_count = rep.rnr_retry_count;
-                let pdata = rep.private_data.clone();
-                let conn = conn_param(&st.agreed, rep.srq);
-                // As librdmacm: the QP (the application's) is moved to RTR and RTS, and the RTU
-                // sent, when the application takes this event (`on_retrieved`), never here.
-                st.state = IdState::ResponseReceived;
-                self.post(id, 0, E::CONNECT_RESPONSE, 0, |b| {
-                    b.ev.param.conn = conn;
-                    b.private_data = pdata;
-                    b.rep = Some(comm_id);
-                });
-            }
-            CmEvent::Established { comm_id } => {
-                let Some(&id) = self.by_comm.get(&comm_id) else { return };
-                if let Some(st) = self.ids.get_mut(&id) {
-                    st.state = IdState::Connected;
-                    let conn = conn_param(&st.agreed, false);
-                    self.post(id, 0, E::ESTABLISHED, 0, |b| b.ev.param.conn = conn);
-                }
-            }
-            CmEvent::Rejected { comm_id, reason, private_data, .. } => {
-                if crate::export::traced() {
-                    eprintln!("urxe: rdmacm: connection {comm_id:?} rejected by the peer, reason {reason}");
-                }
-                let Some(id) = self.by_comm.remove(&comm_id) else { return };
-                self.set_state(id, IdState::Disconnected);
-                // The QP goes to ERR when the application takes the event (`on_retrieved`).
-                self.post(id, 0, E::REJECTED, c_int::from(reason), |b| b.private_data = private_data);
-            }
-            CmEvent::Unreachable { comm_id, .. } => {
-                let Some(id) = self.by_comm.remove(&comm_id) else { return };
-                self.set_state(id, IdState::Disconnected);
-                self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
-            }
-            CmEvent::DreqReceived { comm_id, private_data } => {
-                let Some(&id) = self.by_comm.get(&comm_id) else { return };
-                // The QP is the application's: it is not touched (as librdmacm; the kernel's
-                // CMA never touches a userspace QP). rdma_disconnect moves it to ERR.
-                let _ = self.cm.as_mut().map(|cm| cm.send_drep(now(), comm_id, &[]));
-                self.set_state(id, IdState::Disconnected);
-                self.post(id, 0, E::DISCONNECTED, 0, |b| b.private_data = private_data);
-            }
-            CmEvent::Disconnected { comm_id, private_data, .. } => {
-                let Some(&id) = self.by_comm.get(&comm_id) else { return };
-                self.set_state(id, IdState::Disconnected);
-                self.post(id, 0, E::DISCONNECTED, 0, |b| b.private_data = private_data);
-            }
-            CmEvent::TimewaitExit { comm_id } => {
-                if let Some(id) = self.by_comm.remove(&comm_id) {
-                    self.post(id, 0, E::TIMEWAIT_EXIT, 0, |_| {});
-                }
-            }
             CmEvent::SidrReqReceived { request_id, peer, service_id, private_data, .. } => {
                 self.on_sidr_req(request_id, peer, service_id, private_data)
             }
-            CmEvent::SidrRepReceived { request_id, status, qpn, qkey, private_data } => {
-                let Some(id) = self.by_comm.remove(&request_id) else { return };
-                if status != sidr_status::VALID {
-                    self.post(id, 0, E::UNREACHABLE, -libc::EINVAL, |b| b.private_data = private_data);
-                    return;
-                }
-                self.set_state(id, IdState::Connected);
+            CmEvent::RequestExpired { comm_id } => self.on_request_expired(comm_id),
+            ev => self.on_id_event(ev),
+        }
+    }
+
+    /// A CM event on one ID: the sans-IO core decides the rdma_cm event, its status and the
+    /// ID's state (`RdmaId::handle_cm`); this turns it into the C event.
+    fn on_id_event(&mut self, ev: CmEvent) {
+        use crate::abi::event as E;
+        let comm = match &ev {
+            CmEvent::RepReceived { comm_id, .. }
+            | CmEvent::Established { comm_id }
+            | CmEvent::Rejected { comm_id, .. }
+            | CmEvent::Unreachable { comm_id, .. }
+            | CmEvent::DreqReceived { comm_id, .. }
+            | CmEvent::Disconnected { comm_id, .. }
+            | CmEvent::TimewaitExit { comm_id } => *comm_id,
+            CmEvent::SidrRepReceived { request_id, .. } | CmEvent::SidrTimeout { request_id } => *request_id,
+            _ => return,
+        };
+        let Some(&id) = self.by_comm.get(&comm) else { return };
+        if let (CmEvent::Rejected { reason, .. }, true) = (&ev, crate::export::traced()) {
+            eprintln!("urxe: rdmacm: connection {comm:?} rejected by the peer, reason {reason}");
+        }
+        let Ok(decided) = self.with_core(id, |c, f| c.handle_cm(ev, f)) else {
+            self.by_comm.remove(&comm);
+            return;
+        };
+        let Some((post, ev)) = decided else { return };
+        if post.forget_comm {
+            self.by_comm.remove(&comm);
+        }
+        let (event, status) = (post.event, post.status);
+        match ev {
+            CmEvent::RepReceived { rep, .. } => {
+                let Some(st) = self.ids.get(&id) else { return };
+                let conn = conn_param(&st.agreed, rep.srq);
+                // As librdmacm: the QP (the application's) is moved to RTR and RTS, and the RTU
+                // sent, when the application takes this event (`on_retrieved`), never here.
+                self.post(id, 0, event, status, |b| {
+                    b.ev.param.conn = conn;
+                    b.private_data = rep.private_data;
+                    b.rep = Some(comm);
+                });
+            }
+            CmEvent::Established { .. } => {
+                let Some(st) = self.ids.get(&id) else { return };
+                let conn = conn_param(&st.agreed, false);
+                self.post(id, 0, event, status, |b| b.ev.param.conn = conn);
+            }
+            CmEvent::DreqReceived { private_data, .. } => {
+                // The QP is the application's: it is not touched (as librdmacm; the kernel's
+                // CMA never touches a userspace QP). rdma_disconnect moves it to ERR.
+                let _ = self.cm.as_mut().map(|cm| cm.send_drep(now(), comm, &[]));
+                self.post(id, 0, event, status, |b| b.private_data = private_data);
+            }
+            // REJECTED: the QP goes to ERR when the application takes the event (`on_retrieved`).
+            CmEvent::Rejected { private_data, .. } | CmEvent::Disconnected { private_data, .. } => {
+                self.post(id, 0, event, status, |b| b.private_data = private_data)
+            }
+            CmEvent::SidrRepReceived { qpn, qkey, private_data, .. } if event == E::ESTABLISHED => {
                 let ah = self.ah_to_peer(id);
-                self.post(id, 0, E::ESTABLISHED, 0, |b| {
+                self.post(id, 0, event, status, |b| {
                     b.ev.param.ud = rdma_ud_param {
                         private_data: ptr::null(),
                         private_data_len: 0,
@@ -567,12 +576,10 @@ impl Lib {
                     b.private_data = private_data;
                 });
             }
-            CmEvent::SidrTimeout { request_id } => {
-                if let Some(id) = self.by_comm.remove(&request_id) {
-                    self.post(id, 0, E::UNREACHABLE, -libc::ETIMEDOUT, |_| {});
-                }
+            CmEvent::SidrRepReceived { private_data, .. } => {
+                self.post(id, 0, event, status, |b| b.private_data = private_data)
             }
-            CmEvent::RequestExpired { comm_id } => self.on_request_expired(comm_id),
+            _ => self.post(id, 0, event, status, |_| {}),
         }
     }
 
@@ -592,11 +599,6 @@ impl Lib {
         }
         Err(libc::EADDRINUSE)
     }
-}
-
-/// The flow label of a RoCE path between two rdma_cm ports, as the kernel computes it.
-pub fn flow_label(sport: u16, dport: u16) -> u32 {
-    (u32::from(sport).wrapping_mul(31).wrapping_add(u32::from(dport))) & 0xF_FFFF
 }
 
 pub(crate) fn conn_param(a: &Agreed, srq: bool) -> rdma_conn_param {

@@ -7,7 +7,7 @@ use crate::core::*;
 use crate::events::*;
 pub use crate::qp::*;
 use crate::verbs::*;
-use libc::{c_int, c_void, sockaddr};
+use libc::{c_int, c_uint, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ptr;
 
@@ -172,7 +172,7 @@ pub unsafe extern "C" fn rdma_create_ep(
             if !qp_init_attr.is_null() {
                 // SAFETY: the caller's attributes, copied for every request.
                 let mut a = unsafe { *qp_init_attr };
-                a.qp_type = qpt;
+                a.qp_type = qpt as c_uint;
                 lock().id(cid)?.ep_qp = Some((a, pd));
             }
             return Ok(());
@@ -184,7 +184,7 @@ pub unsafe extern "C" fn rdma_create_ep(
         if !qp_init_attr.is_null() {
             // As librdmacm: the endpoint's QP type is the address info's.
             // SAFETY: the caller's attributes.
-            unsafe { (*qp_init_attr).qp_type = qpt };
+            unsafe { (*qp_init_attr).qp_type = qpt as c_uint };
             create_qp(cid, pd, qp_init_attr)?;
         }
         Ok(())

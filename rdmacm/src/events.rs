@@ -10,9 +10,6 @@ use std::ptr;
 use std::sync::Arc;
 use urxe::sys::cancellable_poll;
 
-/// The responder resources / initiator depth a NULL `rdma_conn_param` stands for: the
-/// device's `max_qp_rd_atom` (urxe reports rxe's 128).
-pub(crate) const DEVICE_MAX_RD_ATOMIC: u8 = 128;
 /// `IBV_EVENT_COMM_EST`.
 pub(crate) const IBV_EVENT_COMM_EST: c_int = 4;
 

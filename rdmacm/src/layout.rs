@@ -1,9 +1,9 @@
-//! The layout facts of every mirror in [`crate::abi`], one per line, in the format
+//! The layout facts of every `<rdma/rdma_cma.h>` mirror in [`crate::abi`] (the verbs structs it
+//! embeds are the toolkit's, checked by tests/abi_layout.rs), one per line, in the format
 //! tests/rdmacm_layout.rs turns into a C program against `<rdma/rdma_cma.h>`:
 //! `type <c type> size N align A`, `field <c type>|<path> off N size S`, `const <name> V`.
 
 use crate::abi::*;
-use crate::verbs::*;
 use std::fmt::Write;
 use std::mem::{align_of, offset_of, size_of};
 
@@ -29,30 +29,6 @@ macro_rules! consts {
 
 pub fn layout_report() -> String {
     let mut o = String::new();
-    ty!(o, ibv_sa_path_rec, "struct ibv_sa_path_rec", [
-        dgid: ibv_gid, sgid: ibv_gid, dlid: u16, slid: u16, raw_traffic: i32, flow_label: u32,
-        hop_limit: u8, traffic_class: u8, reversible: i32, numb_path: u8, pkey: u16, sl: u8,
-        mtu_selector: u8, mtu: u8, rate_selector: u8, rate: u8, packet_life_time_selector: u8,
-        packet_life_time: u8, preference: u8]);
-    {
-        use crate::rsockets::dp::*;
-        ty!(o, ibv_sge, "struct ibv_sge", [addr: u64, length: u32, lkey: u32]);
-        ty!(o, ibv_send_wr, "struct ibv_send_wr", [wr_id: u64, next: *mut ibv_send_wr, sg_list: *mut ibv_sge,
-            num_sge: i32, opcode: i32, send_flags: u32, imm_data: u32]);
-        // The `wr.rdma` view of the header's `wr` union.
-        for (c, off, size) in [
-            ("wr.rdma.remote_addr", offset_of!(ibv_send_wr, remote_addr), 8),
-            ("wr.rdma.rkey", offset_of!(ibv_send_wr, rkey), 4),
-        ] {
-            let _ = writeln!(o, "field struct ibv_send_wr|{c} off {off} size {size}");
-        }
-        ty!(o, ibv_recv_wr, "struct ibv_recv_wr", [wr_id: u64, next: *mut ibv_recv_wr, sg_list: *mut ibv_sge, num_sge: i32]);
-        ty!(o, ibv_wc, "struct ibv_wc", [wr_id: u64, status: i32, opcode: i32, vendor_err: u32, byte_len: u32,
-            imm_data: u32, qp_num: u32, src_qp: u32, wc_flags: u32, pkey_index: u16, slid: u16, sl: u8,
-            dlid_path_bits: u8]);
-        ty!(o, ibv_comp_channel, "struct ibv_comp_channel", [context: *mut libc::c_void, fd: i32, refcnt: i32]);
-    }
-    ty!(o, ibv_ece, "struct ibv_ece", [vendor_id: u32, options: u32, comp_mask: u32]);
     ty!(o, rdma_ib_addr, "struct rdma_ib_addr", [sgid: ibv_gid, dgid: ibv_gid, pkey: u16]);
     ty!(o, rdma_addr, "struct rdma_addr", [src_storage: libc::sockaddr_storage, dst_storage: libc::sockaddr_storage]);
     // The header wraps the IB view in a one-member union called `addr`.
@@ -83,7 +59,6 @@ pub fn layout_report() -> String {
         ai_connect: usize, ai_next: usize]);
     ty!(o, rdma_cm_join_mc_attr_ex, "struct rdma_cm_join_mc_attr_ex", [
         comp_mask: u32, join_flags: u32, addr: usize]);
-    verbs_report(&mut o);
     consts!(
         o,
         [
@@ -124,68 +99,4 @@ pub fn layout_report() -> String {
         ]
     );
     o
-}
-
-/// The `<infiniband/verbs.h>` structs this library fills or reads in libibverbs' objects
-/// (crate::verbs), and the enum values it passes.
-fn verbs_report(o: &mut String) {
-    ty!(o, ibv_qp_cap, "struct ibv_qp_cap", [
-        max_send_wr: u32, max_recv_wr: u32, max_send_sge: u32, max_recv_sge: u32, max_inline_data: u32]);
-    ty!(o, ibv_qp_init_attr, "struct ibv_qp_init_attr", [
-        qp_context: usize, send_cq: usize, recv_cq: usize, srq: usize, cap: ibv_qp_cap, qp_type: i32,
-        sq_sig_all: i32]);
-    ty!(o, ibv_qp_init_attr_ex, "struct ibv_qp_init_attr_ex", [
-        qp_context: usize, send_cq: usize, recv_cq: usize, srq: usize, cap: ibv_qp_cap, qp_type: i32,
-        sq_sig_all: i32, comp_mask: u32, pd: usize, xrcd: usize, create_flags: u32, max_tso_header: u16,
-        rwq_ind_tbl: usize, rx_hash_conf: ibv_rx_hash_conf, source_qpn: u32, send_ops_flags: u64]);
-    ty!(o, ibv_qp_attr, "struct ibv_qp_attr", [
-        qp_state: i32, cur_qp_state: i32, path_mtu: i32, path_mig_state: i32, qkey: u32, rq_psn: u32,
-        sq_psn: u32, dest_qp_num: u32, qp_access_flags: u32, cap: ibv_qp_cap, ah_attr: ibv_ah_attr,
-        alt_ah_attr: ibv_ah_attr, pkey_index: u16, alt_pkey_index: u16, en_sqd_async_notify: u8,
-        sq_draining: u8, max_rd_atomic: u8, max_dest_rd_atomic: u8, min_rnr_timer: u8, port_num: u8,
-        timeout: u8, retry_cnt: u8, rnr_retry: u8, alt_port_num: u8, alt_timeout: u8, rate_limit: u32]);
-    ty!(o, ibv_srq_init_attr, "struct ibv_srq_init_attr", [srq_context: usize, attr: ibv_srq_attr]);
-    // Heads of libibverbs' objects: only the fields read here (their full size is not ours).
-    for (c, f, off, size) in [
-        ("struct ibv_qp", "context", std::mem::offset_of!(ibv_qp_head, context), 8),
-        ("struct ibv_qp", "qp_num", std::mem::offset_of!(ibv_qp_head, qp_num), 4),
-        ("struct ibv_pd", "context", std::mem::offset_of!(ibv_object_head, context), 8),
-        ("struct ibv_port_attr", "active_mtu", std::mem::offset_of!(ibv_port_attr_head, active_mtu), 4),
-    ] {
-        let _ = writeln!(o, "field {c}|{f} off {off} size {size}");
-    }
-    assert!(size_of::<ibv_port_attr_head>() >= 72, "room for all of struct ibv_port_attr");
-    consts!(
-        o,
-        [
-            "IBV_QPS_INIT" = qp_state::INIT,
-            "IBV_QPS_RTR" = qp_state::RTR,
-            "IBV_QPS_RTS" = qp_state::RTS,
-            "IBV_QPS_ERR" = qp_state::ERR,
-            "IBV_QPT_RC" = qp_type::RC,
-            "IBV_QPT_UC" = qp_type::UC,
-            "IBV_QPT_UD" = qp_type::UD,
-            "IBV_QP_STATE" = mask::STATE,
-            "IBV_QP_ACCESS_FLAGS" = mask::ACCESS_FLAGS,
-            "IBV_QP_PKEY_INDEX" = mask::PKEY_INDEX,
-            "IBV_QP_PORT" = mask::PORT,
-            "IBV_QP_QKEY" = mask::QKEY,
-            "IBV_QP_AV" = mask::AV,
-            "IBV_QP_PATH_MTU" = mask::PATH_MTU,
-            "IBV_QP_TIMEOUT" = mask::TIMEOUT,
-            "IBV_QP_RETRY_CNT" = mask::RETRY_CNT,
-            "IBV_QP_RNR_RETRY" = mask::RNR_RETRY,
-            "IBV_QP_RQ_PSN" = mask::RQ_PSN,
-            "IBV_QP_MAX_QP_RD_ATOMIC" = mask::MAX_QP_RD_ATOMIC,
-            "IBV_QP_MIN_RNR_TIMER" = mask::MIN_RNR_TIMER,
-            "IBV_QP_SQ_PSN" = mask::SQ_PSN,
-            "IBV_QP_MAX_DEST_RD_ATOMIC" = mask::MAX_DEST_RD_ATOMIC,
-            "IBV_QP_DEST_QPN" = mask::DEST_QPN,
-            "IBV_ACCESS_LOCAL_WRITE" = access::LOCAL_WRITE,
-            "IBV_ACCESS_REMOTE_WRITE" = access::REMOTE_WRITE,
-            "IBV_ACCESS_REMOTE_READ" = access::REMOTE_READ,
-            "IBV_ACCESS_REMOTE_ATOMIC" = access::REMOTE_ATOMIC,
-            "IBV_QP_INIT_ATTR_PD" = QP_INIT_ATTR_PD,
-        ]
-    );
 }

@@ -8,8 +8,6 @@ use crate::verbs::*;
 use libc::c_int;
 use std::net::{IpAddr, Ipv4Addr};
 use std::ptr;
-use urxe::cm::{AcceptParams, CmPath, ConnectParams};
-use urxe::wire::cm::rdma_cm_service_id;
 
 impl Lib {
     /// Fills `route` of an ID from its addresses and the device: GIDs, P_Key, one path record.
@@ -86,7 +84,7 @@ impl Lib {
     }
 
     /// The attributes of `state` for an ID's QP (`rdma_init_qp_attr` and our own transitions).
-    pub fn qp_attr(&self, id: usize, state: c_int) -> Result<(ibv_qp_attr, c_int), i32> {
+    pub fn qp_attr(&self, id: usize, state: u32) -> Result<(ibv_qp_attr, c_int), i32> {
         let st = self.ids.get(&id).ok_or(libc::EINVAL)?;
         let mut a = ibv_qp_attr { qp_state: state, ..Default::default() };
         let ud = st.qp_type == qp_type::UD;
@@ -107,7 +105,7 @@ impl Lib {
             }
             qp_state::RTR if ud => mask::STATE,
             qp_state::RTR => {
-                a.path_mtu = c_int::from(st.agreed.path_mtu.max(1));
+                a.path_mtu = u32::from(st.agreed.path_mtu.max(1));
                 a.dest_qp_num = st.agreed.remote_qpn;
                 a.rq_psn = st.agreed.local_psn;
                 a.max_dest_rd_atomic = st.agreed.responder_resources;
@@ -139,7 +137,7 @@ impl Lib {
         Ok((a, m))
     }
 
-    pub fn modify(&self, id: usize, state: c_int) -> Result<(), i32> {
+    pub fn modify(&self, id: usize, state: u32) -> Result<(), i32> {
         // SAFETY: `id` is a live ID box.
         let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
         if qp.is_null() {
@@ -175,63 +173,6 @@ impl Lib {
         // SAFETY: `id` is a live ID box.
         if self.ids.contains_key(&id) && !unsafe { (*(id as *mut rdma_cm_id)).qp }.is_null() {
             let _ = self.modify(id, qp_state::ERR);
-        }
-    }
-
-    /// The REQ for an ID whose route is resolved.
-    pub fn connect_params(
-        &self,
-        id: usize,
-        p: &rdma_conn_param,
-        qpn: u32,
-        pdata: Vec<u8>,
-    ) -> Result<ConnectParams, i32> {
-        let st = self.ids.get(&id).ok_or(libc::EINVAL)?;
-        let dev = self.dev.as_ref().ok_or(libc::EINVAL)?;
-        let (src, dst) = (st.src.ok_or(libc::EINVAL)?, st.dst.ok_or(libc::EINVAL)?);
-        Ok(ConnectParams {
-            peer: dst.ip(),
-            service_id: rdma_cm_service_id(st.ps as u16, dst.port()),
-            local_qpn: qpn,
-            starting_psn: st.agreed.local_psn,
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            transport_service_type: if st.qp_type == qp_type::UC { 1 } else { 0 },
-            retry_count: p.retry_count.min(7),
-            rnr_retry_count: p.rnr_retry_count.min(7),
-            path_mtu: dev.active_mtu,
-            srq: p.srq != 0,
-            primary: CmPath {
-                local_lid: 0xFFFF,
-                remote_lid: 0xFFFF,
-                local_gid: dev.gid,
-                remote_gid: gid_of(dst.ip()),
-                flow_label: flow_label(src.port(), dst.port()),
-                packet_rate: 0,
-                traffic_class: st.tos,
-                hop_limit: HOP_LIMIT,
-                sl: 0,
-                subnet_local: false,
-                local_ack_timeout: st.ack_timeout.unwrap_or(PACKET_LIFE_TIME + 1),
-            },
-            remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
-            local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
-            max_cm_retries: MAX_CM_RETRIES,
-            private_data: pdata,
-        })
-    }
-
-    pub fn accept_params(&self, id: usize, p: &rdma_conn_param, qpn: u32, pdata: Vec<u8>) -> AcceptParams {
-        let a = &self.ids[&id].agreed;
-        AcceptParams {
-            local_qpn: qpn,
-            starting_psn: a.local_psn,
-            responder_resources: a.responder_resources,
-            initiator_depth: a.initiator_depth,
-            target_ack_delay: 0,
-            rnr_retry_count: p.rnr_retry_count.min(7),
-            srq: p.srq != 0,
-            private_data: pdata,
         }
     }
 }

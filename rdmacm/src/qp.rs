@@ -102,8 +102,8 @@ fn create_qp_ex(id: *mut rdma_cm_id, x: &mut ibv_qp_init_attr_ex) -> Result<(), 
     }
     let given = if x.comp_mask & QP_INIT_ATTR_PD != 0 { x.pd } else { ptr::null_mut() };
     let pd = if given.is_null() { lib.shared_pd()? } else { given };
-    // SAFETY: `pd` is a PD of libibverbs (its head is its context).
-    if unsafe { (*(pd as *mut ibv_object_head)).context } != ctx {
+    // SAFETY: `pd` is a PD of libibverbs.
+    if unsafe { (*pd).context } != ctx {
         return Err(libc::EINVAL);
     }
     let mut a = *x;
@@ -148,11 +148,11 @@ fn create_qp_ex(id: *mut rdma_cm_id, x: &mut ibv_qp_init_attr_ex) -> Result<(), 
     }
     c.qp = qp;
     c.pd = pd;
-    c.qp_type = a.qp_type;
+    c.qp_type = a.qp_type as c_int;
     let st = lib.id(id)?;
-    st.qp_type = a.qp_type;
+    st.qp_type = a.qp_type as c_int;
     st.own_cqs = own;
-    let ud = a.qp_type == qp_type::UD;
+    let ud = a.qp_type as c_int == qp_type::UD;
     let r = if ud {
         lib.modify(k, qp_state::INIT)
             .and_then(|_| lib.modify(k, qp_state::RTR))

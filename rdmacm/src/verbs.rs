@@ -7,168 +7,68 @@
 //! ENODEV instead of failing to load.
 #![allow(non_camel_case_types)]
 
-use crate::abi::{ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_srq};
 use libc::{c_char, c_int, c_void};
 use std::sync::OnceLock;
-/// Mirrors shared with libibverbs.so.1's side, from the toolkit.
-pub use urxe_cabi::verbs::{ibv_qp_cap, ibv_srq_attr};
+use urxe_cabi::verbs as c;
+/// The mirrors, from the toolkit both C libraries share (libibverbs.so.1 reads the same ones).
+pub use urxe_cabi::verbs::{
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_gid, ibv_pd, ibv_port_attr, ibv_qp,
+    ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr, ibv_qp_init_attr_ex, ibv_rx_hash_conf, ibv_srq, ibv_srq_attr,
+    ibv_srq_init_attr, verbs_context, CreateQpExFn, Zeroable,
+};
 
-pub type ibv_device = c_void;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_qp_init_attr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_rx_hash_conf {
-    pub rx_hash_function: u8,
-    pub rx_hash_key_len: u8,
-    pub rx_hash_key: *mut u8,
-    pub rx_hash_fields_mask: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_qp_init_attr_ex {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub cap: ibv_qp_cap,
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-    pub comp_mask: u32,
-    pub pd: *mut ibv_pd,
-    pub xrcd: *mut c_void,
-    pub create_flags: u32,
-    pub max_tso_header: u16,
-    pub rwq_ind_tbl: *mut c_void,
-    pub rx_hash_conf: ibv_rx_hash_conf,
-    pub source_qpn: u32,
-    pub send_ops_flags: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct ibv_qp_attr {
-    pub qp_state: c_int,
-    pub cur_qp_state: c_int,
-    pub path_mtu: c_int,
-    pub path_mig_state: c_int,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub cap: ibv_qp_cap,
-    pub ah_attr: ibv_ah_attr,
-    pub alt_ah_attr: ibv_ah_attr,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub rate_limit: u32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct ibv_srq_init_attr {
-    pub srq_context: *mut c_void,
-    pub attr: ibv_srq_attr,
-}
-
-/// The head of `struct ibv_qp` (what this library reads: its context and number).
-#[repr(C)]
-pub struct ibv_qp_head {
-    pub context: *mut ibv_context,
-    pub qp_context: *mut c_void,
-    pub pd: *mut ibv_pd,
-    pub send_cq: *mut ibv_cq,
-    pub recv_cq: *mut ibv_cq,
-    pub srq: *mut ibv_srq,
-    pub handle: u32,
-    pub qp_num: u32,
-    pub state: c_int,
-    pub qp_type: c_int,
-}
-
-/// The head of `struct ibv_pd` / `struct ibv_cq` / `struct ibv_srq`: their context.
-#[repr(C)]
-pub struct ibv_object_head {
-    pub context: *mut ibv_context,
-}
-
-/// `struct ibv_port_attr` up to the fields read here; the rest is room the library fills.
-#[repr(C)]
-pub struct ibv_port_attr_head {
-    pub state: c_int,
-    pub max_mtu: c_int,
-    pub active_mtu: c_int,
-    pub rest: [u64; 8],
-}
-
+/// `enum ibv_qp_state`, as the `c_uint` `ibv_qp_attr.qp_state` holds.
 pub mod qp_state {
-    pub const RESET: i32 = 0;
-    pub const INIT: i32 = 1;
-    pub const RTR: i32 = 2;
-    pub const RTS: i32 = 3;
-    pub const ERR: i32 = 6;
+    use super::c;
+    pub const RESET: u32 = c::IBV_QPS_RESET as u32;
+    pub const INIT: u32 = c::IBV_QPS_INIT as u32;
+    pub const RTR: u32 = c::IBV_QPS_RTR as u32;
+    pub const RTS: u32 = c::IBV_QPS_RTS as u32;
+    pub const ERR: u32 = c::IBV_QPS_ERR as u32;
 }
 
+/// `enum ibv_qp_type`, as `rdma_cm_id.qp_type` (`int`) holds it.
 pub mod qp_type {
-    pub const RC: i32 = 2;
-    pub const UC: i32 = 3;
-    pub const UD: i32 = 4;
-    pub const XRC_SEND: i32 = 9;
-    pub const XRC_RECV: i32 = 10;
+    use super::c;
+    pub const RC: i32 = c::IBV_QPT_RC as i32;
+    pub const UC: i32 = c::IBV_QPT_UC as i32;
+    pub const UD: i32 = c::IBV_QPT_UD as i32;
+    pub const XRC_SEND: i32 = c::IBV_QPT_XRC_SEND as i32;
+    pub const XRC_RECV: i32 = c::IBV_QPT_XRC_RECV as i32;
 }
 
+/// `enum ibv_qp_attr_mask`, as `ibv_modify_qp` takes it.
 pub mod mask {
-    pub const STATE: i32 = 1 << 0;
-    pub const ACCESS_FLAGS: i32 = 1 << 3;
-    pub const PKEY_INDEX: i32 = 1 << 4;
-    pub const PORT: i32 = 1 << 5;
-    pub const QKEY: i32 = 1 << 6;
-    pub const AV: i32 = 1 << 7;
-    pub const PATH_MTU: i32 = 1 << 8;
-    pub const TIMEOUT: i32 = 1 << 9;
-    pub const RETRY_CNT: i32 = 1 << 10;
-    pub const RNR_RETRY: i32 = 1 << 11;
-    pub const RQ_PSN: i32 = 1 << 12;
-    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
-    pub const MIN_RNR_TIMER: i32 = 1 << 15;
-    pub const SQ_PSN: i32 = 1 << 16;
-    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
-    pub const DEST_QPN: i32 = 1 << 20;
+    use super::c;
+    pub const STATE: i32 = c::IBV_QP_STATE as i32;
+    pub const ACCESS_FLAGS: i32 = c::IBV_QP_ACCESS_FLAGS as i32;
+    pub const PKEY_INDEX: i32 = c::IBV_QP_PKEY_INDEX as i32;
+    pub const PORT: i32 = c::IBV_QP_PORT as i32;
+    pub const QKEY: i32 = c::IBV_QP_QKEY as i32;
+    pub const AV: i32 = c::IBV_QP_AV as i32;
+    pub const PATH_MTU: i32 = c::IBV_QP_PATH_MTU as i32;
+    pub const TIMEOUT: i32 = c::IBV_QP_TIMEOUT as i32;
+    pub const RETRY_CNT: i32 = c::IBV_QP_RETRY_CNT as i32;
+    pub const RNR_RETRY: i32 = c::IBV_QP_RNR_RETRY as i32;
+    pub const RQ_PSN: i32 = c::IBV_QP_RQ_PSN as i32;
+    pub const MAX_QP_RD_ATOMIC: i32 = c::IBV_QP_MAX_QP_RD_ATOMIC as i32;
+    pub const MIN_RNR_TIMER: i32 = c::IBV_QP_MIN_RNR_TIMER as i32;
+    pub const SQ_PSN: i32 = c::IBV_QP_SQ_PSN as i32;
+    pub const MAX_DEST_RD_ATOMIC: i32 = c::IBV_QP_MAX_DEST_RD_ATOMIC as i32;
+    pub const DEST_QPN: i32 = c::IBV_QP_DEST_QPN as i32;
 }
 
+/// `enum ibv_access_flags`.
 pub mod access {
-    pub const LOCAL_WRITE: u32 = 1;
-    pub const REMOTE_WRITE: u32 = 2;
-    pub const REMOTE_READ: u32 = 4;
-    pub const REMOTE_ATOMIC: u32 = 8;
+    use super::c;
+    pub const LOCAL_WRITE: u32 = c::IBV_ACCESS_LOCAL_WRITE as u32;
+    pub const REMOTE_WRITE: u32 = c::IBV_ACCESS_REMOTE_WRITE as u32;
+    pub const REMOTE_READ: u32 = c::IBV_ACCESS_REMOTE_READ as u32;
+    pub const REMOTE_ATOMIC: u32 = c::IBV_ACCESS_REMOTE_ATOMIC as u32;
 }
 
 /// `IBV_QP_INIT_ATTR_PD`.
-pub const QP_INIT_ATTR_PD: u32 = 1;
+pub const QP_INIT_ATTR_PD: u32 = c::IBV_QP_INIT_ATTR_PD as u32;
 
 #[link(name = "ibverbs")]
 extern "C" {
@@ -177,7 +77,7 @@ extern "C" {
     pub fn ibv_get_device_guid(dev: *mut ibv_device) -> u64;
     pub fn ibv_open_device(dev: *mut ibv_device) -> *mut ibv_context;
     pub fn ibv_close_device(ctx: *mut ibv_context) -> c_int;
-    pub fn ibv_query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr_head) -> c_int;
+    pub fn ibv_query_port(ctx: *mut ibv_context, port: u8, attr: *mut ibv_port_attr) -> c_int;
     pub fn ibv_query_gid(ctx: *mut ibv_context, port: u8, index: c_int, gid: *mut ibv_gid) -> c_int;
     pub fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd;
     pub fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int;
@@ -200,38 +100,26 @@ extern "C" {
     pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
 }
 
-/// `create_qp_ex` of `struct verbs_context` (rdma-core's `<infiniband/verbs.h>`).
-pub type CreateQpExFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_init_attr_ex) -> *mut ibv_qp;
-
-/// The end of `struct verbs_context`, the ops right in front of the `struct ibv_context` an
-/// application holds (from `open_qp` to `sz`, as rdma-core lays them out).
-#[repr(C)]
-pub struct verbs_context_tail {
-    pub open_qp: *mut c_void,
-    pub create_qp_ex: Option<CreateQpExFn>,
-    pub get_srq_num: *mut c_void,
-    pub create_srq_ex: *mut c_void,
-    pub open_xrcd: *mut c_void,
-    pub close_xrcd: *mut c_void,
-    pub abi_placeholder3: u64,
-    /// The size of the whole `verbs_context` (ops in front of the context, and the context).
-    pub sz: usize,
-}
-
 /// The context's `create_qp_ex` op, if its `verbs_context` is big enough to have one (as
-/// `verbs_get_ctx_op` checks).
+/// `verbs_get_ctx_op` checks: `sz` covers the op and everything after it).
 ///
 /// # Safety
 /// `ctx` is a context of a libibverbs.so.1 whose contexts sit at the end of a
 /// `verbs_context` (urxe's always do).
 pub unsafe fn verbs_context_op_create_qp_ex(ctx: *mut ibv_context) -> Option<CreateQpExFn> {
-    // SAFETY: caller contract: the tail lies right in front of the context.
-    let tail = unsafe { &*(ctx as *const verbs_context_tail).sub(1) };
-    let needed = std::mem::size_of::<verbs_context_tail>() - std::mem::offset_of!(verbs_context_tail, create_qp_ex);
-    if tail.sz < needed {
+    let ctx_off = std::mem::offset_of!(verbs_context, context);
+    // SAFETY: caller contract: the context is the `context` member of a live `verbs_context`;
+    // only the members in front of it (from `create_qp_ex` to `sz`) are read, which every
+    // `verbs_context` has whatever its size.
+    let vctx = unsafe { (ctx as *const u8).sub(ctx_off) as *const verbs_context };
+    // SAFETY: as above: `sz` lies in front of the context.
+    let sz = unsafe { std::ptr::addr_of!((*vctx).sz).read() };
+    let needed = ctx_off - std::mem::offset_of!(verbs_context, create_qp_ex);
+    if sz < needed {
         return None;
     }
-    tail.create_qp_ex
+    // SAFETY: as above; `sz` says the op is there.
+    unsafe { std::ptr::addr_of!((*vctx).create_qp_ex).read() }
 }
 
 /// urxe's private GSI API in libibverbs.so.1 (provider/src/gsi.rs documents each call).

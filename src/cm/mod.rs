@@ -23,12 +23,15 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+pub mod rdma_conn;
 pub mod rdma_id;
 mod recv;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_hostile;
+#[cfg(test)]
+mod tests_rdma_conn;
 #[cfg(test)]
 mod tests_rdma_id;
 

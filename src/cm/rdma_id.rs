@@ -13,8 +13,12 @@
 //! - [`Handles`]: a table keyed by index and generation, so a stale or forged key names no
 //!   object (IDs keyed by a handle, not by a pointer value).
 //!
+//! - [`crate::cm::rdma_conn`]: `rdma_connect` / `rdma_accept` / `rdma_reject` parameters → CM
+//!   messages, and CM events → rdma_cm events and state.
+//!
 //! A fault hook (a REJ, a lost RTU, a device removal injected by a test) sits between these
-//! decisions and the shim's I/O: every decision is a value the caller can inspect or replace.
+//! decisions and the shim's I/O: `rdma_conn::IdFaults`, consulted by every plan and every CM
+//! event; every decision is a value the caller can inspect or replace.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -23,6 +27,11 @@ use crate::wire::cm::{rdma_cm_service_id, CmaHeader, CmaHeaderError, CMA_HEADER_
 
 /// An errno value (positive), what the C shims return through errno.
 pub type Errno = i32;
+
+/// `IBV_QPT_RC` / `IBV_QPT_UC` / `IBV_QPT_UD`: the QP types an ID connects ([`RdmaId::qp_type`]).
+pub const QPT_RC: i32 = 2;
+pub const QPT_UC: i32 = 3;
+pub const QPT_UD: i32 = 4;
 
 /// Where an ID is in its life (the kernel's `rdma_cm_state`, reduced to what is branched on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

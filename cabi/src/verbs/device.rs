@@ -423,6 +423,28 @@ pub union ibv_gid {
     pub global: ibv_gid_global,
 }
 
+impl ibv_gid {
+    /// The GID as 16 bytes (network order), the view every other is made of.
+    pub fn bytes(&self) -> [u8; 16] {
+        // SAFETY: both members are plain integers covering the same 16 bytes; every bit
+        // pattern is a valid `[u8; 16]`.
+        unsafe { self.raw }
+    }
+}
+
+impl PartialEq for ibv_gid {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+impl Eq for ibv_gid {}
+
+impl std::fmt::Debug for ibv_gid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ibv_gid({:02x?})", self.bytes())
+    }
+}
+
 /// `struct ibv_gid_entry`.
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -272,7 +272,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_global_route`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct ibv_global_route {
     pub dgid: ibv_gid,
     pub flow_label: u32,
@@ -283,7 +283,7 @@ pub struct ibv_global_route {
 
 /// `struct ibv_ah_attr`.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct ibv_ah_attr {
     pub grh: ibv_global_route,
     pub dlid: u16,
@@ -328,6 +328,7 @@ pub struct ibv_qp_attr {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -340,6 +341,7 @@ pub struct ibv_qp_init_attr {
 
 /// `struct ibv_rx_hash_conf`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_rx_hash_conf {
     pub rx_hash_function: u8,
     pub rx_hash_key_len: u8,
@@ -349,6 +351,7 @@ pub struct ibv_rx_hash_conf {
 
 /// `struct ibv_qp_init_attr_ex`.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ibv_qp_init_attr_ex {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
@@ -566,6 +569,7 @@ pub struct ibv_async_event {
 
 /// `struct ibv_ece`.
 #[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ibv_ece {
     pub vendor_id: u32,
     pub options: u32,

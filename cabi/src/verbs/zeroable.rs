@@ -50,6 +50,23 @@ zeroable!(
     ibv_send_wr,
     ibv_recv_wr,
     ibv_async_event,
+    ibv_gid,
+    ibv_global_route,
+    ibv_sa_path_rec,
     libc::stat,
     libc::ifreq,
 );
+
+/// `Default` as the all-zero value (what C's `= {0}` gives) for the mirrors both libraries
+/// build field by field.
+macro_rules! zero_default {
+    ($($t:ty),* $(,)?) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                <$t as Zeroable>::zeroed()
+            }
+        }
+    )*};
+}
+
+zero_default!(ibv_gid, ibv_global_route, ibv_ah_attr, ibv_qp_attr, ibv_wc, ibv_send_wr, ibv_recv_wr, ibv_sa_path_rec);

@@ -23,7 +23,7 @@ pub(super) struct Region {
 }
 
 impl Region {
-    pub(super) fn new(pd: *mut c_void, len: usize, access: c_int) -> Result<Region, i32> {
+    pub(super) fn new(pd: *mut ibv_pd, len: usize, access: c_int) -> Result<Region, i32> {
         let layout = std::alloc::Layout::from_size_align(len.max(8), 64).map_err(|_| libc::ENOMEM)?;
         // SAFETY: a non-zero-sized layout.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };

@@ -44,8 +44,8 @@ pub(super) struct Stream {
     pub(super) swap_sgl: bool,
     // verbs
     pub(super) comp: *mut ibv_comp_channel,
-    pub(super) cq: *mut c_void,
-    pub(super) qp: *mut c_void,
+    pub(super) cq: *mut ibv_cq,
+    pub(super) qp: *mut ibv_qp,
     pub(super) sbuf: Option<Region>,
     pub(super) rbuf: Option<Region>,
     pub(super) target: Option<Region>,
@@ -255,7 +255,7 @@ impl Stream {
             return Err(libc::ENODEV);
         }
         // SAFETY: a live context.
-        let comp = unsafe { ibv_create_comp_channel(id.verbs) } as *mut ibv_comp_channel;
+        let comp = unsafe { ibv_create_comp_channel(id.verbs) };
         if comp.is_null() {
             return Err(crate::export_errno());
         }
@@ -285,7 +285,7 @@ impl Stream {
                 max_recv_sge: 1,
                 max_inline_data: self.sq_inline,
             },
-            qp_type: crate::verbs::qp_type::RC,
+            qp_type: crate::verbs::qp_type::RC as u32,
             sq_sig_all: 1,
         };
         // SAFETY: our ID and attributes.
@@ -386,9 +386,8 @@ impl Stream {
             num_sge: sgl.len() as c_int,
             opcode: if imm.is_some() { IBV_WR_RDMA_WRITE_WITH_IMM } else { IBV_WR_RDMA_WRITE },
             send_flags: if inline { IBV_SEND_INLINE } else { 0 },
-            imm_data: imm.unwrap_or(0).to_be(),
-            remote_addr: addr,
-            rkey,
+            imm: ibv_imm_or_rkey { imm_data: imm.unwrap_or(0).to_be() },
+            wr: ibv_send_wr_wr { rdma: ibv_send_wr_rdma { remote_addr: addr, rkey } },
             ..Default::default()
         };
         // SAFETY: our QP; the SGEs point at our send buffer (lkey) or inline data.
@@ -577,7 +576,8 @@ impl Stream {
                     if w.wc_flags & IBV_WC_WITH_IMM == 0 {
                         continue;
                     }
-                    let m = u32::from_be(w.imm_data);
+                    // SAFETY: both views of the slot are a plain u32.
+                    let m = u32::from_be(unsafe { w.imm.imm_data });
                     match msg_op(m) {
                         op::SGL => self.sseq_comp = msg_data(m) as u16,
                         op::IOMAP_SGL => {}
