@@ -24,7 +24,6 @@ pub mod device;
 mod faultplan;
 mod hub;
 mod moderation;
-mod owner;
 mod pacing;
 mod progress;
 
