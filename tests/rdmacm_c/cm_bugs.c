@@ -40,29 +40,7 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
-static int failures;
-/* One named check: "ok NAME" or "FAIL NAME: details" on stdout. */
-#define CHECK(cond, name, ...)                                                                                         \
-	do {                                                                                                           \
-		if (cond) {                                                                                            \
-			printf("ok %s\n", name);                                                                       \
-		} else {                                                                                               \
-			printf("FAIL %s: ", name);                                                                     \
-			printf(__VA_ARGS__);                                                                           \
-			printf("\n");                                                                                  \
-			failures++;                                                                                    \
-		}                                                                                                      \
-	} while (0)
-
-static int check_summary(void)
-{
-	if (failures) {
-		printf("%d checks failed\n", failures);
-		return 1;
-	}
-	printf("all checks passed\n");
-	return 0;
-}
+#include "check.h"
 
 #define DIE(...)                                                                                                       \
 	do {                                                                                                           \

@@ -39,18 +39,7 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
-static int failures;
-#define CHECK(cond, name, ...)                                                                                         \
-	do {                                                                                                           \
-		if (cond) {                                                                                            \
-			printf("ok %s\n", name);                                                                       \
-		} else {                                                                                               \
-			printf("FAIL %s: ", name);                                                                     \
-			printf(__VA_ARGS__);                                                                           \
-			printf("\n");                                                                                  \
-			failures++;                                                                                    \
-		}                                                                                                      \
-	} while (0)
+#include "check.h"
 
 #define DIE(...)                                                                                                       \
 	do {                                                                                                           \
@@ -371,10 +360,5 @@ int main(int argc, char **argv)
 		removal(arg);
 	else
 		DIE("unknown mode %s", mode);
-	if (failures) {
-		printf("%d checks failed\n", failures);
-		return 1;
-	}
-	printf("all checks passed\n");
-	return 0;
+	return check_summary();
 }
