@@ -87,6 +87,12 @@ impl Core {
         }
     }
 
+    /// The last drain stopped at its bound with datagrams maybe still queued (see
+    /// `Io::left_behind`).
+    pub(super) fn rx_left_behind(&self) -> bool {
+        self.io.left_behind()
+    }
+
     /// Opens the receive socket of a multicast group (see `Io::join_mcast`).
     pub(super) fn join_mcast(&mut self, group: std::net::IpAddr) -> std::io::Result<std::os::fd::RawFd> {
         self.io.join_mcast(group)

@@ -170,6 +170,9 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
     });
     // Some QP is paced (DCQCN): the engine's deadlines need the fine timer.
     let mut fine_needed = false;
+    // Our last drain stopped at its bound with datagrams maybe still queued: armed, the
+    // edge-triggered registration will not report them again; look at once.
+    let mut left_behind = false;
     loop {
         if hub.stop.load(Ordering::Acquire) {
             return;
@@ -199,7 +202,13 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
                 wake_at = deadline;
             }
         }
-        let timeout = wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP));
+        let timeout = if left_behind && sig.armed() {
+            Some(Duration::ZERO)
+        } else {
+            wake_at.map(|d| Duration::from_nanos(d.saturating_sub(now)).max(MIN_SLEEP))
+        };
+        // Disarmed, the pollers take what is queued (each of their polls reads the socket).
+        left_behind = false;
         if let (true, Some(f), Some(d)) = (fine_needed, &fine, wake_at) {
             if d > now && d - now < 1_000_000 && f.at() != Some(d) {
                 f.set(now, d - now);
@@ -273,6 +282,7 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
         let active = sig.app_away_for(now) < APP_ACTIVE_NS;
         let before = c.counters.rx_datagrams;
         c.take_in(now, false);
+        left_behind = c.rx_left_behind();
         let stream = c.counters.rx_datagrams - before >= STREAM_PKTS;
         let nap = if stream { naps.stream_wakeup(now, c.counters.rx_datagrams) } else { 0 };
         if c.pacing.thread_may_hold(active) && c.engine.only_acks_pending() {
