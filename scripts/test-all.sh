@@ -27,8 +27,26 @@ step "fuzz targets build"
 (cd fuzz && cargo build --quiet)
 step "build the drop-in libibverbs.so.1 (release)"
 bash provider/build.sh --release
-step "cargo test (release: the application tests time real traffic)"
-cargo test --release --workspace
+# The rdma_cm retry-budget test waits out the CM's 15 retries (98 s of kernel timers, no work):
+# it runs beside the rest of cargo test (built first, so the two only run) and must pass; its
+# log is printed when it is waited for. Stopped with the script if that stops first.
+BG=()
+trap 'for p in "${BG[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
+REPORTS=target/urxe/reports
+mkdir -p "$REPORTS"
+waitfor() { # pid log what
+  if wait "$1"; then tail -n "${4:-5}" "$2"; else cat "$2"; echo "FAILED: $3 (log $2)"; exit 1; fi
+}
+CM_RETRY=lost_reqs_end_in_unreachable_etimedout_after_the_cms_retries
+step "cargo test (release: the application tests time real traffic); tests/faults_cm.rs $CM_RETRY beside it"
+cargo test --release --workspace --no-run
+cargo test --release --workspace --test faults_cm "$CM_RETRY" -- --exact >"$REPORTS/cm-retry.log" 2>&1 &
+BG+=($!)
+CM_RETRY_PID=$!
+cargo test --release --workspace -- --skip "$CM_RETRY"
+step "tests/faults_cm.rs $CM_RETRY (run beside cargo test)"
+waitfor "$CM_RETRY_PID" "$REPORTS/cm-retry.log" "$CM_RETRY" 4
+grep -q "test result: ok. 1 passed" "$REPORTS/cm-retry.log" || { echo "FAILED: $CM_RETRY did not run (renamed?)"; exit 1; }
 step "the benchmark's own checks (bench/run.sh with stand-ins, the ceiling tool's tests, brief real ceilings)"
 bash bench/selftest.sh
 step "rdma-core's pyverbs test suite against urxe"
@@ -39,7 +57,6 @@ if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/nr_hugepages ] && \
   echo 16 > /proc/sys/vm/nr_hugepages
   echo "reserved $(cat /proc/sys/vm/nr_hugepages) huge pages of 2 MiB for the suite"
 fi
-mkdir -p target/urxe/reports
 /usr/bin/python3 scripts/rdma_core_suite.py --lib target/urxe/lib \
   --out target/urxe/reports/rdma-core-suite.md --log target/urxe/reports/rdma-core-suite.log
 step "programs we did not write: rdma-core 56, its pyverbs suite, perftest 25.01, fabtests 2.1 (tests/external)"
