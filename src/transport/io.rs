@@ -94,6 +94,8 @@ pub(crate) struct Io {
     /// The last non-poller `receive` stopped at its batch bound with datagrams possibly still
     /// queued (see [`Io::left_behind`]).
     left_behind: bool,
+    /// The ID shift of the last GSO segment length trains were sent with (see [`gso_ids`]).
+    id_shift: Option<(usize, IdShift)>,
 }
 
 impl Io {
@@ -117,6 +119,7 @@ impl Io {
             mcast: Vec::new(),
             icrc_rx: IcrcFlows::default(),
             left_behind: false,
+            id_shift: None,
         }
     }
 
@@ -347,7 +350,7 @@ impl Io {
         while !self.send.is_empty() {
             let dst_sa = roce_dst(key.dst, key.flow_label);
             if fix_ids {
-                gso_ids(&mut self.send, 0);
+                gso_ids(&mut self.send, 0, &mut self.id_shift);
             }
             let sock = self.tx_socks.get(&key.sport).unwrap_or(&self.rx);
             sock.set_tos(key.tos);
@@ -368,7 +371,7 @@ impl Io {
             };
             if fix_ids {
                 // What did not go is back to its ID-0 ICRC: a later try may cut other trains.
-                gso_ids(&mut self.send, *res.as_ref().unwrap_or(&0));
+                gso_ids(&mut self.send, *res.as_ref().unwrap_or(&0), &mut self.id_shift);
             }
             match res {
                 Ok(k) => {
@@ -447,25 +450,32 @@ impl Io {
 
 /// XORs, into every packet of the batch's trains from packet `from` (a train boundary) on,
 /// the ICRC change of its IPv4 ID: segment `i` of a train leaves with ID `i` (see
-/// [`crate::wire::gso_id`]). Applied before a send, applied again to what did not go.
-fn gso_ids(batch: &mut SendBatch, from: usize) {
+/// [`crate::wire::gso_id`]). Applied before a send, applied again to what did not go. `cache`
+/// keeps the shift of the last segment length (a stream's trains share one: computing it is
+/// some twenty multiplies); the deltas of a train come from one multiply per ID bit.
+fn gso_ids(batch: &mut SendBatch, from: usize, cache: &mut Option<(usize, IdShift)>) {
+    let mut shift_for = |len: usize| match *cache {
+        Some((l, s)) if l == len => s,
+        _ => {
+            let s = IdShift::new(len);
+            *cache = Some((len, s));
+            s
+        }
+    };
+    let mut deltas = [0u32; MAX_GSO_SEGMENTS];
     let mut first = from;
     while first < batch.len() {
         let count = batch.train_len(first);
-        let mut shift: Option<(usize, IdShift)> = None;
-        for seg in 1..count {
-            let p = batch.packet_mut(first + seg);
-            let len = p.len();
-            let s = match shift {
-                Some((l, s)) if l == len => s,
-                _ => {
-                    let s = IdShift::new(len);
-                    shift = Some((len, s));
-                    s
+        if count > 1 {
+            // Every segment has the first one's length but the last, which may be shorter.
+            let seg = batch.packet_mut(first).len();
+            shift_for(seg).fill_deltas(&mut deltas[..count]);
+            for (i, delta) in deltas.iter().enumerate().take(count).skip(1) {
+                let p = batch.packet_mut(first + i);
+                let d = if p.len() == seg { *delta } else { IdShift::new(p.len()).delta(i as u16) };
+                if let Some(v) = stored_icrc(p) {
+                    store_icrc(p, v ^ d);
                 }
-            };
-            if let Some(v) = stored_icrc(p) {
-                store_icrc(p, v ^ s.delta(seg as u16));
             }
         }
         first += count;
