@@ -322,6 +322,10 @@ fn squatted_runtime_dirs_and_loopback_addresses_deny_nothing() {
     let ns = Ns::new("squat");
     let script = format!(
         r#"set -e
+# A checkout under /tmp has its libraries there, which the tmpfs below hides: reach them
+# through /mnt (bound in this mount namespace only).
+mount --bind "$LD_LIBRARY_PATH" /mnt
+export LD_LIBRARY_PATH=/mnt
 mount -t tmpfs -o mode=1777 tmpfs /tmp
 mount -t tmpfs -o mode=0755 tmpfs /run
 userns=$(stat -L -c %i /proc/self/ns/user)
