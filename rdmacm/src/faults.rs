@@ -14,7 +14,7 @@ use crate::core::{now, IdState, Lib};
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use urxe::cm::{CommId, Nanos, State};
-use urxe::engine::faults::{CmEffect, CmStep, FaultPlan, Site};
+use urxe::engine::faults::{CmEffect, CmStep, FaultPlan, Site, CM_FAULT_KINDS};
 use urxe::wire::cm::{attr, CmMessage};
 
 struct Faults {
@@ -24,30 +24,14 @@ struct Faults {
     lost_req: HashSet<CommId>,
     /// Connections whose first RTU was decided on (lost or not): the ones sent again pass.
     rtu_seen: HashSet<CommId>,
-    /// CM faults injected, per kind (see [`KINDS`]).
-    counts: [u64; KINDS.len()],
+    /// CM faults injected, per kind (`CM_FAULT_KINDS`).
+    counts: [u64; KINDS],
+    /// Whether `counts` changed since `urxe stat` last got them.
+    unreported: bool,
 }
 
-/// The kinds counted, in `urxe stat`'s order.
-pub const KINDS: [&str; 6] = [
-    "faults_cm_error",
-    "faults_lose_req",
-    "faults_rej",
-    "faults_lose_rtu",
-    "faults_disconnect",
-    "faults_device_removal",
-];
-
-fn kind(e: &CmEffect) -> usize {
-    match e {
-        CmEffect::AddrError(_) | CmEffect::RouteError(_) | CmEffect::ConnectFails(_) => 0,
-        CmEffect::LoseReq => 1,
-        CmEffect::Reject(_) => 2,
-        CmEffect::LoseRtu => 3,
-        CmEffect::Disconnect => 4,
-        CmEffect::DeviceRemoval => 5,
-    }
-}
+/// How many kinds are counted.
+const KINDS: usize = CM_FAULT_KINDS.len();
 
 fn faults() -> Option<MutexGuard<'static, Faults>> {
     static F: OnceLock<Option<Mutex<Faults>>> = OnceLock::new();
@@ -61,7 +45,8 @@ fn faults() -> Option<MutexGuard<'static, Faults>> {
                 start: now(),
                 lost_req: HashSet::new(),
                 rtu_seen: HashSet::new(),
-                counts: [0; KINDS.len()],
+                counts: [0; KINDS],
+                unreported: false,
             })
         })
     });
@@ -77,7 +62,8 @@ impl Faults {
     }
 
     fn injected(&mut self, t: Nanos, fault: usize, e: CmEffect) {
-        self.counts[kind(&e)] += 1;
+        self.counts[e.kind()] += 1;
+        self.unreported = true;
         if urxe_cabi::export::traced() {
             let name = self.plan.faults.get(fault).map_or("", |f| f.name.as_str());
             eprintln!("urxe: fault injected: {name} -> {e:?} at Cm (t={t} ns)");
@@ -96,6 +82,7 @@ pub(crate) fn resolution_fails(lib: &mut Lib, id: usize, step: CmStep) -> bool {
     };
     drop(f);
     lib.post(id, 0, ev, status, |_| {});
+    lib.report_counters();
     true
 }
 
@@ -145,10 +132,16 @@ impl Lib {
     }
 }
 
-/// The CM faults per kind, for `urxe stat` (all zero without a plan).
-pub fn counts() -> [(&'static str, u64); KINDS.len()] {
-    let c = faults().map_or([0; KINDS.len()], |f| f.counts);
-    std::array::from_fn(|i| (KINDS[i], c[i]))
+/// The CM faults injected per kind (`CM_FAULT_KINDS` order), for `urxe stat`, if they changed
+/// since the last call (marked reported).
+pub(crate) fn unreported_counts() -> Option<[u64; KINDS]> {
+    let mut f = faults()?;
+    std::mem::take(&mut f.unreported).then_some(f.counts)
+}
+
+/// The CM faults injected per kind (all zero without a plan).
+pub(crate) fn counts() -> [u64; KINDS] {
+    faults().map_or([0; KINDS], |f| f.counts)
 }
 
 /// Carries out the timed CM faults that are due: `disconnect` (every established connection:

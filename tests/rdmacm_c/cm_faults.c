@@ -23,6 +23,8 @@
  *                                      for the listener, the server's and the client's IDs
  *                                      (plan: device-removal:at=T)
  *
+ * With CM_FAULTS_STAT=<path of urxe> set, each mode ends by running `urxe stat` on itself.
+ *
  * Exit 0 and "all checks passed" only if every check passed. Built with -Wall -Wextra -Werror
  * -fsanitize=address,undefined by tests/faults_cm.rs.
  */
@@ -338,6 +340,19 @@ static void removal(int port)
 	CHECK(qp_state(p.client->qp) == IBV_QPS_ERR, "client QP in ERR", "state %d", qp_state(p.client->qp));
 }
 
+/* With CM_FAULTS_STAT=<urxe binary>: `urxe stat` of this process, its output after the checks'
+ * (tests/faults_cm.rs reads the CM fault counters, faults_cm_*, from it). */
+static void print_stat(void)
+{
+	const char *urxe = getenv("CM_FAULTS_STAT");
+	if (!urxe)
+		return;
+	char cmd[4096];
+	snprintf(cmd, sizeof(cmd), "'%s' stat %d", urxe, (int)getpid());
+	fflush(stdout);
+	CHECK(system(cmd) == 0, "urxe stat of this process", "%s failed", cmd);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -360,5 +375,6 @@ int main(int argc, char **argv)
 		removal(arg);
 	else
 		DIE("unknown mode %s", mode);
+	print_stat();
 	return check_summary();
 }

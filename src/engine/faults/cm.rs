@@ -42,6 +42,35 @@ pub enum CmEffect {
     DeviceRemoval,
 }
 
+/// The counters of the CM faults injected, one per kind, as `urxe stat` names them (in the
+/// `CmCounters` block, after the CM's own); [`CmEffect::kind`] indexes it.
+pub const CM_FAULT_KINDS: [&str; 8] = [
+    "faults_cm_addr_error",
+    "faults_cm_route_error",
+    "faults_cm_connect_error",
+    "faults_cm_unreachable",
+    "faults_cm_reject",
+    "faults_cm_lose_rtu",
+    "faults_cm_disconnect",
+    "faults_cm_device_removal",
+];
+
+impl CmEffect {
+    /// Its counter's index in [`CM_FAULT_KINDS`].
+    pub fn kind(&self) -> usize {
+        match self {
+            CmEffect::AddrError(_) => 0,
+            CmEffect::RouteError(_) => 1,
+            CmEffect::ConnectFails(_) => 2,
+            CmEffect::LoseReq => 3,
+            CmEffect::Reject(_) => 4,
+            CmEffect::LoseRtu => 5,
+            CmEffect::Disconnect => 6,
+            CmEffect::DeviceRemoval => 7,
+        }
+    }
+}
+
 /// The step each CM action acts at unless the fault says otherwise, and the steps it can act at.
 pub fn cm_steps(a: &Action) -> (CmStep, &'static [CmStep]) {
     use CmStep::*;
