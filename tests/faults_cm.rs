@@ -3,6 +3,7 @@
 //! the kernel's CMA gives (see `src/engine/faults/cm.rs` for the facts):
 //!
 //! - `cm-error=E` (address resolution): ADDR_ERROR, status -E; `step=resolve-route`: ROUTE_ERROR;
+//!   `cm-id=N`: only the Nth ID the process created (from 0) meets it;
 //! - `reject=R:count=1`: REJECTED with status R, no CONNECT_REQUEST at the server; the
 //!   reconnect with a new ID is ESTABLISHED;
 //! - `cm-error=ETIMEDOUT:step=connect`: every REQ lost, UNREACHABLE -ETIMEDOUT after the CM's
@@ -90,6 +91,15 @@ fn an_address_resolution_error_is_addr_error_with_the_planned_status() {
     passed(&out, &["event RDMA_CM_EVENT_ADDR_ERROR status -113\n", "cm-error=EHOSTUNREACH -> AddrError(-113)"]);
     let out = run("cm-error=ETIMEDOUT", "127.41.1.1", &["addr", "-110"], T);
     passed(&out, &["event RDMA_CM_EVENT_ADDR_ERROR status -110\n"]);
+}
+
+#[test]
+fn a_cm_id_scoped_fault_meets_that_id_only() {
+    for n in ["0", "1"] {
+        let plan = format!("cm-error=EHOSTUNREACH:cm-id={n}");
+        let out = run(&plan, "127.41.10.1", &["cmid", n, "-113"], T);
+        passed(&out, &["ok the chosen ID: addr error\n", "ok the other ID: addr resolved\n"]);
+    }
 }
 
 #[test]

@@ -54,9 +54,10 @@ fn faults() -> Option<MutexGuard<'static, Faults>> {
 }
 
 impl Faults {
-    fn at(&mut self, step: CmStep) -> Option<CmEffect> {
+    /// The plan at `step` of the ID created `cm_id`-th.
+    fn at(&mut self, step: CmStep, cm_id: u64) -> Option<CmEffect> {
         let t = now().saturating_sub(self.start);
-        let (i, e) = self.plan.decide_cm(t, step)?;
+        let (i, e) = self.plan.decide_cm(t, step, cm_id)?;
         self.injected(t, i, e);
         Some(e)
     }
@@ -75,7 +76,8 @@ impl Faults {
 /// the ADDR_ERROR / ROUTE_ERROR event with the planned status is then queued for `id`.
 pub(crate) fn resolution_fails(lib: &mut Lib, id: usize, step: CmStep) -> bool {
     let Some(mut f) = faults() else { return false };
-    let (ev, status) = match f.at(step) {
+    let Some(cm_id) = lib.ids.get(&id).map(|st| st.created) else { return false };
+    let (ev, status) = match f.at(step, cm_id) {
         Some(CmEffect::AddrError(s)) => (event::ADDR_ERROR, s),
         Some(CmEffect::RouteError(s)) => (event::ROUTE_ERROR, s),
         _ => return false,
@@ -86,11 +88,12 @@ pub(crate) fn resolution_fails(lib: &mut Lib, id: usize, step: CmStep) -> bool {
     true
 }
 
-/// `rdma_connect` of an RC or UC ID, before its REQ: the errno the plan fails the call with, or
-/// whether the connection's REQs are all to be lost ([`lose_req`] with its comm ID).
-pub(crate) fn on_connect() -> Result<bool, i32> {
+/// `rdma_connect` of an RC or UC ID (created `cm_id`-th), before its REQ: the errno the plan
+/// fails the call with, or whether the connection's REQs are all to be lost ([`lose_req`] with
+/// its comm ID).
+pub(crate) fn on_connect(cm_id: u64) -> Result<bool, i32> {
     let Some(mut f) = faults() else { return Ok(false) };
-    match f.at(CmStep::Connect) {
+    match f.at(CmStep::Connect, cm_id) {
         Some(CmEffect::ConnectFails(e)) => Err(e),
         Some(CmEffect::LoseReq) => Ok(true),
         _ => Ok(false),
@@ -104,23 +107,27 @@ pub(crate) fn lose_req(comm: CommId) {
     }
 }
 
-/// A received REQ: the REJ reason the plan answers it with.
-pub(crate) fn reject() -> Option<u16> {
-    match faults()?.at(CmStep::RequestReceived)? {
+/// A received REQ for the listener created `cm_id`-th: the REJ reason the plan answers it with.
+pub(crate) fn reject(cm_id: u64) -> Option<u16> {
+    match faults()?.at(CmStep::RequestReceived, cm_id)? {
         CmEffect::Reject(r) => Some(r),
         _ => None,
     }
 }
 
 impl Lib {
-    /// A MAD about to be sent: true when it is lost.
-    pub(crate) fn fault_drops(mad: &[u8]) -> bool {
+    /// A MAD about to be sent: true when it is lost. `created` gives the creation number of a
+    /// connection's ID.
+    pub(crate) fn fault_drops(mad: &[u8], created: impl Fn(CommId) -> Option<u64>) -> bool {
         let Some(mut f) = faults() else { return false };
         let Ok((_, m)) = CmMessage::parse(mad) else { return false };
         let comm = m.local_id();
         match m.attribute_id() {
             attr::REQ => f.lost_req.contains(&comm),
-            attr::RTU if f.rtu_seen.insert(comm) => f.at(CmStep::Rtu) == Some(CmEffect::LoseRtu),
+            attr::RTU if f.rtu_seen.insert(comm) => {
+                let Some(cm_id) = created(comm) else { return false };
+                f.at(CmStep::Rtu, cm_id) == Some(CmEffect::LoseRtu)
+            }
             _ => false,
         }
     }
@@ -157,17 +164,25 @@ impl Lib {
             return;
         }
         let cm_state = |lib: &Lib, c: CommId| lib.cm.as_ref().and_then(|cm| cm.state(c));
-        let established: Vec<(usize, CommId)> = lib
+        let established: Vec<(usize, CommId, u64)> = lib
             .ids
             .iter()
-            .filter_map(|(&k, st)| Some((k, st.comm?)))
-            .filter(|&(_, c)| cm_state(lib, c) == Some(State::Established))
+            .filter_map(|(&k, st)| Some((k, st.comm?, st.created)))
+            .filter(|&(_, c, _)| cm_state(lib, c) == Some(State::Established))
             .collect();
-        for (i, e) in f.plan.due_cm(rel, !established.is_empty()) {
+        let bound: Vec<(usize, u64)> =
+            lib.ids.iter().filter(|(_, st)| st.state != IdState::Idle).map(|(&k, st)| (k, st.created)).collect();
+        // A fault scoped to an ID (`cm-id=`) acts on that ID only, and waits for it.
+        let of = |want: Option<u64>, id: u64| want.is_none_or(|w| w == id);
+        let ready = |e: CmEffect, want: Option<u64>| match e {
+            CmEffect::Disconnect => established.iter().any(|&(_, _, id)| of(want, id)),
+            _ => want.is_none() || bound.iter().any(|&(_, id)| of(want, id)),
+        };
+        for (i, e, want) in f.plan.due_cm(rel, ready) {
             f.injected(rel, i, e);
             match e {
                 CmEffect::Disconnect => {
-                    for &(k, c) in &established {
+                    for &(k, c, _) in established.iter().filter(|&&(_, _, id)| of(want, id)) {
                         lib.qp_to_err(k);
                         if let Some(cm) = lib.cm.as_mut() {
                             let _ = cm.disconnect(t, c, &[]);
@@ -175,9 +190,7 @@ impl Lib {
                     }
                 }
                 CmEffect::DeviceRemoval => {
-                    let bound: Vec<usize> =
-                        lib.ids.iter().filter(|(_, st)| st.state != IdState::Idle).map(|(&k, _)| k).collect();
-                    for k in bound {
+                    for &(k, _) in bound.iter().filter(|&&(_, id)| of(want, id)) {
                         lib.qp_to_err(k);
                         lib.post(k, 0, event::DEVICE_REMOVAL, 0, |_| {});
                     }

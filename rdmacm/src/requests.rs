@@ -107,7 +107,7 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
             return;
         };
-        if let Some(r) = crate::faults::reject() {
+        if let Some(r) = crate::faults::reject(self.ids.get(&listen).map_or(u64::MAX, |l| l.created)) {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, r, &[]));
             return;
         }
