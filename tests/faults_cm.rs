@@ -95,10 +95,13 @@ fn an_address_resolution_error_is_addr_error_with_the_planned_status() {
 
 #[test]
 fn a_cm_id_scoped_fault_meets_that_id_only() {
+    let stat = [("CM_FAULTS_STAT", urxe_bin::urxe())];
     for n in ["0", "1"] {
         let plan = format!("cm-error=EHOSTUNREACH:cm-id={n}");
-        let out = run(&plan, "127.41.10.1", &["cmid", n, "-113"], T);
+        let out = run_with(&plan, "127.41.10.1", &["cmid", n, "-113"], T, &stat);
         passed(&out, &["ok the chosen ID: addr error\n", "ok the other ID: addr resolved\n"]);
+        // One fault, one count.
+        assert_eq!(counter(&out.stdout, "CmCounters", "faults_cm_addr_error"), Some(1), "{out}");
     }
 }
 
