@@ -2,6 +2,9 @@
 //! what a lossy, refusing or silent peer gives them — recovery where RC recovers, the IBTA
 //! completion status where it cannot, and a clear refusal of a plan that does not parse.
 //!
+//! An Open MPI/UCX job whose rank 0 takes a QP fatal error ends at once with UCX's error, no
+//! hang.
+//!
 //! ```sh
 //! cargo test --release --test faults_apps -- --nocapture
 //! ```
@@ -289,4 +292,60 @@ fn rping_rides_out_a_port_flap() {
     assert!(c.success() && s.success(), "both complete their 3000 pings\n{s}\n{c}");
     assert_lacks(&c, "cq completion failed");
     assert_lacks(&s, "cq completion failed");
+}
+
+/// tests/mpi/mpi_check.c compiled with mpicc (Debian package libopenmpi-dev), once.
+fn mpi_check() -> std::path::PathBuf {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("urxe-faults-mpi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = dir.join("mpi_check");
+        let mut c = std::process::Command::new("mpicc");
+        c.args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&bin).arg(repo_root().join("tests/mpi/mpi_check.c"));
+        let out = run_bounded(&mut c, RUN_TIMEOUT).expect("run mpicc (Debian package libopenmpi-dev)");
+        assert!(out.success(), "mpicc failed\n{out}");
+        bin
+    })
+    .clone()
+}
+
+/// Issue #41: `mpirun -np 2` of tests/mpi/mpi_check.c over UCX's rc_verbs/ud_verbs on urxe,
+/// rank 0 alone under `qp-fatal:at=3s` (an MPMD command line: `-x` per app context), the
+/// ranks in a ping-pong long enough to outlast it. At 3 s rank 0's QPs go to ERROR with
+/// `IBV_EVENT_QP_FATAL`: UCX reports the async event ("local work queue catastrophic error")
+/// and the flushed completion, aborts the rank, and mpirun ends the job, non-zero, in seconds.
+/// A hang is the `timeout` wrapper's 60 s (exit 124) or the harness's kill: both fail.
+#[test]
+fn an_mpi_job_with_a_qp_fatal_on_one_rank_reports_ucxs_error_and_ends() {
+    let bin = mpi_check();
+    let _g = heavy_lock();
+    let bin = bin.to_str().expect("a UTF-8 path");
+    let script = format!(
+        "timeout -k 5 60 mpirun --allow-run-as-root --oversubscribe --mca pml ucx --mca btl self -x UCX_TLS \
+         -np 1 -x URXE_FAULTS=qp-fatal:at=3s -x URXE_TRACE=1 {bin} 3000000 --lat : -np 1 {bin} 3000000 --lat"
+    );
+    let mut c = std::process::Command::new(urxe_bin::urxe());
+    c.args(["run", "--lib"])
+        .arg(lib_dir())
+        .args(["--", "sh", "-c", &script])
+        .env("UCX_TLS", "rc_verbs,ud_verbs,self")
+        .env_remove("URXE_FAULTS")
+        .env_remove("URXE_TRACE")
+        .env_remove("UCX_UD_ETH_DGID_CHECK");
+    let start = Instant::now();
+    let out = run_bounded(&mut c, std::time::Duration::from_secs(80)).expect("run mpirun");
+    let took = start.elapsed();
+    eprintln!("mpirun under qp-fatal on rank 0 ended after {:.1} s: {:?}\n{out}", took.as_secs_f64(), out.status);
+    assert!(!out.timed_out, "the job hung: killed after 80 s\n{out}");
+    let code = out.status.and_then(|s| s.code());
+    assert!(code != Some(124) && code != Some(137), "the job hung: timeout ended it after 60 s\n{out}");
+    assert!(!out.success(), "the job must fail\n{out}");
+    assert_lacks(&out, "mpi_check: lat8");
+    // Only rank 0 runs under the plan, and its one fault fired.
+    assert_eq!(out.all().matches("urxe: fault injected: qp-fatal:at=3s -> QpFatal at Device").count(), 1, "{out}");
+    // UCX's report of IBV_EVENT_QP_FATAL, and of the flushed completion it then met.
+    assert_contains(&out, "IB Async event on urxe0: local work queue catastrophic error on QPN");
+    assert_contains(&out, "Work Request Flushed Error");
+    assert_contains(&out, "mpirun noticed that process rank 0");
 }

@@ -3,13 +3,16 @@
 //! the kernel's CMA gives (see `src/engine/faults/cm.rs` for the facts):
 //!
 //! - `cm-error=E` (address resolution): ADDR_ERROR, status -E; `step=resolve-route`: ROUTE_ERROR;
+//!   `cm-id=N`: only the Nth ID the process created (from 0) meets it;
 //! - `reject=R:count=1`: REJECTED with status R, no CONNECT_REQUEST at the server; the
 //!   reconnect with a new ID is ESTABLISHED;
 //! - `cm-error=ETIMEDOUT:step=connect`: every REQ lost, UNREACHABLE -ETIMEDOUT after the CM's
 //!   15 retries (about 98 s, as the kernel's timers give);
 //! - `disconnect:at=T`: DISCONNECTED on both sides, QPs in ERR, posted receives flushed;
 //! - `lose-rtu`: the client ESTABLISHED at once, the server after its REP timeout (~6 s);
-//! - `device-removal:at=T`: DEVICE_REMOVAL, status 0, for the listener and both connected IDs.
+//! - `device-removal:at=T`: DEVICE_REMOVAL, status 0, for the listener and both connected IDs;
+//! - each CM fault injected is counted per kind in `urxe stat` (`faults_cm_reject`,
+//!   `faults_cm_disconnect`, ... in the `CmCounters` block).
 //!
 //! ```sh
 //! cargo test --release --test faults_cm -- --nocapture
@@ -18,6 +21,7 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod urxe_bin;
 
 use harness::*;
 use std::path::PathBuf;
@@ -49,8 +53,14 @@ fn cm_faults() -> PathBuf {
 
 /// `cm_faults ARGS` under the plan `faults`, urxe's device at `addr`.
 fn run(faults: &str, addr: &str, args: &[&str], timeout: Duration) -> Output {
+    run_with(faults, addr, args, timeout, &[])
+}
+
+/// `run` with more environment.
+fn run_with(faults: &str, addr: &str, args: &[&str], timeout: Duration, env: &[(&str, &str)]) -> Output {
     ensure_rdmacm();
     let mut c = urxe_cmd(cm_faults());
+    c.envs(env.iter().copied());
     c.env("URXE_ADDR", addr)
         .env("URXE_FAULTS", faults)
         .env("ASAN_OPTIONS", "abort_on_error=0:detect_leaks=0")
@@ -81,6 +91,18 @@ fn an_address_resolution_error_is_addr_error_with_the_planned_status() {
     passed(&out, &["event RDMA_CM_EVENT_ADDR_ERROR status -113\n", "cm-error=EHOSTUNREACH -> AddrError(-113)"]);
     let out = run("cm-error=ETIMEDOUT", "127.41.1.1", &["addr", "-110"], T);
     passed(&out, &["event RDMA_CM_EVENT_ADDR_ERROR status -110\n"]);
+}
+
+#[test]
+fn a_cm_id_scoped_fault_meets_that_id_only() {
+    let stat = [("CM_FAULTS_STAT", urxe_bin::urxe())];
+    for n in ["0", "1"] {
+        let plan = format!("cm-error=EHOSTUNREACH:cm-id={n}");
+        let out = run_with(&plan, "127.41.10.1", &["cmid", n, "-113"], T, &stat);
+        passed(&out, &["ok the chosen ID: addr error\n", "ok the other ID: addr resolved\n"]);
+        // One fault, one count.
+        assert_eq!(counter(&out.stdout, "CmCounters", "faults_cm_addr_error"), Some(1), "{out}");
+    }
 }
 
 #[test]
@@ -126,4 +148,36 @@ fn a_lost_rtu_establishes_the_passive_side_after_the_rep_is_sent_again() {
 fn device_removal_reaches_every_id_with_status_0() {
     let out = run("device-removal:at=300ms", "127.41.7.1", &["removal", "7471"], T);
     passed(&out, &["ok device removal, status 0, for each ID\n"]);
+}
+
+/// The value of counter `name` in block `block` of a `urxe stat` text (None if absent).
+fn counter(text: &str, block: &str, name: &str) -> Option<u64> {
+    let mut in_block = false;
+    for l in text.lines() {
+        if !l.starts_with(' ') {
+            in_block = l.trim() == block;
+        } else if in_block {
+            if let Some(v) = l.trim().strip_prefix(&format!("{name}: ")) {
+                return v.trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn urxe_stat_counts_each_cm_fault_injected_by_kind() {
+    let stat = [("CM_FAULTS_STAT", urxe_bin::urxe())];
+    let out = run_with("reject=28:count=1", "127.41.8.1", &["reject", "7471", "28"], T, &stat);
+    passed(&out, &["reconnected", "ok urxe stat of this process\n"]);
+    let got = |name| counter(&out.stdout, "CmCounters", name);
+    assert_eq!(got("faults_cm_reject"), Some(1), "{out}");
+    assert_eq!(got("rejects_sent"), Some(1), "{out}");
+    assert_eq!(got("faults_cm_disconnect"), Some(0), "{out}");
+
+    let out = run_with("disconnect:at=300ms", "127.41.9.1", &["disconnect", "7471"], T, &stat);
+    passed(&out, &["ok client disconnected\n", "ok urxe stat of this process\n"]);
+    let got = |name| counter(&out.stdout, "CmCounters", name);
+    assert_eq!(got("faults_cm_disconnect"), Some(1), "{out}");
+    assert_eq!(got("faults_cm_reject"), Some(0), "{out}");
 }

@@ -10,7 +10,7 @@
 //! | `int urxe_gsi_send(const uint8_t peer[16], const uint8_t mad[256])` | 0, or -1 + errno (ENOMEM: send queue full) |
 //! | `uint32_t urxe_gsi_comm_id_base(void)` | this process's CM comm ID base: its group slot in the high byte |
 //! | `int urxe_gsi_listen(uint64_t service_id)` / `urxe_gsi_unlisten` | steer REQ / SIDR_REQ for the service at the shared address to this process (or stop); 0 or -1 + errno |
-//! | `int urxe_gsi_cm_counters(const uint64_t *values, uint32_t n)` | librdmacm's CM counters for `urxe stat` (`urxe::cm::CmCounters::named` order); 0, or -1 + errno |
+//! | `int urxe_gsi_cm_counters(const uint64_t *values, uint32_t n)` | librdmacm's CM counters for `urxe stat` (`urxe::cm::CmCounters::named` order, then the CM faults); 0, or -1 + errno |
 
 use crate::context::device;
 use crate::glue::transport;
@@ -117,14 +117,15 @@ pub unsafe extern "C" fn urxe_gsi_unlisten(service_id: u64) -> c_int {
 }
 
 /// `urxe_gsi_cm_counters`: librdmacm's CM counters, `n` values in
-/// `urxe::cm::CmCounters::named` order, kept for `urxe stat` (what the process's CM
-/// refused, dropped and released). 0, or -1 + EINVAL for a NULL `values`.
+/// `urxe::cm::CmCounters::named` order and then its injected CM faults
+/// (`urxe::engine::faults::CM_FAULT_KINDS` order), kept for `urxe stat` (what the process's
+/// CM refused, dropped and released, and which faults it was made to take). 0, or -1 + EINVAL for a NULL `values`.
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn urxe_gsi_cm_counters(values: *const u64, n: u32) -> c_int {
     if values.is_null() {
         return Err(libc::EINVAL);
     }
-    let n = (n as usize).min(urxe::observe::cmstat::CM_COUNTERS);
+    let n = (n as usize).min(urxe::observe::cmstat::CM_VALUES);
     // SAFETY: the caller's array of at least `n` u64s (the documented contract).
     let v = unsafe { std::slice::from_raw_parts(values, n) };
     urxe::observe::cmstat::set_cm_counters(v);

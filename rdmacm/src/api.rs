@@ -430,7 +430,7 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
             lib.cm()?.sidr_request(t, peer, service_id, timeout, max_retries, &private_data).map_err(|e| e.errno())?
         }
         Connect::Req(cp) => {
-            let lose = crate::faults::on_connect()?;
+            let lose = crate::faults::on_connect(lib.ids.get(&k).map_or(u64::MAX, |st| st.created))?;
             let comm = lib.cm()?.connect(t, &cp).map_err(|e| e.errno())?;
             if lose {
                 crate::faults::lose_req(comm);

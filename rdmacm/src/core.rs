@@ -68,10 +68,13 @@ pub struct Id {
     pub mcast: Vec<Join>,
     /// A new ID whose CONNECT_REQUEST waits, undelivered, on this listener's channel (0: none).
     pub request_of: usize,
+    /// Its number in the process's creation order, from 0 (a fault plan's `cm-id=`).
+    pub created: u64,
 }
 
 impl Id {
     pub fn new(ps: c_int, channel: usize, sync: bool) -> Id {
+        static CREATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let qp_type = if ps == ps::UDP || ps == ps::IPOIB { qp_type::UD } else { qp_type::RC };
         Id {
             core: RdmaId::new(ps, qp_type),
@@ -83,6 +86,7 @@ impl Id {
             local_ece: ibv_ece::default(),
             mcast: Vec::new(),
             request_of: 0,
+            created: CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -457,7 +461,8 @@ impl Lib {
             let mut progressed = false;
             while let Some(out) = cm.poll_transmit() {
                 progressed = true;
-                if Lib::fault_drops(&out.mad) {
+                let created = |c| self.by_comm.get(&c).and_then(|k| self.ids.get(k)).map(|st| st.created);
+                if Lib::fault_drops(&out.mad, created) {
                     continue;
                 }
                 if let Some(d) = &self.dev {

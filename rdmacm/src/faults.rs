@@ -14,7 +14,7 @@ use crate::core::{now, IdState, Lib};
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use urxe::cm::{CommId, Nanos, State};
-use urxe::engine::faults::{CmEffect, CmStep, FaultPlan, Site};
+use urxe::engine::faults::{CmEffect, CmStep, FaultPlan, Site, CM_FAULT_KINDS};
 use urxe::wire::cm::{attr, CmMessage};
 
 struct Faults {
@@ -24,30 +24,14 @@ struct Faults {
     lost_req: HashSet<CommId>,
     /// Connections whose first RTU was decided on (lost or not): the ones sent again pass.
     rtu_seen: HashSet<CommId>,
-    /// CM faults injected, per kind (see [`KINDS`]).
-    counts: [u64; KINDS.len()],
+    /// CM faults injected, per kind (`CM_FAULT_KINDS`).
+    counts: [u64; KINDS],
+    /// Whether `counts` changed since `urxe stat` last got them.
+    unreported: bool,
 }
 
-/// The kinds counted, in `urxe stat`'s order.
-pub const KINDS: [&str; 6] = [
-    "faults_cm_error",
-    "faults_lose_req",
-    "faults_rej",
-    "faults_lose_rtu",
-    "faults_disconnect",
-    "faults_device_removal",
-];
-
-fn kind(e: &CmEffect) -> usize {
-    match e {
-        CmEffect::AddrError(_) | CmEffect::RouteError(_) | CmEffect::ConnectFails(_) => 0,
-        CmEffect::LoseReq => 1,
-        CmEffect::Reject(_) => 2,
-        CmEffect::LoseRtu => 3,
-        CmEffect::Disconnect => 4,
-        CmEffect::DeviceRemoval => 5,
-    }
-}
+/// How many kinds are counted.
+const KINDS: usize = CM_FAULT_KINDS.len();
 
 fn faults() -> Option<MutexGuard<'static, Faults>> {
     static F: OnceLock<Option<Mutex<Faults>>> = OnceLock::new();
@@ -61,7 +45,8 @@ fn faults() -> Option<MutexGuard<'static, Faults>> {
                 start: now(),
                 lost_req: HashSet::new(),
                 rtu_seen: HashSet::new(),
-                counts: [0; KINDS.len()],
+                counts: [0; KINDS],
+                unreported: false,
             })
         })
     });
@@ -69,15 +54,17 @@ fn faults() -> Option<MutexGuard<'static, Faults>> {
 }
 
 impl Faults {
-    fn at(&mut self, step: CmStep) -> Option<CmEffect> {
+    /// The plan at `step` of the ID created `cm_id`-th.
+    fn at(&mut self, step: CmStep, cm_id: u64) -> Option<CmEffect> {
         let t = now().saturating_sub(self.start);
-        let (i, e) = self.plan.decide_cm(t, step)?;
+        let (i, e) = self.plan.decide_cm(t, step, cm_id)?;
         self.injected(t, i, e);
         Some(e)
     }
 
     fn injected(&mut self, t: Nanos, fault: usize, e: CmEffect) {
-        self.counts[kind(&e)] += 1;
+        self.counts[e.kind()] += 1;
+        self.unreported = true;
         if urxe_cabi::export::traced() {
             let name = self.plan.faults.get(fault).map_or("", |f| f.name.as_str());
             eprintln!("urxe: fault injected: {name} -> {e:?} at Cm (t={t} ns)");
@@ -89,21 +76,24 @@ impl Faults {
 /// the ADDR_ERROR / ROUTE_ERROR event with the planned status is then queued for `id`.
 pub(crate) fn resolution_fails(lib: &mut Lib, id: usize, step: CmStep) -> bool {
     let Some(mut f) = faults() else { return false };
-    let (ev, status) = match f.at(step) {
+    let Some(cm_id) = lib.ids.get(&id).map(|st| st.created) else { return false };
+    let (ev, status) = match f.at(step, cm_id) {
         Some(CmEffect::AddrError(s)) => (event::ADDR_ERROR, s),
         Some(CmEffect::RouteError(s)) => (event::ROUTE_ERROR, s),
         _ => return false,
     };
     drop(f);
     lib.post(id, 0, ev, status, |_| {});
+    lib.report_counters();
     true
 }
 
-/// `rdma_connect` of an RC or UC ID, before its REQ: the errno the plan fails the call with, or
-/// whether the connection's REQs are all to be lost ([`lose_req`] with its comm ID).
-pub(crate) fn on_connect() -> Result<bool, i32> {
+/// `rdma_connect` of an RC or UC ID (created `cm_id`-th), before its REQ: the errno the plan
+/// fails the call with, or whether the connection's REQs are all to be lost ([`lose_req`] with
+/// its comm ID).
+pub(crate) fn on_connect(cm_id: u64) -> Result<bool, i32> {
     let Some(mut f) = faults() else { return Ok(false) };
-    match f.at(CmStep::Connect) {
+    match f.at(CmStep::Connect, cm_id) {
         Some(CmEffect::ConnectFails(e)) => Err(e),
         Some(CmEffect::LoseReq) => Ok(true),
         _ => Ok(false),
@@ -117,23 +107,27 @@ pub(crate) fn lose_req(comm: CommId) {
     }
 }
 
-/// A received REQ: the REJ reason the plan answers it with.
-pub(crate) fn reject() -> Option<u16> {
-    match faults()?.at(CmStep::RequestReceived)? {
+/// A received REQ for the listener created `cm_id`-th: the REJ reason the plan answers it with.
+pub(crate) fn reject(cm_id: u64) -> Option<u16> {
+    match faults()?.at(CmStep::RequestReceived, cm_id)? {
         CmEffect::Reject(r) => Some(r),
         _ => None,
     }
 }
 
 impl Lib {
-    /// A MAD about to be sent: true when it is lost.
-    pub(crate) fn fault_drops(mad: &[u8]) -> bool {
+    /// A MAD about to be sent: true when it is lost. `created` gives the creation number of a
+    /// connection's ID.
+    pub(crate) fn fault_drops(mad: &[u8], created: impl Fn(CommId) -> Option<u64>) -> bool {
         let Some(mut f) = faults() else { return false };
         let Ok((_, m)) = CmMessage::parse(mad) else { return false };
         let comm = m.local_id();
         match m.attribute_id() {
             attr::REQ => f.lost_req.contains(&comm),
-            attr::RTU if f.rtu_seen.insert(comm) => f.at(CmStep::Rtu) == Some(CmEffect::LoseRtu),
+            attr::RTU if f.rtu_seen.insert(comm) => {
+                let Some(cm_id) = created(comm) else { return false };
+                f.at(CmStep::Rtu, cm_id) == Some(CmEffect::LoseRtu)
+            }
             _ => false,
         }
     }
@@ -145,10 +139,16 @@ impl Lib {
     }
 }
 
-/// The CM faults per kind, for `urxe stat` (all zero without a plan).
-pub fn counts() -> [(&'static str, u64); KINDS.len()] {
-    let c = faults().map_or([0; KINDS.len()], |f| f.counts);
-    std::array::from_fn(|i| (KINDS[i], c[i]))
+/// The CM faults injected per kind (`CM_FAULT_KINDS` order), for `urxe stat`, if they changed
+/// since the last call (marked reported).
+pub(crate) fn unreported_counts() -> Option<[u64; KINDS]> {
+    let mut f = faults()?;
+    std::mem::take(&mut f.unreported).then_some(f.counts)
+}
+
+/// The CM faults injected per kind (all zero without a plan).
+pub(crate) fn counts() -> [u64; KINDS] {
+    faults().map_or([0; KINDS], |f| f.counts)
 }
 
 /// Carries out the timed CM faults that are due: `disconnect` (every established connection:
@@ -164,17 +164,25 @@ impl Lib {
             return;
         }
         let cm_state = |lib: &Lib, c: CommId| lib.cm.as_ref().and_then(|cm| cm.state(c));
-        let established: Vec<(usize, CommId)> = lib
+        let established: Vec<(usize, CommId, u64)> = lib
             .ids
             .iter()
-            .filter_map(|(&k, st)| Some((k, st.comm?)))
-            .filter(|&(_, c)| cm_state(lib, c) == Some(State::Established))
+            .filter_map(|(&k, st)| Some((k, st.comm?, st.created)))
+            .filter(|&(_, c, _)| cm_state(lib, c) == Some(State::Established))
             .collect();
-        for (i, e) in f.plan.due_cm(rel, !established.is_empty()) {
+        let bound: Vec<(usize, u64)> =
+            lib.ids.iter().filter(|(_, st)| st.state != IdState::Idle).map(|(&k, st)| (k, st.created)).collect();
+        // A fault scoped to an ID (`cm-id=`) acts on that ID only, and waits for it.
+        let of = |want: Option<u64>, id: u64| want.is_none_or(|w| w == id);
+        let ready = |e: CmEffect, want: Option<u64>| match e {
+            CmEffect::Disconnect => established.iter().any(|&(_, _, id)| of(want, id)),
+            _ => want.is_none() || bound.iter().any(|&(_, id)| of(want, id)),
+        };
+        for (i, e, want) in f.plan.due_cm(rel, ready) {
             f.injected(rel, i, e);
             match e {
                 CmEffect::Disconnect => {
-                    for &(k, c) in &established {
+                    for &(k, c, _) in established.iter().filter(|&&(_, _, id)| of(want, id)) {
                         lib.qp_to_err(k);
                         if let Some(cm) = lib.cm.as_mut() {
                             let _ = cm.disconnect(t, c, &[]);
@@ -182,9 +190,7 @@ impl Lib {
                     }
                 }
                 CmEffect::DeviceRemoval => {
-                    let bound: Vec<usize> =
-                        lib.ids.iter().filter(|(_, st)| st.state != IdState::Idle).map(|(&k, _)| k).collect();
-                    for k in bound {
+                    for &(k, _) in bound.iter().filter(|&&(_, id)| of(want, id)) {
                         lib.qp_to_err(k);
                         lib.post(k, 0, event::DEVICE_REMOVAL, 0, |_| {});
                     }

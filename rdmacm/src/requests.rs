@@ -56,16 +56,22 @@ impl Lib {
         drop(unsafe { Box::from_raw(id as *mut rdma_cm_id) });
     }
 
-    /// Hands the CM's counters to the device's `urxe stat` when they changed.
+    /// Hands the CM's counters, and the CM faults injected, to the device's `urxe stat` when
+    /// they changed.
     pub(crate) fn report_counters(&mut self) {
         let (Some(cm), Some(dev)) = (self.cm.as_ref(), self.dev.as_ref()) else { return };
         let c = cm.counters();
-        if c == self.reported {
+        let faults = crate::faults::unreported_counts();
+        if c == self.reported && faults.is_none() {
             return;
         }
         self.reported = c;
         if let Some(f) = dev.gsi.counters {
-            let v = c.named().map(|(_, v)| v);
+            let faults = faults.unwrap_or_else(crate::faults::counts);
+            let mut v = [0u64; urxe::observe::cmstat::CM_VALUES];
+            for (d, s) in v.iter_mut().zip(c.named().map(|(_, v)| v).into_iter().chain(faults)) {
+                *d = s;
+            }
             // SAFETY: `v` is a live array of `v.len()` u64s for the call (verbs::GsiApi).
             unsafe { f(v.as_ptr(), v.len() as u32) };
         }
@@ -101,7 +107,7 @@ impl Lib {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, reject::CONSUMER_DEFINED, &[]));
             return;
         };
-        if let Some(r) = crate::faults::reject() {
+        if let Some(r) = crate::faults::reject(self.ids.get(&listen).map_or(u64::MAX, |l| l.created)) {
             let _ = self.cm.as_mut().map(|cm| cm.reject(comm_id, r, &[]));
             return;
         }

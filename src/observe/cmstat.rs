@@ -1,22 +1,29 @@
 //! The connection manager's counters for `urxe stat`. The CM runs in librdmacm (its own copy
 //! of `crate::cm`), which hands its counters over after each change through the provider's
 //! private `urxe_gsi_cm_counters`; they are kept here, one set per process (one CM per
-//! process), and printed with the device's own counters, QP1's included.
+//! process), and printed with the device's own counters, QP1's included. After the CM's own
+//! counters come the CM faults librdmacm injected (`faults_cm_*`, issue #41), in the same block.
 
 use std::sync::Mutex;
 
 use crate::cm::CmCounters;
+use crate::engine::faults::CM_FAULT_KINDS;
 use crate::engine::gsi::GsiCounters;
 
 /// How many counters the CM has (`CmCounters::named`).
 pub const CM_COUNTERS: usize = CmCounters::COUNT;
 
-/// The CM's counters as last handed over; None before the CM ran.
-static CM: Mutex<Option<[u64; CM_COUNTERS]>> = Mutex::new(None);
+/// How many values librdmacm hands over: the CM's counters, then its injected faults per kind
+/// (`CM_FAULT_KINDS` order).
+pub const CM_VALUES: usize = CM_COUNTERS + CM_FAULT_KINDS.len();
 
-/// Keeps the CM's counters (the first `values.len()` of them, in `CmCounters::named` order).
+/// The CM's counters as last handed over; None before the CM ran.
+static CM: Mutex<Option<[u64; CM_VALUES]>> = Mutex::new(None);
+
+/// Keeps the CM's counters (the first `values.len()` of them, in `CmCounters::named` order,
+/// then the faults in `CM_FAULT_KINDS` order; a library that hands fewer leaves the rest 0).
 pub fn set_cm_counters(values: &[u64]) {
-    let mut v = [0u64; CM_COUNTERS];
+    let mut v = [0u64; CM_VALUES];
     for (d, s) in v.iter_mut().zip(values) {
         *d = *s;
     }
@@ -30,7 +37,8 @@ pub(crate) fn text(gsi: &GsiCounters) -> String {
     s.retain(|ch| ch != ',' && ch != '{' && ch != '}');
     if let Some(v) = *CM.lock().unwrap_or_else(|e| e.into_inner()) {
         s.push_str("CmCounters\n");
-        for ((name, _), value) in CmCounters::default().named().iter().zip(v) {
+        let names = CmCounters::default().named().map(|(n, _)| n);
+        for (name, value) in names.iter().chain(CM_FAULT_KINDS.iter()).zip(v) {
             let _ = writeln!(s, "    {name}: {value}");
         }
     }
@@ -46,10 +54,12 @@ mod tests {
         let gsi = GsiCounters { overflow_dropped: 7, ..GsiCounters::default() };
         let before = text(&gsi);
         assert!(before.contains("GsiCounters") && before.contains("overflow_dropped: 7"), "{before}");
-        let mut v = [0u64; CM_COUNTERS];
+        let mut v = [0u64; CM_VALUES];
         v[CM_COUNTERS - 2] = 41;
+        v[CM_COUNTERS + 4] = 3;
         set_cm_counters(&v);
         let after = text(&gsi);
         assert!(after.contains("CmCounters\n") && after.contains("    backlog_refused: 41\n"), "{after}");
+        assert!(after.contains("    faults_cm_reject: 3\n    faults_cm_lose_rtu: 0\n"), "{after}");
     }
 }

@@ -6,6 +6,9 @@
  *                                      (plan: cm-error=E; STATUS is -E)
  *   cm_faults route ADDR STATUS        ADDR_RESOLVED, then rdma_resolve_route ends in
  *                                      ROUTE_ERROR with STATUS (plan: cm-error=E:step=resolve-route)
+ *   cm_faults cmid ADDR N STATUS       two IDs (created 0th and 1st) resolve the address: ID N
+ *                                      gets ADDR_ERROR with STATUS, the other ADDR_RESOLVED
+ *                                      (plan: cm-error=E:cm-id=N)
  *   cm_faults reject ADDR PORT REASON  the first connect is REJECTED with status REASON and the
  *                                      server sees no CONNECT_REQUEST; a second connect (a new
  *                                      ID: the reconnect) is ESTABLISHED (plan: reject=R:count=1)
@@ -22,6 +25,8 @@
  *   cm_faults removal ADDR PORT        a listener and a connection: DEVICE_REMOVAL, status 0,
  *                                      for the listener, the server's and the client's IDs
  *                                      (plan: device-removal:at=T)
+ *
+ * With CM_FAULTS_STAT=<path of urxe> set, each mode ends by running `urxe stat` on itself.
  *
  * Exit 0 and "all checks passed" only if every check passed. Built with -Wall -Wextra -Werror
  * -fsanitize=address,undefined by tests/faults_cm.rs.
@@ -207,6 +212,31 @@ static void resolve_fails(int route, int status)
 	rdma_destroy_event_channel(ch);
 }
 
+/* Two IDs, created 0th and 1st, each resolving the address: only ID `which` (the plan's
+ * cm-id=) meets the plan's ADDR_ERROR with `status`; the other's address resolves. */
+static void cm_id_scope(int which, int status)
+{
+	struct rdma_event_channel *ch[2];
+	struct rdma_cm_id *id[2];
+	for (int i = 0; i < 2; i++)
+		if (!(ch[i] = rdma_create_event_channel()) || rdma_create_id(ch[i], &id[i], NULL, RDMA_PS_TCP))
+			DIE("rdma_create_id %d", i);
+	((struct sockaddr_in *)&server_addr)->sin_port = htons(7471);
+	for (int i = 0; i < 2; i++) {
+		CHECK(rdma_resolve_addr(id[i], NULL, (struct sockaddr *)&server_addr, 2000) == 0,
+		      "rdma_resolve_addr returns 0", "ID %d: errno %d", i, errno);
+		if (i == which)
+			expect(ch[i], RDMA_CM_EVENT_ADDR_ERROR, status, "the chosen ID: addr error", 10000);
+		else
+			expect(ch[i], RDMA_CM_EVENT_ADDR_RESOLVED, 0, "the other ID: addr resolved", 10000);
+	}
+	for (int i = 0; i < 2; i++) {
+		CHECK(next_event(ch[i], 200).event == -1, "nothing more", "ID %d had another event", i);
+		rdma_destroy_id(id[i]);
+		rdma_destroy_event_channel(ch[i]);
+	}
+}
+
 static void reject(int port, int reason)
 {
 	struct pair p;
@@ -338,6 +368,19 @@ static void removal(int port)
 	CHECK(qp_state(p.client->qp) == IBV_QPS_ERR, "client QP in ERR", "state %d", qp_state(p.client->qp));
 }
 
+/* With CM_FAULTS_STAT=<urxe binary>: `urxe stat` of this process, its output after the checks'
+ * (tests/faults_cm.rs reads the CM fault counters, faults_cm_*, from it). */
+static void print_stat(void)
+{
+	const char *urxe = getenv("CM_FAULTS_STAT");
+	if (!urxe)
+		return;
+	char cmd[4096];
+	snprintf(cmd, sizeof(cmd), "'%s' stat %d", urxe, (int)getpid());
+	fflush(stdout);
+	CHECK(system(cmd) == 0, "urxe stat of this process", "%s failed", cmd);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -348,6 +391,8 @@ int main(int argc, char **argv)
 	int arg = argc > 3 ? atoi(argv[3]) : 0;
 	if (!strcmp(mode, "addr") || !strcmp(mode, "route"))
 		resolve_fails(!strcmp(mode, "route"), arg);
+	else if (!strcmp(mode, "cmid"))
+		cm_id_scope(arg, argc > 4 ? atoi(argv[4]) : -113);
 	else if (!strcmp(mode, "reject"))
 		reject(arg, argc > 4 ? atoi(argv[4]) : 28);
 	else if (!strcmp(mode, "unreachable"))
@@ -360,5 +405,6 @@ int main(int argc, char **argv)
 		removal(arg);
 	else
 		DIE("unknown mode %s", mode);
+	print_stat();
 	return check_summary();
 }

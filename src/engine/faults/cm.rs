@@ -42,6 +42,35 @@ pub enum CmEffect {
     DeviceRemoval,
 }
 
+/// The counters of the CM faults injected, one per kind, as `urxe stat` names them (in the
+/// `CmCounters` block, after the CM's own); [`CmEffect::kind`] indexes it.
+pub const CM_FAULT_KINDS: [&str; 8] = [
+    "faults_cm_addr_error",
+    "faults_cm_route_error",
+    "faults_cm_connect_error",
+    "faults_cm_unreachable",
+    "faults_cm_reject",
+    "faults_cm_lose_rtu",
+    "faults_cm_disconnect",
+    "faults_cm_device_removal",
+];
+
+impl CmEffect {
+    /// Its counter's index in [`CM_FAULT_KINDS`].
+    pub fn kind(&self) -> usize {
+        match self {
+            CmEffect::AddrError(_) => 0,
+            CmEffect::RouteError(_) => 1,
+            CmEffect::ConnectFails(_) => 2,
+            CmEffect::LoseReq => 3,
+            CmEffect::Reject(_) => 4,
+            CmEffect::LoseRtu => 5,
+            CmEffect::Disconnect => 6,
+            CmEffect::DeviceRemoval => 7,
+        }
+    }
+}
+
 /// The step each CM action acts at unless the fault says otherwise, and the steps it can act at.
 pub fn cm_steps(a: &Action) -> (CmStep, &'static [CmStep]) {
     use CmStep::*;
@@ -76,28 +105,35 @@ pub fn cm_effect(step: CmStep, a: Action) -> Option<CmEffect> {
 }
 
 impl FaultPlan {
-    /// Asks the plan at an rdma_cm step: the fault (its index) and its effect, if one fires.
-    pub fn decide_cm(&mut self, now: Nanos, step: CmStep) -> Option<(usize, CmEffect)> {
+    /// Asks the plan at an rdma_cm step of the ID `cm_id` (its creation number, the `cm-id=`
+    /// scope): the fault (its index) and its effect, if one fires.
+    pub fn decide_cm(&mut self, now: Nanos, step: CmStep, cm_id: u64) -> Option<(usize, CmEffect)> {
         if !self.watches(Site::Cm) {
             return None;
         }
-        let p = Point { site: Some(Site::Cm), cm_step: Some(step), ..Point::default() };
+        let p = Point { site: Some(Site::Cm), cm_step: Some(step), cm_id: Some(cm_id), ..Point::default() };
         let d = self.decide(now, &p)?;
         Some((d.fault, cm_effect(step, d.action)?))
     }
 
-    /// The timed CM faults (`disconnect`, `device-removal`) due at `now`, each once. A
-    /// `disconnect` waits for a connection to act on (`connected`).
-    pub fn due_cm(&mut self, now: Nanos, connected: bool) -> Vec<(usize, CmEffect)> {
+    /// The timed CM faults (`disconnect`, `device-removal`) due at `now`, each once, with the
+    /// ID they are scoped to (`cm-id=`, None: every ID). One fires only when `ready` says there
+    /// is something to act on (a `disconnect` waits for a connection of its IDs).
+    pub fn due_cm(
+        &mut self,
+        now: Nanos,
+        ready: impl Fn(CmEffect, Option<u64>) -> bool,
+    ) -> Vec<(usize, CmEffect, Option<u64>)> {
         let mut out = Vec::new();
         for (i, f) in self.faults.iter_mut().enumerate() {
-            let ready = connected || f.action != Action::Disconnect;
             let timed = f.scope.site == Some(Site::Cm) && cm_timed(&f.action) && f.fired() == 0;
-            if timed && ready && now >= f.schedule.at.unwrap_or(0) {
+            if !timed || now < f.schedule.at.unwrap_or(0) {
+                continue;
+            }
+            let Some(e) = cm_effect(CmStep::Established, f.action) else { continue };
+            if ready(e, f.scope.cm_id) {
                 f.mark_fired(now);
-                if let Some(e) = cm_effect(CmStep::Established, f.action) {
-                    out.push((i, e));
-                }
+                out.push((i, e, f.scope.cm_id));
             }
         }
         out

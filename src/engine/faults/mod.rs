@@ -21,7 +21,7 @@ mod inject;
 mod plan;
 mod spec;
 
-pub use cm::{cm_effect, CmEffect};
+pub use cm::{cm_effect, CmEffect, CM_FAULT_KINDS};
 pub use inject::Injected;
 pub(crate) use inject::Injector;
 pub use plan::*;

@@ -202,9 +202,6 @@ fn action(name: &str, arg: Option<&str>) -> Result<(Action, Option<Site>), Strin
 /// An rdma_cm fault's step (its default when none is given) and schedule: a step it acts at;
 /// `disconnect` and `device-removal` happen once at `at=`, as device faults.
 fn cm_scope(name: &str, action: &Action, scope: &mut Scope, sched: &Schedule) -> Result<(), String> {
-    if scope.cm_id.is_some() {
-        return Err("cm-id is not carried out yet: scope an rdma_cm fault by step".into());
-    }
     let (default, steps) = cm_steps(action);
     let step = *scope.cm_step.get_or_insert(default);
     if !steps.contains(&step) {

@@ -156,37 +156,54 @@ fn cm_faults_take_their_default_steps_and_map_to_the_kernels_events() {
     let steps: Vec<_> = plan.faults.iter().map(|f| f.scope.cm_step).collect();
     use CmStep::*;
     assert_eq!(steps, vec![Some(RequestReceived), Some(ResolveAddr), Some(Connect), Some(Rtu)]);
-    assert_eq!(plan.decide_cm(0, RequestReceived), Some((0, CmEffect::Reject(28))));
+    assert_eq!(plan.decide_cm(0, RequestReceived, 0), Some((0, CmEffect::Reject(28))));
     // count=1: the second REQ is let through.
-    assert_eq!(plan.decide_cm(1, RequestReceived), None);
-    assert_eq!(plan.decide_cm(2, ResolveAddr), Some((1, CmEffect::AddrError(-libc::EHOSTUNREACH))));
-    assert_eq!(plan.decide_cm(3, ResolveRoute), None);
-    assert_eq!(plan.decide_cm(4, Connect), Some((2, CmEffect::LoseReq)));
-    assert_eq!(plan.decide_cm(5, Rtu), Some((3, CmEffect::LoseRtu)));
+    assert_eq!(plan.decide_cm(1, RequestReceived, 0), None);
+    assert_eq!(plan.decide_cm(2, ResolveAddr, 0), Some((1, CmEffect::AddrError(-libc::EHOSTUNREACH))));
+    assert_eq!(plan.decide_cm(3, ResolveRoute, 0), None);
+    assert_eq!(plan.decide_cm(4, Connect, 0), Some((2, CmEffect::LoseReq)));
+    assert_eq!(plan.decide_cm(5, Rtu, 0), Some((3, CmEffect::LoseRtu)));
     let mut plan = parse("cm-error=ENETUNREACH:step=resolve-route; cm-error=ENOMEM:step=connect").unwrap();
-    assert_eq!(plan.decide_cm(0, ResolveRoute), Some((0, CmEffect::RouteError(-libc::ENETUNREACH))));
-    assert_eq!(plan.decide_cm(0, Connect), Some((1, CmEffect::ConnectFails(libc::ENOMEM))));
-    assert_eq!(parse("drop").unwrap().decide_cm(0, Connect), None);
+    assert_eq!(plan.decide_cm(0, ResolveRoute, 0), Some((0, CmEffect::RouteError(-libc::ENETUNREACH))));
+    assert_eq!(plan.decide_cm(0, Connect, 0), Some((1, CmEffect::ConnectFails(libc::ENOMEM))));
+    assert_eq!(parse("drop").unwrap().decide_cm(0, Connect, 0), None);
 }
 
 #[test]
 fn disconnect_and_device_removal_happen_once_at_their_time() {
     let mut plan = parse("disconnect:at=1ms; device-removal:at=5ms").unwrap();
     assert_eq!(plan.next_cm_at(), Some(1_000_000));
-    assert!(plan.due_cm(500_000, true).is_empty());
+    let connected = |c: bool| move |e: CmEffect, _: Option<u64>| c || e != CmEffect::Disconnect;
+    assert!(plan.due_cm(500_000, connected(true)).is_empty());
     // Due, but nothing is connected: the disconnect waits for a connection.
-    assert!(plan.due_cm(2_000_000, false).is_empty());
-    assert_eq!(plan.due_cm(3_000_000, true), vec![(0, CmEffect::Disconnect)]);
-    assert!(plan.due_cm(4_000_000, true).is_empty());
-    assert_eq!(plan.due_cm(5_000_000, false), vec![(1, CmEffect::DeviceRemoval)]);
+    assert!(plan.due_cm(2_000_000, connected(false)).is_empty());
+    assert_eq!(plan.due_cm(3_000_000, connected(true)), vec![(0, CmEffect::Disconnect, None)]);
+    assert!(plan.due_cm(4_000_000, connected(true)).is_empty());
+    assert_eq!(plan.due_cm(5_000_000, connected(false)), vec![(1, CmEffect::DeviceRemoval, None)]);
     assert_eq!(plan.next_cm_at(), None);
     for (text, why) in [
         ("reject=28:step=rtu", "cannot act at step Rtu"),
         ("cm-error=ETIMEDOUT:step=request", "cannot act at step RequestReceived"),
         ("disconnect:count=2", "happens once"),
-        ("reject=28:cm-id=3", "cm-id is not carried out yet"),
+        ("drop:cm-id=3", "cm-id and step scope rdma_cm faults"),
     ] {
         let e = parse(text).unwrap_err();
         assert!(e.to_string().contains(why), "{text}: {e}");
     }
+}
+
+#[test]
+fn a_cm_id_scope_fires_at_that_id_only() {
+    use CmStep::*;
+    let mut plan = parse("cm-error=EHOSTUNREACH:cm-id=1; reject=28:cm-id=0").unwrap();
+    assert_eq!(plan.faults[0].scope.cm_id, Some(1));
+    assert_eq!(plan.decide_cm(0, ResolveAddr, 0), None);
+    assert_eq!(plan.decide_cm(1, ResolveAddr, 2), None);
+    assert_eq!(plan.decide_cm(2, ResolveAddr, 1), Some((0, CmEffect::AddrError(-libc::EHOSTUNREACH))));
+    assert_eq!(plan.decide_cm(3, RequestReceived, 4), None);
+    assert_eq!(plan.decide_cm(4, RequestReceived, 0), Some((1, CmEffect::Reject(28))));
+    // A timed fault scoped to an ID waits until that ID has something to act on.
+    let mut plan = parse("disconnect:cm-id=2,at=1ms").unwrap();
+    assert!(plan.due_cm(2_000_000, |_, id| id != Some(2)).is_empty());
+    assert_eq!(plan.due_cm(3_000_000, |_, id| id == Some(2)), vec![(0, CmEffect::Disconnect, Some(2))]);
 }
