@@ -181,3 +181,31 @@ fn urxe_stat_counts_each_cm_fault_injected_by_kind() {
     assert_eq!(got("faults_cm_disconnect"), Some(1), "{out}");
     assert_eq!(got("faults_cm_reject"), Some(0), "{out}");
 }
+
+/// An rdma_cm fault is marked in the `URXE_PCAP` capture as the engine's faults are: a record
+/// on the device's `urxe-faults` interface whose pcapng comment (tshark `frame.comment`) is the
+/// fault's trace line, among the CM MADs it changed (the REJ instead of a REP).
+#[test]
+fn a_cm_fault_is_noted_in_the_capture() {
+    let dir = std::env::temp_dir().join(format!("urxe-faults-cm-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("reject.pcapng");
+    let pcap_s = pcap.display().to_string();
+    let env = [("URXE_PCAP", pcap_s.as_str()), ("URXE_TRACE", "1")];
+    let out = run_with("reject=28:count=1", "127.41.11.1", &["reject", "7471", "28"], T, &env);
+    passed(&out, &["reconnected"]);
+    let traced: Vec<&str> = out.stderr.lines().filter(|l| l.starts_with("urxe: fault injected: reject=28")).collect();
+    assert_eq!(traced.len(), 1, "one REJ fault traced\n{out}");
+    let mut tshark = Command::new("tshark");
+    tshark.arg("-r").arg(&pcap).args(["-Y", "frame.comment", "-T", "fields", "-e", "frame.comment"]);
+    let t = run_bounded(&mut tshark, Duration::from_secs(60)).expect("run tshark");
+    assert!(t.success(), "{t}");
+    let noted: Vec<&str> = t.stdout.lines().filter(|l| l.starts_with("urxe: fault injected:")).collect();
+    assert_eq!(noted, traced, "the capture notes the CM fault with its trace line");
+    // The MADs around it are in the same capture: the REJ the fault sent is there.
+    let mut rej = Command::new("tshark");
+    rej.arg("-r").arg(&pcap).args(["-Y", "udp.dstport == 4791", "-T", "fields", "-e", "frame.number"]);
+    let r = run_bounded(&mut rej, Duration::from_secs(60)).expect("run tshark");
+    assert!(r.stdout.lines().count() >= 4, "REQ, REJ, REQ, REP... expected in the capture\n{r}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

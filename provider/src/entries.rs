@@ -165,6 +165,7 @@ pub const ENTRY_POINTS: &[(&str, &str)] = &[
     ("urxe_gsi_send", "URXE_PRIVATE_1"),
     ("urxe_gsi_unlisten", "URXE_PRIVATE_1"),
     ("urxe_gsi_cm_counters", "URXE_PRIVATE_1"),
+    ("urxe_gsi_fault_note", "URXE_PRIVATE_1"),
 ];
 
 /// `(symbol, non-default version node)` of every entry defined here.
@@ -283,7 +284,7 @@ mod tests {
             assert!(VERSION_NODES.contains(node), "{name}: unknown node {node}");
             assert!(seen.insert(*name), "{name} listed twice");
         }
-        assert_eq!(ENTRY_POINTS.len(), 156);
+        assert_eq!(ENTRY_POINTS.len(), 157);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! | `uint32_t urxe_gsi_comm_id_base(void)` | this process's CM comm ID base: its group slot in the high byte |
 //! | `int urxe_gsi_listen(uint64_t service_id)` / `urxe_gsi_unlisten` | steer REQ / SIDR_REQ for the service at the shared address to this process (or stop); 0 or -1 + errno |
 //! | `int urxe_gsi_cm_counters(const uint64_t *values, uint32_t n)` | librdmacm's CM counters for `urxe stat` (`urxe::cm::CmCounters::named` order, then the CM faults); 0, or -1 + errno |
+//! | `int urxe_gsi_fault_note(const char *text)` | an rdma_cm fault librdmacm injected, noted in the `URXE_PCAP` capture (nothing without one); 0, or -1 + errno (EINVAL: NULL or not UTF-8) |
 
 use crate::context::device;
 use crate::glue::transport;
@@ -129,5 +130,20 @@ pub unsafe extern "C" fn urxe_gsi_cm_counters(values: *const u64, n: u32) -> c_i
     // SAFETY: the caller's array of at least `n` u64s (the documented contract).
     let v = unsafe { std::slice::from_raw_parts(values, n) };
     urxe::observe::cmstat::set_cm_counters(v);
+    Ok(0)
+}
+
+/// `urxe_gsi_fault_note`: `text` (a NUL-terminated UTF-8 line, librdmacm's trace line of an
+/// rdma_cm fault it injected) as a fault note in the device's `URXE_PCAP` capture, beside the
+/// packets (the engine notes its own faults the same way). 0, or -1 + EINVAL for a NULL or
+/// non-UTF-8 `text`.
+#[urxe_cabi::export(neg1)]
+pub unsafe extern "C" fn urxe_gsi_fault_note(text: *const libc::c_char) -> c_int {
+    if text.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's NUL-terminated string (the documented contract), read here only.
+    let text = unsafe { std::ffi::CStr::from_ptr(text) }.to_str().map_err(|_| libc::EINVAL)?;
+    transport(device()?)?.fault_note(text);
     Ok(0)
 }

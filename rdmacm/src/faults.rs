@@ -65,10 +65,13 @@ impl Faults {
     fn injected(&mut self, t: Nanos, fault: usize, e: CmEffect) {
         self.counts[e.kind()] += 1;
         self.unreported = true;
+        let name = self.plan.faults.get(fault).map_or("", |f| f.name.as_str());
+        let line = format!("urxe: fault injected: {name} -> {e:?} at Cm (t={t} ns)");
         if urxe_cabi::export::traced() {
-            let name = self.plan.faults.get(fault).map_or("", |f| f.name.as_str());
-            eprintln!("urxe: fault injected: {name} -> {e:?} at Cm (t={t} ns)");
+            eprintln!("{line}");
         }
+        // Noted in the URXE_PCAP capture beside the packets, as the engine's faults are.
+        crate::verbs::fault_note(&line);
     }
 }
 

@@ -140,6 +140,9 @@ pub struct GsiApi {
     /// `int urxe_gsi_cm_counters(const uint64_t *values, uint32_t n)`: the CM's counters
     /// (`urxe::cm::CmCounters::named` order) for `urxe stat`. None from an older library.
     pub counters: Option<unsafe extern "C" fn(*const u64, u32) -> c_int>,
+    /// `int urxe_gsi_fault_note(const char *text)`: an injected rdma_cm fault, noted in the
+    /// `URXE_PCAP` capture. None from an older library.
+    pub fault_note: Option<unsafe extern "C" fn(*const c_char) -> c_int>,
 }
 
 fn lookup(name: &[u8]) -> Option<*mut c_void> {
@@ -170,7 +173,18 @@ pub fn gsi() -> Option<GsiApi> {
                 unlisten: std::mem::transmute::<*mut c_void, unsafe extern "C" fn(u64) -> c_int>(unlisten),
                 counters: lookup(b"urxe_gsi_cm_counters\0")
                     .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const u64, u32) -> c_int>(p)),
+                fault_note: lookup(b"urxe_gsi_fault_note\0")
+                    .map(|p| std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_char) -> c_int>(p)),
             })
         }
     })
+}
+
+/// Notes an injected rdma_cm fault in the device's `URXE_PCAP` capture (`urxe_gsi_fault_note`);
+/// nothing with an older library or a line holding a NUL.
+pub fn fault_note(line: &str) {
+    let (Some(note), Ok(text)) = (gsi().and_then(|g| g.fault_note), std::ffi::CString::new(line)) else { return };
+    // SAFETY: the library's function of the documented signature; a NUL-terminated string that
+    // lives across the call, which only reads it.
+    unsafe { note(text.as_ptr()) };
 }

@@ -511,6 +511,14 @@ impl Device {
     pub fn transport_counters(&self) -> TransportCounters {
         self.lock().counters
     }
+
+    /// Notes a fault injected outside the engine (librdmacm's rdma_cm faults) in the
+    /// `URXE_PCAP` capture, as the engine's own are (`Tap::note`); nothing without a capture.
+    pub fn fault_note(&self, text: &str) {
+        if let Some(t) = self.lock().tap() {
+            t.note(text);
+        }
+    }
 }
 
 impl Drop for Device {

@@ -87,6 +87,11 @@ impl Core {
         }
     }
 
+    /// The `URXE_PCAP` tap, if one is open.
+    pub(super) fn tap(&self) -> Option<&crate::observe::tap::Tap> {
+        self.io.tap()
+    }
+
     /// The last drain stopped at its bound with datagrams maybe still queued (see
     /// `Io::left_behind`).
     pub(super) fn rx_left_behind(&self) -> bool {
