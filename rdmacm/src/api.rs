@@ -12,7 +12,7 @@ use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr;
 use urxe::cm::rdma_conn::{Accept, ConnParam, Connect, DevicePath, Reject};
-use urxe::cm::rdma_id::Before;
+use urxe::cm::rdma_id::{Before, Resolution};
 use urxe::cm::{reject, sidr_status, ListenQp, State};
 use urxe::engine::faults::CmStep;
 
@@ -266,15 +266,25 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr
     Ok(0)
 }
 
-pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
+/// `rdma_resolve_addr`: the sans-IO core ([`urxe::cm::rdma_resolve`]) checks the call and
+/// decides the event; this asks the host for a route to `dst` and fills the C route.
+pub(crate) fn resolve_addr(
+    id: *mut rdma_cm_id,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout_ms: c_int,
+) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
     let dev_addr = lib.device()?.addr;
-    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    if st.state.resolve_addr()? == Before::BindAny {
+    if lib.id(id)?.start_addr_query(now(), timeout_ms)? == Before::BindAny {
         let any =
             if dev_addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
-        bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0)))?;
+        if let Err(e) = bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0))) {
+            // The call fails: no query is in flight after all.
+            lib.id(id)?.resolution = Resolution::Idle;
+            return Err(e);
+        }
     }
     // The route the host would take to the peer; the source is the urxe device's address. A
     // multicast group is reached through the interface of that address (as the kernel
@@ -296,16 +306,17 @@ pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: So
     st.src = Some(SocketAddr::new(dev_addr, port));
     let routable = probe.is_ok() && dst.is_ipv4() == dev_addr.is_ipv4() && !dst.ip().is_unspecified();
     if crate::faults::resolution_fails(&mut lib, k, CmStep::ResolveAddr) {
+        // The fault hook queued the planned ADDR_ERROR: the query ends failed.
+        let _ = lib.id(id)?.handle_addr(Err(libc::EIO));
         return Ok(());
     }
-    if routable {
-        lib.id(id)?.state = IdState::AddrResolved;
+    let outcome =
+        if routable { Ok(()) } else { Err(probe.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EHOSTUNREACH)) };
+    let Some(r) = lib.id(id)?.handle_addr(outcome) else { return Ok(()) };
+    if r.status == 0 {
         lib.fill_route(k);
-        lib.post(k, 0, event::ADDR_RESOLVED, 0, |_| {});
-    } else {
-        let e = probe.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EHOSTUNREACH);
-        lib.post(k, 0, event::ADDR_ERROR, -e, |_| {});
     }
+    lib.post(k, 0, r.event, r.status, |_| {});
     Ok(())
 }
 
@@ -316,30 +327,33 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst_addr: *mut sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    let _ = timeout_ms;
     // SAFETY: valid sockaddrs or NULL, per the man page.
     let (src, dst) = unsafe { (load_sockaddr(src_addr)?, load_sockaddr(dst_addr)?) };
-    resolve_addr(id, src, dst.ok_or(libc::EINVAL)?)?;
+    resolve_addr(id, src, dst.ok_or(libc::EINVAL)?, timeout_ms)?;
     sync_wait(id, event::ADDR_RESOLVED)?;
     Ok(0)
 }
 
-pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
+/// `rdma_resolve_route`: the route is the one the address resolution found (one device, no
+/// path query), so the query ends at once; the core decides the event.
+pub(crate) fn resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> Result<(), i32> {
     let k = key(id)?;
     let mut lib = lock();
-    lib.id(id)?.state.resolve_route()?;
+    lib.id(id)?.start_route_query(now(), timeout_ms)?;
     if crate::faults::resolution_fails(&mut lib, k, CmStep::ResolveRoute) {
+        // The fault hook queued the planned ROUTE_ERROR: the query ends failed.
+        let _ = lib.id(id)?.handle_route(Err(libc::EIO));
         return Ok(());
     }
+    let Some(r) = lib.id(id)?.handle_route(Ok(())) else { return Ok(()) };
     lib.fill_route(k);
-    lib.post(k, 0, event::ROUTE_RESOLVED, 0, |_| {});
+    lib.post(k, 0, r.event, r.status, |_| {});
     Ok(())
 }
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
-    let _ = timeout_ms;
-    resolve_route(id)?;
+    resolve_route(id, timeout_ms)?;
     sync_wait(id, event::ROUTE_RESOLVED)?;
     Ok(0)
 }

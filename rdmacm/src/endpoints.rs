@@ -177,9 +177,9 @@ pub unsafe extern "C" fn rdma_create_ep(
             }
             return Ok(());
         }
-        resolve_addr(cid, src, dst.ok_or(libc::EINVAL)?)?;
+        resolve_addr(cid, src, dst.ok_or(libc::EINVAL)?, 2000)?;
         sync_wait(cid, event::ADDR_RESOLVED)?;
-        resolve_route(cid)?;
+        resolve_route(cid, 2000)?;
         sync_wait(cid, event::ROUTE_RESOLVED)?;
         if !qp_init_attr.is_null() {
             // As librdmacm: the endpoint's QP type is the address info's.
