@@ -12,7 +12,7 @@ use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::ptr;
 use urxe::cm::rdma_conn::{Accept, ConnParam, Connect, DevicePath, Reject};
-use urxe::cm::rdma_id::Before;
+use urxe::cm::rdma_id::{Before, Resolution};
 use urxe::cm::{reject, sidr_status, ListenQp, State};
 use urxe::engine::faults::CmStep;
 
@@ -29,13 +29,13 @@ pub(crate) fn create_id(
     let mut lib = lock();
     let (ch, sync) = if channel.is_null() {
         (lib.new_channel()?, true)
-    } else if lib.channels.contains_key(&(channel as usize)) {
+    } else if lib.has_channel(channel as usize) {
         (channel, false)
     } else {
         return Err(libc::EINVAL);
     };
     let b = new_id_box(ch, context, ps, ptr::null_mut());
-    lib.ids.insert(b as usize, Id::new(ps, ch as usize, sync));
+    lib.insert_id(b, Id::new(ps, ch as usize, sync));
     Ok(b)
 }
 
@@ -105,8 +105,8 @@ pub(crate) fn linger_for_drep(
 pub(crate) const DESTROY_WAITS_FOR_ACKS: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
-    let k = key(id)?;
     let lib = lock();
+    let k = lib.key(id)?;
     if !lib.ids.contains_key(&k) {
         return Err(libc::EINVAL);
     }
@@ -119,7 +119,7 @@ pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
     // SAFETY: `id` is a live ID box (it is in `ids`).
     let own = unsafe { (*id).event } as usize;
     let (mut lib, acked) = wait_acked(lib, DESTROY_WAITS_FOR_ACKS, |lib| {
-        !lib.outstanding.iter().any(|&b| {
+        !lib.outstanding().any(|b| {
             // SAFETY: outstanding boxes are live until acked, which needs the lock we hold.
             let ev = unsafe { &(*(b as *const EventBox)).ev };
             // A CONNECT_REQUEST counts on its listener (the new ID may go before its ack).
@@ -151,19 +151,19 @@ pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
         if let Some(cm) = lib.cm.as_mut() {
             cm.destroy(c);
         }
-        lib.by_comm.remove(&c);
+        lib.forget_comm(c);
     }
     // Only the ID that holds the service gives it up (a REUSEADDR successor may hold it now).
-    if let Some(s) = st.listen_service.filter(|s| lib.listeners.get(s) == Some(&k)) {
+    if let Some(s) = st.listen_service.filter(|s| lib.listener(*s) == Some(k)) {
         let _ = lib.cm.as_mut().map(|cm| cm.unlisten(s));
-        lib.listeners.remove(&s);
+        lib.forget_listener(s);
         if let Some(d) = lib.dev.as_ref() {
             // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
             let _ = unsafe { (d.gsi.unlisten)(s) };
         }
     }
     // A service steered at bind that no other ID of this process still holds.
-    let still_held = |l: &Lib, s: u64| l.listeners.contains_key(&s) || l.ids.values().any(|o| o.steered == Some(s));
+    let still_held = |l: &Lib, s: u64| l.listener(s).is_some() || l.ids.values().any(|o| o.steered == Some(s));
     if let Some(s) = st.steered.filter(|&s| st.listen_service != Some(s) && !still_held(&lib, s)) {
         if let Some(d) = lib.dev.as_ref() {
             // SAFETY: urxe's libibverbs function of this signature (verbs::GsiApi).
@@ -171,10 +171,10 @@ pub(crate) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), i32> {
         }
     }
     if let Some(src) = st.src.filter(|_| st.bound) {
-        lib.ports.remove(&(st.ps, src.port()));
+        lib.release_port(st.ps, src.port());
     }
     // Its queued events go too (a CONNECT_REQUEST waits on the listener's channel).
-    for c in lib.channels.values_mut() {
+    for c in lib.channels_mut() {
         drop(c.retain(|b| b.ev.id != id));
     }
     // SAFETY: `id` was a live ID box until now; its event (if any) is outstanding.
@@ -228,7 +228,7 @@ pub(crate) fn with_port(mut a: SocketAddr, port: u16) -> SocketAddr {
 }
 
 pub(crate) fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Result<(), i32> {
-    let k = id as usize;
+    let k = lib.key(id)?;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     st.state.bind(st.bound)?;
     let (ps, reuse) = (st.ps, st.reuseaddr);
@@ -240,10 +240,10 @@ pub(crate) fn bind(lib: &mut Lib, id: *mut rdma_cm_id, addr: SocketAddr) -> Resu
     }
     lib.device()?;
     let port = if addr.port() == 0 { lib.ephemeral_port(ps)? } else { addr.port() };
-    if lib.ports.contains(&(ps, port)) && !reuse {
+    if lib.port_held(ps, port) && !reuse {
         return Err(libc::EADDRINUSE);
     }
-    lib.ports.insert((ps, port));
+    lib.hold_port(ps, port);
     let st = lib.id(id)?;
     st.src = Some(with_port(addr, port));
     st.bound = true;
@@ -266,15 +266,25 @@ pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr
     Ok(0)
 }
 
-pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
-    let k = key(id)?;
+/// `rdma_resolve_addr`: the sans-IO core ([`urxe::cm::rdma_resolve`]) checks the call and
+/// decides the event; this asks the host for a route to `dst` and fills the C route.
+pub(crate) fn resolve_addr(
+    id: *mut rdma_cm_id,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout_ms: c_int,
+) -> Result<(), i32> {
     let mut lib = lock();
+    let k = lib.key(id)?;
     let dev_addr = lib.device()?.addr;
-    let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
-    if st.state.resolve_addr()? == Before::BindAny {
+    if lib.id(id)?.start_addr_query(now(), timeout_ms)? == Before::BindAny {
         let any =
             if dev_addr.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
-        bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0)))?;
+        if let Err(e) = bind(&mut lib, id, src.unwrap_or(SocketAddr::new(any, 0))) {
+            // The call fails: no query is in flight after all.
+            lib.id(id)?.resolution = Resolution::Idle;
+            return Err(e);
+        }
     }
     // The route the host would take to the peer; the source is the urxe device's address. A
     // multicast group is reached through the interface of that address (as the kernel
@@ -296,16 +306,17 @@ pub(crate) fn resolve_addr(id: *mut rdma_cm_id, src: Option<SocketAddr>, dst: So
     st.src = Some(SocketAddr::new(dev_addr, port));
     let routable = probe.is_ok() && dst.is_ipv4() == dev_addr.is_ipv4() && !dst.ip().is_unspecified();
     if crate::faults::resolution_fails(&mut lib, k, CmStep::ResolveAddr) {
+        // The fault hook queued the planned ADDR_ERROR: the query ends failed.
+        let _ = lib.id(id)?.handle_addr(Err(libc::EIO));
         return Ok(());
     }
-    if routable {
-        lib.id(id)?.state = IdState::AddrResolved;
+    let outcome =
+        if routable { Ok(()) } else { Err(probe.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EHOSTUNREACH)) };
+    let Some(r) = lib.id(id)?.handle_addr(outcome) else { return Ok(()) };
+    if r.status == 0 {
         lib.fill_route(k);
-        lib.post(k, 0, event::ADDR_RESOLVED, 0, |_| {});
-    } else {
-        let e = probe.err().and_then(|e| e.raw_os_error()).unwrap_or(libc::EHOSTUNREACH);
-        lib.post(k, 0, event::ADDR_ERROR, -e, |_| {});
     }
+    lib.post(k, 0, r.event, r.status, |_| {});
     Ok(())
 }
 
@@ -316,38 +327,41 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst_addr: *mut sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    let _ = timeout_ms;
     // SAFETY: valid sockaddrs or NULL, per the man page.
     let (src, dst) = unsafe { (load_sockaddr(src_addr)?, load_sockaddr(dst_addr)?) };
-    resolve_addr(id, src, dst.ok_or(libc::EINVAL)?)?;
+    resolve_addr(id, src, dst.ok_or(libc::EINVAL)?, timeout_ms)?;
     sync_wait(id, event::ADDR_RESOLVED)?;
     Ok(0)
 }
 
-pub(crate) fn resolve_route(id: *mut rdma_cm_id) -> Result<(), i32> {
-    let k = key(id)?;
+/// `rdma_resolve_route`: the route is the one the address resolution found (one device, no
+/// path query), so the query ends at once; the core decides the event.
+pub(crate) fn resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> Result<(), i32> {
     let mut lib = lock();
-    lib.id(id)?.state.resolve_route()?;
+    let k = lib.key(id)?;
+    lib.id(id)?.start_route_query(now(), timeout_ms)?;
     if crate::faults::resolution_fails(&mut lib, k, CmStep::ResolveRoute) {
+        // The fault hook queued the planned ROUTE_ERROR: the query ends failed.
+        let _ = lib.id(id)?.handle_route(Err(libc::EIO));
         return Ok(());
     }
+    let Some(r) = lib.id(id)?.handle_route(Ok(())) else { return Ok(()) };
     lib.fill_route(k);
-    lib.post(k, 0, event::ROUTE_RESOLVED, 0, |_| {});
+    lib.post(k, 0, r.event, r.status, |_| {});
     Ok(())
 }
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
-    let _ = timeout_ms;
-    resolve_route(id)?;
+    resolve_route(id, timeout_ms)?;
     sync_wait(id, event::ROUTE_RESOLVED)?;
     Ok(0)
 }
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     if st.state.listen()? == Before::BindAny {
         bind(&mut lib, id, SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0))?;
@@ -371,7 +385,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         let _ = lib.cm.as_mut().map(|cm| cm.unlisten(service));
         return Err(e);
     }
-    lib.listeners.insert(service, k);
+    lib.set_listener(service, k);
     lib.id(id)?.listening(service);
     Ok(0)
 }
@@ -413,8 +427,8 @@ pub(crate) unsafe fn conn_param_of<'a>(p: Option<&rdma_conn_param>) -> ConnParam
 }
 
 pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<(), i32> {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     // Refused before the device is asked for anything (the core checks again).
     st.state.connect()?;
@@ -438,7 +452,7 @@ pub(crate) fn connect(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Re
             comm
         }
     };
-    lib.by_comm.insert(comm, k);
+    lib.set_comm_owner(comm, k);
     lib.with_core(k, |c, _| c.connect_sent(comm))?;
     lib.flush();
     Ok(())
@@ -454,8 +468,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma
 }
 
 pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Result<bool, i32> {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     lib.ids.get(&k).ok_or(libc::EINVAL)?;
     // SAFETY: the caller's parameters name their private data.
     let p = unsafe { conn_param_of(param.as_ref()) };
@@ -463,7 +477,7 @@ pub(crate) fn accept(id: *mut rdma_cm_id, param: Option<rdma_conn_param>) -> Res
     match lib.with_core(k, |c, f| c.accept(&p, qp, f))?? {
         Accept::SidrRep { comm, qpn, qkey, private_data } => {
             lib.cm()?.send_sidr_rep(comm, sidr_status::VALID, qpn, qkey, &private_data).map_err(|e| e.errno())?;
-            lib.by_comm.remove(&comm);
+            lib.forget_comm(comm);
             lib.with_core(k, |c, _| c.accept_sent())?;
             lib.flush();
             Ok(false)
@@ -495,8 +509,8 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, conn_param: *mut rdma_
 }
 
 pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> Result<(), i32> {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     // SAFETY: NULL or the caller's `len` bytes.
     let user = unsafe { private_data(pdata, len) };
     let comm = match lib.with_core(k, |c, f| c.reject(user, f))?? {
@@ -509,7 +523,7 @@ pub(crate) fn reject_id(id: *mut rdma_cm_id, pdata: *const c_void, len: u8) -> R
             comm
         }
     };
-    lib.by_comm.remove(&comm);
+    lib.forget_comm(comm);
     lib.with_core(k, |c, _| c.reject_sent())?;
     lib.flush();
     Ok(())
@@ -534,8 +548,8 @@ pub unsafe extern "C" fn rdma_reject_ece(
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     let (comm, state) = (st.comm, st.state);
     if !matches!(state, IdState::Connected | IdState::Disconnected | IdState::Accepted | IdState::ResponseReceived) {
@@ -550,7 +564,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
             Some(State::DreqRcvd) => cm.send_drep(t, c, &[]).map_err(|e| e.errno())?,
             Some(State::RepSent | State::MraRepRcvd | State::RepRcvd | State::MraRepSent) => {
                 cm.destroy(c);
-                lib.by_comm.remove(&c);
+                lib.forget_comm(c);
             }
             _ => {}
         }
@@ -561,8 +575,8 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     if st.state != IdState::ResponseReceived {
         return Err(libc::EINVAL);
@@ -576,8 +590,8 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let comm = lib.ids.get(&k).ok_or(libc::EINVAL)?.comm;
     if event == IBV_EVENT_COMM_EST {
         if let Some(c) = comm {
@@ -597,13 +611,14 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     qp_attr: *mut ibv_qp_attr,
     qp_attr_mask: *mut c_int,
 ) -> c_int {
-    let k = key(id)?;
     if qp_attr.is_null() || qp_attr_mask.is_null() {
         return Err(libc::EINVAL);
     }
     // SAFETY: the caller's attribute struct (qp_state says which transition).
     let state = unsafe { (*qp_attr).qp_state };
-    let (a, m) = lock().qp_attr(k, state)?;
+    let lib = lock();
+    let k = lib.key(id)?;
+    let (a, m) = lib.qp_attr(k, state)?;
     // SAFETY: the caller's out-parameters.
     unsafe {
         *qp_attr = a;
@@ -614,15 +629,15 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> c_int {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let (old, was_sync) = {
         let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
         (st.channel, st.sync)
     };
     let (new, sync) = if channel.is_null() {
         (lib.new_channel()? as usize, true)
-    } else if lib.channels.contains_key(&(channel as usize)) {
+    } else if lib.has_channel(channel as usize) {
         (channel as usize, false)
     } else {
         return Err(libc::EINVAL);
@@ -630,13 +645,13 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
     // Queued events of this ID follow it to the new channel.
     // Their counts go with them: the old channel's fd is readable only while it still
     // has events, the new one's as soon as they are there.
-    let moved = lib.channels.get_mut(&old).map_or_else(Vec::new, |c| c.retain(|b| b.ev.id != id));
+    let moved = lib.channel_mut(old).map_or_else(Vec::new, |c| c.retain(|b| b.ev.id != id));
     let st = lib.id(id)?;
     st.channel = new;
     st.sync = sync;
     // SAFETY: a live ID box.
     unsafe { (*id).channel = new as *mut rdma_event_channel };
-    if let Some(c) = lib.channels.get_mut(&new) {
+    if let Some(c) = lib.channel_mut(new) {
         for b in moved {
             c.push(b);
         }
@@ -655,11 +670,11 @@ pub unsafe extern "C" fn rdma_set_option(
     optval: *mut c_void,
     optlen: usize,
 ) -> c_int {
-    let k = key(id)?;
     if optval.is_null() {
         return Err(libc::EINVAL);
     }
     let mut lib = lock();
+    let k = lib.key(id)?;
     let st = lib.ids.get_mut(&k).ok_or(libc::EINVAL)?;
     // SAFETY: `optval` holds `optlen` bytes (checked per option below).
     let byte = || unsafe { *(optval as *const u8) };
@@ -678,8 +693,8 @@ pub unsafe extern "C" fn rdma_set_option(
 }
 
 pub(crate) fn port_of(id: *mut rdma_cm_id, dst: bool) -> u16 {
-    let Ok(k) = key(id) else { return 0 };
     let lib = lock();
+    let Ok(k) = lib.key(id) else { return 0 };
     let st = lib.ids.get(&k);
     let a = if dst { st.and_then(|s| s.dst) } else { st.and_then(|s| s.src) };
     a.map_or(0, |s| s.port().to_be())

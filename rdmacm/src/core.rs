@@ -11,7 +11,8 @@
 //! `rdma_create_event_channel` to `rdma_destroy_event_channel`; its fd is an eventfd in
 //! semaphore mode, readable exactly while events are queued (so poll() and O_NONBLOCK work).
 //! An ID is a `Box<rdma_cm_id>` from `rdma_create_id` (or a CONNECT_REQUEST) to
-//! `rdma_destroy_id`; its Rust state lives here in `ids`, keyed by the pointer. An event is a
+//! `rdma_destroy_id`; its Rust state lives here in `ids`, keyed by a handle ([`IdKey`]; the
+//! pointer only finds the handle, see [`crate::ids`]). An event is a
 //! `Box<EventBox>` from the moment it is queued until `rdma_ack_cm_event`.
 
 use crate::abi::*;
@@ -42,67 +43,7 @@ pub use crate::channel::{Channel, EventBox};
 /// The ID's state and what a connection agreed: the sans-IO core's ([`urxe::cm::rdma_id`]).
 pub use urxe::cm::rdma_id::{Agreed, IdState};
 
-/// One group an ID has joined.
-#[derive(Clone, Copy, Debug)]
-pub struct Join {
-    pub group: IpAddr,
-    pub mgid: [u8; 16],
-    pub context: *mut c_void,
-    pub send_only: bool,
-}
-
-/// The Rust side of one `rdma_cm_id`: the sans-IO core's [`RdmaId`] (state, addresses,
-/// connection; reached through `Deref`) and the C-side objects beside it.
-pub struct Id {
-    pub core: RdmaId,
-    pub channel: usize,
-    /// A synchronous ID (created with a NULL channel) owns `channel`.
-    pub sync: bool,
-    /// From `rdma_create_ep` on a passive endpoint: every request gets a QP like this.
-    pub ep_qp: Option<(ibv_qp_init_attr, *mut ibv_pd)>,
-    /// CQs and channels this library made for the QP (`rdma_create_qp` without CQs).
-    pub own_cqs: bool,
-    pub path_rec: *mut ibv_sa_path_rec,
-    pub local_ece: ibv_ece,
-    /// Multicast groups joined (`rdma_join_multicast`).
-    pub mcast: Vec<Join>,
-    /// A new ID whose CONNECT_REQUEST waits, undelivered, on this listener's channel (0: none).
-    pub request_of: usize,
-    /// Its number in the process's creation order, from 0 (a fault plan's `cm-id=`).
-    pub created: u64,
-}
-
-impl Id {
-    pub fn new(ps: c_int, channel: usize, sync: bool) -> Id {
-        static CREATED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let qp_type = if ps == ps::UDP || ps == ps::IPOIB { qp_type::UD } else { qp_type::RC };
-        Id {
-            core: RdmaId::new(ps, qp_type),
-            channel,
-            sync,
-            ep_qp: None,
-            own_cqs: false,
-            path_rec: ptr::null_mut(),
-            local_ece: ibv_ece::default(),
-            mcast: Vec::new(),
-            request_of: 0,
-            created: CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        }
-    }
-}
-
-impl std::ops::Deref for Id {
-    type Target = RdmaId;
-    fn deref(&self) -> &RdmaId {
-        &self.core
-    }
-}
-
-impl std::ops::DerefMut for Id {
-    fn deref_mut(&mut self) -> &mut RdmaId {
-        &mut self.core
-    }
-}
+pub use crate::ids::{Id, IdKey, IdTable, Join};
 
 /// The one device, opened once for every ID.
 pub struct Dev {
@@ -114,16 +55,24 @@ pub struct Dev {
     pub pd: *mut ibv_pd,
 }
 
+/// The library's state. Its tables are reached through methods (an ID by handle or by the
+/// application's pointer, a channel, a comm ID's ID, a service's listener, a held port, an
+/// event handed out); `ids` is an [`IdTable`] (no raw map), `cm` the sans-IO CM.
 pub struct Lib {
-    pub dev: Option<Dev>,
-    pub cm: Option<Cm>,
-    pub channels: HashMap<usize, Channel>,
-    pub ids: HashMap<usize, Id>,
-    pub by_comm: HashMap<CommId, usize>,
-    pub listeners: HashMap<u64, usize>,
-    pub ports: HashSet<(c_int, u16)>,
-    pub outstanding: HashSet<usize>,
-    pub timerfd: c_int,
+    pub(crate) dev: Option<Dev>,
+    pub(crate) cm: Option<Cm>,
+    /// Event channels by the `rdma_event_channel` pointer (`Box` from `new_channel`).
+    channels: HashMap<usize, Channel>,
+    pub(crate) ids: IdTable,
+    /// The ID of each CM connection (comm ID, or a SIDR request ID).
+    by_comm: HashMap<CommId, IdKey>,
+    /// The listening ID of each service ID.
+    listeners: HashMap<u64, IdKey>,
+    /// Ports held per port space.
+    ports: HashSet<(c_int, u16)>,
+    /// Events handed to the application and not yet acknowledged (`EventBox` addresses).
+    outstanding: HashSet<usize>,
+    timerfd: c_int,
     rng: Rng,
     /// Fault injection's hook into the sans-IO core: consulted by every connect / accept /
     /// reject plan and every CM event on an ID ([`IdFaults`]); [`NoFaults`] unless a test
@@ -150,7 +99,7 @@ pub fn lock() -> MutexGuard<'static, Lib> {
             dev: None,
             cm: None,
             channels: HashMap::new(),
-            ids: HashMap::new(),
+            ids: IdTable::default(),
             by_comm: HashMap::new(),
             listeners: HashMap::new(),
             ports: HashSet::new(),
@@ -356,12 +305,112 @@ impl Lib {
         self.cm.as_mut().ok_or(libc::EINVAL)
     }
 
+    /// The ID the application names by `id` (EINVAL: not a live ID of ours).
     pub fn id(&mut self, id: *mut rdma_cm_id) -> Result<&mut Id, i32> {
-        self.ids.get_mut(&(id as usize)).ok_or(libc::EINVAL)
+        let k = self.key(id)?;
+        self.ids.get_mut(&k).ok_or(libc::EINVAL)
+    }
+
+    /// The handle of the ID the application names by `id` (EINVAL: NULL, destroyed, or not an
+    /// ID of ours; nothing is read through it).
+    pub fn key(&self, id: *const rdma_cm_id) -> Result<IdKey, i32> {
+        self.ids.key_of(id).ok_or(libc::EINVAL)
+    }
+
+    /// The ID of handle `k` (EINVAL: gone).
+    pub fn id_at(&mut self, k: IdKey) -> Result<&mut Id, i32> {
+        self.ids.get_mut(&k).ok_or(libc::EINVAL)
+    }
+
+    /// The C struct of handle `k` (NULL: gone).
+    pub fn id_ptr(&self, k: IdKey) -> *mut rdma_cm_id {
+        self.ids.ptr(k)
+    }
+
+    /// Adds an ID whose C struct is `c`; its handle.
+    pub fn insert_id(&mut self, c: *mut rdma_cm_id, id: Id) -> IdKey {
+        self.ids.insert(c, id)
+    }
+
+    /// Takes an ID out of the table (its pointer names nothing from now on).
+    pub fn remove_id(&mut self, k: IdKey) -> Option<Id> {
+        self.ids.remove(&k)
+    }
+
+    // ---- the other tables -------------------------------------------------------------------
+
+    pub fn has_channel(&self, ch: usize) -> bool {
+        self.channels.contains_key(&ch)
+    }
+
+    pub fn channel_mut(&mut self, ch: usize) -> Option<&mut Channel> {
+        self.channels.get_mut(&ch)
+    }
+
+    pub fn channel(&self, ch: usize) -> Option<&Channel> {
+        self.channels.get(&ch)
+    }
+
+    /// Every channel (to drop an ID's queued events wherever they wait).
+    pub fn channels_mut(&mut self) -> impl Iterator<Item = &mut Channel> {
+        self.channels.values_mut()
+    }
+
+    /// The ID of CM connection `c`.
+    pub fn comm_owner(&self, c: CommId) -> Option<IdKey> {
+        self.by_comm.get(&c).copied()
+    }
+
+    pub fn set_comm_owner(&mut self, c: CommId, k: IdKey) {
+        self.by_comm.insert(c, k);
+    }
+
+    pub fn forget_comm(&mut self, c: CommId) -> Option<IdKey> {
+        self.by_comm.remove(&c)
+    }
+
+    /// The ID listening on `service`.
+    pub fn listener(&self, service: u64) -> Option<IdKey> {
+        self.listeners.get(&service).copied()
+    }
+
+    pub fn set_listener(&mut self, service: u64, k: IdKey) {
+        self.listeners.insert(service, k);
+    }
+
+    pub fn forget_listener(&mut self, service: u64) {
+        self.listeners.remove(&service);
+    }
+
+    pub fn port_held(&self, ps: c_int, port: u16) -> bool {
+        self.ports.contains(&(ps, port))
+    }
+
+    pub fn hold_port(&mut self, ps: c_int, port: u16) {
+        self.ports.insert((ps, port));
+    }
+
+    pub fn release_port(&mut self, ps: c_int, port: u16) {
+        self.ports.remove(&(ps, port));
+    }
+
+    /// An event box handed to the application, until its ack.
+    pub fn hand_out(&mut self, ev: usize) {
+        self.outstanding.insert(ev);
+    }
+
+    /// The ack of a handed-out event: false if `ev` is not one.
+    pub fn take_back(&mut self, ev: usize) -> bool {
+        self.outstanding.remove(&ev)
+    }
+
+    /// Events handed out and not acknowledged.
+    pub fn outstanding(&self) -> impl Iterator<Item = usize> + '_ {
+        self.outstanding.iter().copied()
     }
 
     /// Runs `f` on an ID's sans-IO core with the fault hook (EINVAL for an unknown ID).
-    pub fn with_core<T>(&mut self, id: usize, f: impl FnOnce(&mut RdmaId, &mut dyn IdFaults) -> T) -> Result<T, i32> {
+    pub fn with_core<T>(&mut self, id: IdKey, f: impl FnOnce(&mut RdmaId, &mut dyn IdFaults) -> T) -> Result<T, i32> {
         let Lib { ids, faults, .. } = self;
         let st = ids.get_mut(&id).ok_or(libc::EINVAL)?;
         Ok(f(&mut st.core, faults.as_mut()))
@@ -392,11 +441,11 @@ impl Lib {
     pub fn free_channel(&mut self, ch: usize) {
         if let Some(mut c) = self.channels.remove(&ch) {
             // A CONNECT_REQUEST dropped unread gives its listener's backlog room back.
-            let taken: Vec<usize> = c
+            let taken: Vec<IdKey> = c
                 .queue()
                 .iter()
                 .filter(|b| b.ev.event == crate::abi::event::CONNECT_REQUEST)
-                .map(|b| b.ev.id as usize)
+                .filter_map(|b| self.ids.key_of(b.ev.id))
                 .collect();
             for id in taken {
                 self.request_taken(id);
@@ -410,7 +459,7 @@ impl Lib {
     }
 
     /// Queues an event for `id` on its channel.
-    pub fn post(&mut self, id: usize, listen_id: usize, event: c_int, status: c_int, fill: impl FnOnce(&mut EventBox)) {
+    pub fn post(&mut self, id: IdKey, listen_id: IdKey, event: c_int, status: c_int, fill: impl FnOnce(&mut EventBox)) {
         // A CONNECT_REQUEST goes where the listener's events go (a synchronous listener's
         // child has a private channel of its own for what follows).
         let owner = if listen_id != 0 { listen_id } else { id };
@@ -420,8 +469,9 @@ impl Lib {
         }
         let mut b = Box::new(EventBox {
             ev: rdma_cm_event {
-                id: id as *mut rdma_cm_id,
-                listen_id: listen_id as *mut rdma_cm_id,
+                id: self.ids.ptr(id),
+                // 0 ("no listener") names no ID: NULL.
+                listen_id: self.ids.ptr(listen_id),
                 event,
                 status,
                 // SAFETY: the union of plain C structs is valid all-zero.
@@ -588,7 +638,7 @@ impl Lib {
         }
     }
 
-    pub(crate) fn set_state(&mut self, id: usize, s: IdState) {
+    pub(crate) fn set_state(&mut self, id: IdKey, s: IdState) {
         if let Some(st) = self.ids.get_mut(&id) {
             st.state = s;
         }

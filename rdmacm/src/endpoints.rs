@@ -43,13 +43,12 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
 
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_create_srq(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_srq_init_attr) -> c_int {
-    let k = key(id)?;
     if attr.is_null() {
         return Err(libc::EINVAL);
     }
     let mut lib = lock();
     lib.device()?;
-    lib.ids.get(&k).ok_or(libc::EINVAL)?;
+    lib.id(id)?;
     let pd = if pd.is_null() { lib.shared_pd()? } else { pd };
     // SAFETY: a PD and the caller's attributes.
     let srq = unsafe { ibv_create_srq(pd, attr) };
@@ -79,8 +78,7 @@ pub unsafe extern "C" fn rdma_create_srq_ex(id: *mut rdma_cm_id, attr: *mut c_vo
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(), i32> {
-        let k = key(id)?;
-        lock().ids.get(&k).ok_or(libc::EINVAL)?;
+        lock().id(id)?;
         // SAFETY: a live ID box; its SRQ is destroyed once.
         unsafe {
             if !(*id).srq.is_null() {
@@ -104,12 +102,11 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
 #[no_mangle]
 pub unsafe extern "C-unwind" fn rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
     let start = || {
-        let k = key(listen)?;
         if id.is_null() {
             return Err(libc::EINVAL);
         }
-        let lib = lock();
-        let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
+        let mut lib = lock();
+        let st = lib.id(listen)?;
         if !st.sync || st.state != IdState::Listening {
             return Err(libc::EINVAL);
         }
@@ -177,9 +174,9 @@ pub unsafe extern "C" fn rdma_create_ep(
             }
             return Ok(());
         }
-        resolve_addr(cid, src, dst.ok_or(libc::EINVAL)?)?;
+        resolve_addr(cid, src, dst.ok_or(libc::EINVAL)?, 2000)?;
         sync_wait(cid, event::ADDR_RESOLVED)?;
-        resolve_route(cid)?;
+        resolve_route(cid, 2000)?;
         sync_wait(cid, event::ROUTE_RESOLVED)?;
         if !qp_init_attr.is_null() {
             // As librdmacm: the endpoint's QP type is the address info's.
@@ -264,24 +261,22 @@ pub unsafe extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut so
 /// Kept for `rdma_get_remote_ece` symmetry; urxe (like rxe) negotiates no ECE options.
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    let k = key(id)?;
     if ece.is_null() {
         return Err(libc::EINVAL);
     }
     // SAFETY: the caller's ECE value.
     let e = unsafe { *ece };
-    lock().ids.get_mut(&k).ok_or(libc::EINVAL)?.local_ece = e;
+    lock().id(id)?.local_ece = e;
     Ok(0)
 }
 
 /// The peer's ECE: always none (vendor 0): no ECE options travel in urxe's CM messages.
 #[urxe_cabi::export(neg1)]
 pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    let k = key(id)?;
     if ece.is_null() {
         return Err(libc::EINVAL);
     }
-    lock().ids.get(&k).ok_or(libc::EINVAL)?;
+    lock().id(id)?;
     // SAFETY: the caller's out-parameter.
     unsafe { *ece = ibv_ece::default() };
     Ok(0)

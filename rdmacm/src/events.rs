@@ -33,7 +33,7 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel 
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) -> c_int {
     let ch = key(channel)?;
     let mut lib = lock();
-    if !lib.channels.contains_key(&ch) {
+    if !lib.has_channel(ch) {
         return Err(libc::EINVAL);
     }
     // IDs still on it lose their channel: their later events are dropped.
@@ -55,7 +55,7 @@ pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_cha
 /// channel's (still open, never again written) eventfd, taking no CPU; a non-blocking channel
 /// gives EAGAIN.
 pub(crate) fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
-    let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
+    let fd = lock().channel(ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
     loop {
         if let Some(b) = take_ready(ch, Arc::as_ptr(&fd))? {
             return Ok(b);
@@ -68,7 +68,7 @@ pub(crate) fn get_event(ch: usize) -> Result<*mut EventBox, i32> {
 }
 
 pub(crate) fn ack(ev: usize) -> Result<(), i32> {
-    if !lock().outstanding.remove(&ev) {
+    if !lock().take_back(ev) {
         return Err(libc::EINVAL);
     }
     notify_acked();
@@ -91,17 +91,19 @@ pub(crate) fn take_ready(ch: usize, fd: *const std::os::fd::OwnedFd) -> Result<O
     let mut lib = lock();
     // The same key may name a newer channel: only this channel's own queue counts.
     let same = |c: &&mut Channel| std::ptr::eq(Arc::as_ptr(&c.fd), fd);
-    let Some(mut b) = lib.channels.get_mut(&ch).filter(same).and_then(|c| c.pop()) else {
+    let Some(mut b) = lib.channel_mut(ch).filter(same).and_then(|c| c.pop()) else {
         drop(lib);
         return if nonblocking(raw) { Err(libc::EAGAIN) } else { Ok(None) };
     };
     crate::mcast::on_retrieved(&mut lib, &mut b);
     lib.on_retrieved(&mut b);
     if b.ev.event == event::CONNECT_REQUEST {
-        lib.request_taken(b.ev.id as usize);
+        if let Some(k) = lib.ids.key_of(b.ev.id) {
+            lib.request_taken(k);
+        }
     }
     let p = Box::into_raw(b);
-    lib.outstanding.insert(p as usize);
+    lib.hand_out(p as usize);
     Ok(Some(p))
 }
 
@@ -127,7 +129,7 @@ pub(crate) fn event_call<T: Copy>(
         let _off = CancelOff::begin();
         let r = catch_unwind(AssertUnwindSafe(|| -> Result<_, i32> {
             let (ch, extra) = start()?;
-            let fd = lock().channels.get(&ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
+            let fd = lock().channel(ch).map(|c| Arc::clone(&c.fd)).ok_or(libc::EINVAL)?;
             Ok((ch, Arc::into_raw(fd), extra))
         }));
         match r {

@@ -80,7 +80,7 @@ pub fn route(
     elsewhere: impl FnOnce(std::net::IpAddr, u8, u64) -> bool,
 ) -> Route {
     let Some(sid) = request_service(mad) else { return Route::Local };
-    if lib.listeners.contains_key(&sid) {
+    if lib.listener(sid).is_some() {
         return Route::Local;
     }
     let Some(dev) = lib.dev.as_ref() else { return Route::Local };

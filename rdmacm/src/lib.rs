@@ -8,7 +8,7 @@
 //!
 //! Rooms: [`entries`] (the export table and version script), [`export`] (the one macro every
 //! export goes through), [`verbs`] (what is called in libibverbs.so.1), [`core`] (state, the CM
-//! thread, CM events → rdma_cm events), [`channel`] (event queues and their eventfds, what taking
+//! thread, CM events → rdma_cm events), [`ids`] (the IDs by handle), [`channel`] (event queues and their eventfds, what taking
 //! an event does: [`retrieve`]), [`requests`] (connection requests on a listener: backlog, expiry),
 //! [`forward`] (CM requests for another process of the shared address), [`api`] (the rdma_cm
 //! calls), [`qp`] (the QP calls), [`path`] (an ID's route and QP attributes), [`addrinfo`] (`rdma_getaddrinfo`), [`mcast`]
@@ -29,6 +29,7 @@ pub mod events;
 pub mod export;
 pub mod faults;
 pub mod forward;
+pub mod ids;
 pub mod layout;
 pub mod mcast;
 pub mod path;

@@ -81,7 +81,8 @@ pub unsafe fn join(
     }
     let mgid = gid_of(group);
     st.mcast.push(Join { group, mgid, context, send_only });
-    lib.post(id as usize, 0, event::MULTICAST_JOIN, 0, |b| b.ev.param.ud = ud_param(mgid, context));
+    let k = lib.key(id)?;
+    lib.post(k, 0, event::MULTICAST_JOIN, 0, |b| b.ev.param.ud = ud_param(mgid, context));
     Ok(())
 }
 
@@ -97,7 +98,7 @@ pub unsafe fn leave(id: *mut rdma_cm_id, addr: *const libc::sockaddr) -> Result<
     let st = lib.id(id)?;
     let i = st.mcast.iter().position(|j| j.group == group).ok_or(libc::EADDRNOTAVAIL)?;
     let j = st.mcast.remove(i);
-    for c in lib.channels.values_mut() {
+    for c in lib.channels_mut() {
         drop(c.retain(|b| !is_join_event_of(b, id, &j.mgid)));
     }
     // SAFETY: `id` is a live ID (looked up above); its qp is NULL or a QP of libibverbs.
@@ -125,7 +126,7 @@ pub fn on_retrieved(lib: &mut Lib, b: &mut EventBox) {
     }
     // SAFETY: a join event's param is the `ud` member (written by `join`).
     let mgid = unsafe { b.ev.param.ud.ah_attr.grh.dgid.raw };
-    let Some(st) = lib.ids.get(&(b.ev.id as usize)) else { return };
+    let Some(st) = lib.ids.key_of(b.ev.id).and_then(|k| lib.ids.get(&k)) else { return };
     let Some(j) = st.mcast.iter().find(|j| j.mgid == mgid) else { return };
     // SAFETY: the event's ID is live (it is in `ids`); its qp is NULL or a QP of libibverbs.
     let qp = unsafe { (*b.ev.id).qp };

@@ -11,12 +11,13 @@ use std::ptr;
 
 impl Lib {
     /// Fills `route` of an ID from its addresses and the device: GIDs, P_Key, one path record.
-    pub fn fill_route(&mut self, id: usize) {
+    pub fn fill_route(&mut self, id: IdKey) {
         // As librdmacm once an ID has a device: `pd` is the device's PD until a QP brings its own.
         let pd = self.shared_pd().unwrap_or(ptr::null_mut());
         let (Some(dev), Some(st)) = (self.dev.as_ref(), self.ids.get_mut(&id)) else { return };
-        // SAFETY: `id` is a live ID box; only this library writes its route.
-        let c = unsafe { &mut *(id as *mut rdma_cm_id) };
+        // SAFETY: `st.c` is the live ID box of `id` (it is in `ids`); only this library writes
+        // its route.
+        let c = unsafe { &mut *st.c };
         if let Some(s) = st.src {
             store_sockaddr(&mut c.route.addr.src_storage, s);
         }
@@ -62,7 +63,7 @@ impl Lib {
         }
     }
 
-    pub fn ah_to_peer(&self, id: usize) -> ibv_ah_attr {
+    pub fn ah_to_peer(&self, id: IdKey) -> ibv_ah_attr {
         let st = &self.ids[&id];
         let dst = st.dst.map(|d| d.ip()).unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
         let flow = flow_label(st.src.map_or(0, |s| s.port()), st.dst.map_or(0, |d| d.port()));
@@ -84,7 +85,7 @@ impl Lib {
     }
 
     /// The attributes of `state` for an ID's QP (`rdma_init_qp_attr` and our own transitions).
-    pub fn qp_attr(&self, id: usize, state: u32) -> Result<(ibv_qp_attr, c_int), i32> {
+    pub fn qp_attr(&self, id: IdKey, state: u32) -> Result<(ibv_qp_attr, c_int), i32> {
         let st = self.ids.get(&id).ok_or(libc::EINVAL)?;
         let mut a = ibv_qp_attr { qp_state: state, ..Default::default() };
         let ud = st.qp_type == qp_type::UD;
@@ -137,9 +138,13 @@ impl Lib {
         Ok((a, m))
     }
 
-    pub fn modify(&self, id: usize, state: u32) -> Result<(), i32> {
-        // SAFETY: `id` is a live ID box.
-        let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
+    pub fn modify(&self, id: IdKey, state: u32) -> Result<(), i32> {
+        let c = self.id_ptr(id);
+        if c.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: `c` is the live ID box of `id` (it is in `ids`).
+        let qp = unsafe { (*c).qp };
         if qp.is_null() {
             return Err(libc::EINVAL);
         }
@@ -153,13 +158,13 @@ impl Lib {
     }
 
     /// RTR then RTS with the agreed values (RC/UC: INIT again first, for the access flags).
-    pub fn qp_to_rts(&self, id: usize) -> Result<(), i32> {
+    pub fn qp_to_rts(&self, id: IdKey) -> Result<(), i32> {
         self.modify(id, qp_state::INIT)?;
         self.modify(id, qp_state::RTR)?;
         let uc = self.ids.get(&id).is_some_and(|s| s.qp_type == qp_type::UC);
         if uc {
-            // SAFETY: a live ID box with a QP (modify succeeded).
-            let qp = unsafe { (*(id as *mut rdma_cm_id)).qp };
+            // SAFETY: a live ID box with a QP (modify succeeded, so `id` is in `ids`).
+            let qp = unsafe { (*self.id_ptr(id)).qp };
             let mut a =
                 ibv_qp_attr { qp_state: qp_state::RTS, sq_psn: self.ids[&id].agreed.remote_psn, ..Default::default() };
             // SAFETY: as above.
@@ -169,9 +174,10 @@ impl Lib {
         self.modify(id, qp_state::RTS)
     }
 
-    pub fn qp_to_err(&self, id: usize) {
-        // SAFETY: `id` is a live ID box.
-        if self.ids.contains_key(&id) && !unsafe { (*(id as *mut rdma_cm_id)).qp }.is_null() {
+    pub fn qp_to_err(&self, id: IdKey) {
+        let c = self.id_ptr(id);
+        // SAFETY: a non-NULL `c` is the live ID box of `id` (it is in `ids`).
+        if !c.is_null() && !unsafe { (*c).qp }.is_null() {
             let _ = self.modify(id, qp_state::ERR);
         }
     }

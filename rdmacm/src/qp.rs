@@ -91,8 +91,8 @@ pub(crate) fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_
 /// ops flags, create flags, ...) goes as it is to the provider's `ibv_create_qp_ex`, which
 /// answers for them, so `ibv_qp_to_qp_ex` works on the QP as on any other.
 fn create_qp_ex(id: *mut rdma_cm_id, x: &mut ibv_qp_init_attr_ex) -> Result<(), i32> {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let ctx = lib.device()?.ctx;
     let st = lib.ids.get(&k).ok_or(libc::EINVAL)?;
     // SAFETY: a live ID box.
@@ -234,8 +234,8 @@ pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut rdma_cm_id, qp_init_attr: *m
 }
 
 pub(crate) fn destroy_qp(id: *mut rdma_cm_id) -> Result<(), i32> {
-    let k = key(id)?;
     let mut lib = lock();
+    let k = lib.key(id)?;
     let own = lib.ids.get(&k).ok_or(libc::EINVAL)?.own_cqs;
     // SAFETY: a live ID box.
     let c = unsafe { &mut *id };

@@ -14,7 +14,7 @@ use urxe::cm::{reject, sidr_status, CommId, ReqInfo};
 impl Lib {
     /// The CONNECT_REQUEST of `child` left its listener's channel (delivered, or dropped with
     /// the child): the listener's backlog has room for one more.
-    pub fn request_taken(&mut self, child: usize) {
+    pub fn request_taken(&mut self, child: IdKey) {
         let Some(l) = self.ids.get_mut(&child).map(|c| std::mem::take(&mut c.request_of)) else { return };
         if let Some(l) = self.ids.get_mut(&l) {
             l.pending = l.pending.saturating_sub(1);
@@ -22,7 +22,7 @@ impl Lib {
     }
 
     /// Whether `listen` holds as many undelivered CONNECT_REQUESTs as its backlog allows.
-    pub(crate) fn backlog_full(&self, listen: usize) -> bool {
+    pub(crate) fn backlog_full(&self, listen: IdKey) -> bool {
         self.ids.get(&listen).is_some_and(|l| l.pending >= l.backlog)
     }
 
@@ -31,7 +31,7 @@ impl Lib {
     /// otherwise the ID gets UNREACHABLE (ETIMEDOUT), as the kernel's CMA reports a passive
     /// connection that timed out.
     pub(crate) fn on_request_expired(&mut self, comm_id: CommId) {
-        let Some(id) = self.by_comm.remove(&comm_id) else { return };
+        let Some(id) = self.forget_comm(comm_id) else { return };
         let Some(st) = self.ids.get(&id) else { return };
         if st.request_of == 0 {
             self.set_state(id, IdState::Disconnected);
@@ -39,10 +39,11 @@ impl Lib {
             return;
         }
         self.request_taken(id);
-        for c in self.channels.values_mut() {
-            drop(c.retain(|b| b.ev.id as usize != id));
+        let c = self.id_ptr(id);
+        for ch in self.channels_mut() {
+            drop(ch.retain(|b| b.ev.id != c));
         }
-        let Some(st) = self.ids.remove(&id) else { return };
+        let Some(st) = self.remove_id(id) else { return };
         if st.sync {
             self.free_channel(st.channel);
         }
@@ -53,7 +54,7 @@ impl Lib {
         }
         // SAFETY: the ID box came from new_id_box in `child`, the application never saw it,
         // and it is in no map any more.
-        drop(unsafe { Box::from_raw(id as *mut rdma_cm_id) });
+        drop(unsafe { Box::from_raw(st.c) });
     }
 
     /// Hands the CM's counters, and the CM faults injected, to the device's `urxe stat` when
@@ -79,28 +80,27 @@ impl Lib {
 
     /// A child ID for a request on `listen`: same channel (or a private one for a synchronous
     /// listener), context, port space; route filled from the request.
-    fn child(&mut self, listen: usize, local: SocketAddr, remote: SocketAddr) -> Result<usize, i32> {
-        let (ps, sync, lch) = {
+    fn child(&mut self, listen: IdKey, local: SocketAddr, remote: SocketAddr) -> Result<IdKey, i32> {
+        let (ps, sync, lch, lc) = {
             let l = self.ids.get(&listen).ok_or(libc::EINVAL)?;
-            (l.ps, l.sync, l.channel)
+            (l.ps, l.sync, l.channel, l.c)
         };
         let ch = if sync { self.new_channel()? as usize } else { lch };
-        // SAFETY: `listen` is a live ID box.
-        let context = unsafe { (*(listen as *mut rdma_cm_id)).context };
+        // SAFETY: `lc` is the live ID box of `listen` (it is in `ids`).
+        let context = unsafe { (*lc).context };
         let ctx = self.ctx();
         let b = new_id_box(ch as *mut rdma_event_channel, context, ps, ctx);
-        let key = b as usize;
         let mut st = Id::new(ps, ch, sync);
         st.src = Some(local);
         st.dst = Some(remote);
         st.state = IdState::RequestReceived;
-        self.ids.insert(key, st);
+        let key = self.insert_id(b, st);
         self.fill_route(key);
         Ok(key)
     }
 
     pub(crate) fn on_req(&mut self, comm_id: CommId, peer: IpAddr, req: &ReqInfo) {
-        let listen = self.listeners.get(&req.service_id).copied();
+        let listen = self.listener(req.service_id);
         let dev = self.dev.as_ref().map(|d| d.addr);
         let addrs = parse_request(&req.private_data, peer, req.service_id, dev);
         let (Some(listen), Ok(addrs)) = (listen, addrs) else {
@@ -145,7 +145,7 @@ impl Lib {
                 path_mtu: mtu,
             };
         }
-        self.by_comm.insert(comm_id, id);
+        self.set_comm_owner(comm_id, id);
         let mut conn = conn_param(&self.ids[&id].agreed, req.srq);
         conn.responder_resources = req.responder_resources;
         conn.initiator_depth = req.initiator_depth;
@@ -158,7 +158,7 @@ impl Lib {
     }
 
     pub(crate) fn on_sidr_req(&mut self, request_id: CommId, peer: IpAddr, service_id: u64, pdata: Vec<u8>) {
-        let listen = self.listeners.get(&service_id).copied();
+        let listen = self.listener(service_id);
         let dev = self.dev.as_ref().map(|d| d.addr);
         let addrs = parse_request(&pdata, peer, service_id, dev);
         let (Some(listen), Ok(addrs)) = (listen, addrs) else {
@@ -177,7 +177,7 @@ impl Lib {
         if let Some(st) = self.ids.get_mut(&id) {
             st.comm = Some(request_id);
         }
-        self.by_comm.insert(request_id, id);
+        self.set_comm_owner(request_id, id);
         let ah = self.ah_to_peer(id);
         self.post(id, listen, crate::abi::event::CONNECT_REQUEST, 0, |b| {
             b.ev.param.ud =

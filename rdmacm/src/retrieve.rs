@@ -1,7 +1,6 @@
 //! What taking an event does: the application's own `rdma_get_cm_event` (or a synchronous
 //! call's wait) is the only place where CM events reach the application's QP.
 
-use crate::abi::*;
 use crate::channel::EventBox;
 use crate::core::{IdState, Lib};
 use urxe::cm::reject;
@@ -16,16 +15,14 @@ impl Lib {
     /// - REJECTED: the ID's QP (if any) goes to ERR.
     pub fn on_retrieved(&mut self, b: &mut EventBox) {
         use crate::abi::event as E;
-        let id = b.ev.id as usize;
+        let Some(id) = self.ids.key_of(b.ev.id) else { return };
         match b.ev.event {
             E::REJECTED => self.qp_to_err(id),
             E::CONNECT_RESPONSE => {
                 let Some(comm) = b.rep.take() else { return };
-                if !self.ids.contains_key(&id) {
-                    return;
-                }
-                // SAFETY: `id` is a live ID box (it is in `ids`); its qp is the application's.
-                if unsafe { (*(id as *mut rdma_cm_id)).qp }.is_null() {
+                // SAFETY: `b.ev.id` is a live ID box (its handle is in `ids`); its qp is the
+                // application's.
+                if unsafe { (*b.ev.id).qp }.is_null() {
                     return; // rdma_establish sends the RTU
                 }
                 let r = self.qp_to_rts(id).and_then(|()| {
@@ -41,7 +38,7 @@ impl Lib {
                     }
                     Err(e) => {
                         let _ = self.cm.as_mut().map(|cm| cm.reject(comm, reject::CONSUMER_DEFINED, &[]));
-                        self.by_comm.remove(&comm);
+                        self.forget_comm(comm);
                         if let Some(st) = self.ids.get_mut(&id) {
                             st.comm = None;
                             st.state = IdState::Disconnected;

@@ -29,6 +29,49 @@ fn new_id(ch: *mut rdma_event_channel) -> *mut rdma_cm_id {
     id
 }
 
+/// IDs are named by handle inside the library; a pointer is only looked up, never trusted: a
+/// destroyed ID's pointer and pointers into our own objects that are not an ID's struct are
+/// refused with EINVAL before anything reads through them, and the live ID beside them is
+/// untouched.
+#[test]
+fn a_destroyed_or_forged_id_pointer_is_einval() {
+    // SAFETY: no arguments.
+    let ch = unsafe { rdma_create_event_channel() };
+    assert!(!ch.is_null());
+    let keep = new_id(ch);
+    let gone = new_id(ch);
+    let (k_keep, k_gone) = {
+        let l = lock();
+        (l.key(keep).unwrap(), l.key(gone).unwrap())
+    };
+    assert_ne!(k_keep, k_gone);
+    assert_ne!(k_gone, gone as usize, "the handle is not the pointer value");
+    // SAFETY: every call below must refuse the stale or forged pointer before touching it.
+    unsafe {
+        assert_eq!(rdma_destroy_id(gone), 0);
+        fails_with(rdma_destroy_id(gone), libc::EINVAL);
+        fails_with(rdma_connect(gone, ptr::null_mut()), libc::EINVAL);
+        fails_with(rdma_resolve_route(gone, 100), libc::EINVAL);
+        fails_with(rdma_listen(gone, 1), libc::EINVAL);
+        let mut tos: u8 = 1;
+        fails_with(
+            rdma_set_option(gone, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &mut tos as *mut u8 as *mut c_void, 1),
+            libc::EINVAL,
+        );
+        assert_eq!(rdma_get_src_port(gone), 0);
+        // Inside our own heap: the channel, and a pointer 8 bytes into a live ID's struct.
+        for forged in [ch as *mut rdma_cm_id, (keep as *mut u8).add(8) as *mut rdma_cm_id] {
+            fails_with(rdma_destroy_id(forged), libc::EINVAL);
+            fails_with(rdma_disconnect(forged), libc::EINVAL);
+        }
+        assert!(lock().key(gone).is_err());
+        assert_eq!(lock().key(keep), Ok(k_keep), "the live ID keeps its handle");
+        assert_eq!(rdma_set_option(keep, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &mut tos as *mut u8 as *mut c_void, 1), 0);
+        assert_eq!(rdma_destroy_id(keep), 0);
+        assert_eq!(rdma_destroy_event_channel(ch), 0);
+    }
+}
+
 fn readable(fd: c_int) -> bool {
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one pollfd of ours, no wait.
@@ -107,7 +150,11 @@ fn channel_fd_is_readable_exactly_while_events_are_queued_and_honours_nonblock()
         assert!(!readable(fd));
         let id = new_id(ch);
         for e in [event::ADDR_RESOLVED, event::ROUTE_RESOLVED] {
-            lock().post(id as usize, 0, e, 0, |_| {});
+            {
+                let mut l = lock();
+                let k = l.key(id).unwrap();
+                l.post(k, 0, e, 0, |_| {})
+            };
         }
         assert!(readable(fd));
         assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
@@ -134,7 +181,11 @@ fn a_waiter_on_a_channel_destroyed_under_it_keeps_waiting_as_the_kernels_does() 
         let ch = rdma_create_event_channel();
         let id = new_id(ch);
         // An event dropped with its ID leaves a count without an event on the eventfd.
-        lock().post(id as usize, 0, event::ESTABLISHED, 0, |_| {});
+        {
+            let mut l = lock();
+            let k = l.key(id).unwrap();
+            l.post(k, 0, event::ESTABLISHED, 0, |_| {})
+        };
         assert_eq!(rdma_destroy_id(id), 0);
         let key = ch as usize;
         let (tx, rx) = std::sync::mpsc::channel();
@@ -149,9 +200,10 @@ fn a_waiter_on_a_channel_destroyed_under_it_keeps_waiting_as_the_kernels_does() 
         let id2 = new_id(ch);
         {
             let mut lib = lock();
-            lib.post(id2 as usize, 0, event::DISCONNECTED, 0, |_| {});
+            let k2 = lib.key(id2).unwrap();
+            lib.post(k2, 0, event::DISCONNECTED, 0, |_| {});
             std::thread::sleep(std::time::Duration::from_millis(50));
-            lib.ids.get_mut(&(id2 as usize)).unwrap().channel = 0;
+            lib.id(id2).unwrap().channel = 0;
             lib.free_channel(key);
         }
         let r = rx.recv_timeout(std::time::Duration::from_millis(300));
@@ -169,7 +221,11 @@ fn destroy_id_waits_for_another_threads_ack_of_its_events() {
     unsafe {
         let ch = rdma_create_event_channel();
         let id = new_id(ch);
-        lock().post(id as usize, 0, event::DISCONNECTED, 0, |_| {});
+        {
+            let mut l = lock();
+            let k = l.key(id).unwrap();
+            l.post(k, 0, event::DISCONNECTED, 0, |_| {})
+        };
         let mut ev = ptr::null_mut();
         assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
         let evk = ev as usize;
@@ -193,7 +249,11 @@ fn migrate_id_moves_queued_events_to_the_new_channel() {
     unsafe {
         let (a, b) = (rdma_create_event_channel(), rdma_create_event_channel());
         let id = new_id(a);
-        lock().post(id as usize, 0, event::ESTABLISHED, 0, |_| {});
+        {
+            let mut l = lock();
+            let k = l.key(id).unwrap();
+            l.post(k, 0, event::ESTABLISHED, 0, |_| {})
+        };
         assert_eq!(rdma_migrate_id(id, b), 0);
         assert_eq!((*id).channel, b);
         assert!(readable((*b).fd));

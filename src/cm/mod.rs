@@ -25,6 +25,7 @@
 mod conn;
 pub mod rdma_conn;
 pub mod rdma_id;
+pub mod rdma_resolve;
 mod recv;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,8 @@
 //! - [`Handles`]: a table keyed by index and generation, so a stale or forged key names no
 //!   object (IDs keyed by a handle, not by a pointer value).
 //!
+//! - [`crate::cm::rdma_resolve`]: `rdma_resolve_addr` / `rdma_resolve_route`: the query in
+//!   flight, its deadline, and the event each outcome produces.
 //! - [`crate::cm::rdma_conn`]: `rdma_connect` / `rdma_accept` / `rdma_reject` parameters → CM
 //!   messages, and CM events → rdma_cm events and state.
 //!
@@ -22,7 +24,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use super::CommId;
+use super::{CommId, Nanos};
 use crate::wire::cm::{rdma_cm_service_id, CmaHeader, CmaHeaderError, CMA_HEADER_LEN};
 
 /// An errno value (positive), what the C shims return through errno.
@@ -115,6 +117,26 @@ impl IdState {
     }
 }
 
+/// Where an ID's resolution is ([`RdmaId::resolution`]; the transitions are in [`super::rdma_resolve`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Resolution {
+    /// No query asked yet.
+    #[default]
+    Idle,
+    /// `rdma_resolve_addr` asked; the outcome is due by `deadline`.
+    AddrQuery {
+        deadline: Nanos,
+    },
+    AddrResolved,
+    AddrError,
+    /// `rdma_resolve_route` asked; the outcome is due by `deadline`.
+    RouteQuery {
+        deadline: Nanos,
+    },
+    RouteResolved,
+    RouteError,
+}
+
 /// The sans-IO part of one rdma_cm ID: its state, addresses, connection and listener
 /// figures. The C library keeps the C-side objects (channel, QP attributes, path record) beside
 /// it.
@@ -142,6 +164,8 @@ pub struct RdmaId {
     /// A listener: the most CONNECT_REQUESTs it holds undelivered, and how many it holds.
     pub backlog: u32,
     pub pending: u32,
+    /// Address and route resolution ([`super::rdma_resolve`]).
+    pub resolution: Resolution,
 }
 
 impl RdmaId {
@@ -163,6 +187,7 @@ impl RdmaId {
             bound: false,
             backlog: MAX_BACKLOG,
             pending: 0,
+            resolution: Resolution::Idle,
         }
     }
 
