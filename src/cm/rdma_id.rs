@@ -10,8 +10,6 @@
 //!   [`parse_request`]).
 //! - [`Rng`]: the PSNs a connection starts with (random, as the kernel's CMA picks them) and
 //!   ephemeral ports.
-//! - [`Handles`]: a table keyed by index and generation, so a stale or forged key names no
-//!   object (IDs keyed by a handle, not by a pointer value).
 //!
 //! - [`crate::cm::rdma_resolve`]: `rdma_resolve_addr` / `rdma_resolve_route`: the query in
 //!   flight, its deadline, and the event each outcome produces.
@@ -316,79 +314,3 @@ impl Rng {
     }
 }
 
-/// A key into [`Handles`]: a slot index and the generation of its occupant. A handle of a
-/// removed object stays invalid after its slot is reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Handle {
-    pub index: u32,
-    pub generation: u32,
-}
-
-/// A table of objects keyed by [`Handle`].
-#[derive(Debug)]
-pub struct Handles<T> {
-    slots: Vec<(u32, Option<T>)>,
-    free: Vec<u32>,
-    len: usize,
-}
-
-impl<T> Default for Handles<T> {
-    fn default() -> Self {
-        Handles { slots: Vec::new(), free: Vec::new(), len: 0 }
-    }
-}
-
-impl<T> Handles<T> {
-    pub fn insert(&mut self, value: T) -> Handle {
-        self.len += 1;
-        if let Some(index) = self.free.pop() {
-            let slot = &mut self.slots[index as usize];
-            slot.0 = slot.0.wrapping_add(1);
-            slot.1 = Some(value);
-            return Handle { index, generation: slot.0 };
-        }
-        self.slots.push((0, Some(value)));
-        Handle { index: (self.slots.len() - 1) as u32, generation: 0 }
-    }
-
-    pub fn get(&self, h: Handle) -> Option<&T> {
-        match self.slots.get(h.index as usize) {
-            Some((g, Some(v))) if *g == h.generation => Some(v),
-            _ => None,
-        }
-    }
-
-    pub fn get_mut(&mut self, h: Handle) -> Option<&mut T> {
-        match self.slots.get_mut(h.index as usize) {
-            Some((g, Some(v))) if *g == h.generation => Some(v),
-            _ => None,
-        }
-    }
-
-    pub fn remove(&mut self, h: Handle) -> Option<T> {
-        let slot = self.slots.get_mut(h.index as usize)?;
-        if slot.0 != h.generation {
-            return None;
-        }
-        let v = slot.1.take()?;
-        self.free.push(h.index);
-        self.len -= 1;
-        Some(v)
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Every live object with its handle.
-    pub fn iter(&self) -> impl Iterator<Item = (Handle, &T)> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, (g, v))| v.as_ref().map(|v| (Handle { index: i as u32, generation: *g }, v)))
-    }
-}
