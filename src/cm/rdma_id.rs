@@ -313,4 +313,3 @@ impl Rng {
         (self.next_u64() as u32) & 0xFF_FFFF
     }
 }
-
