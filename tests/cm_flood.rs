@@ -18,9 +18,11 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod stat_text;
 mod urxe_bin;
 
 use harness::*;
+use stat_text::stat_counter;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::path::PathBuf;
@@ -165,21 +167,6 @@ fn stat(pid: u32) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The value of counter `name` in block `block` of a `urxe stat` text (0 if absent).
-fn counter(text: &str, block: &str, name: &str) -> u64 {
-    let mut in_block = false;
-    for l in text.lines() {
-        if !l.starts_with(' ') {
-            in_block = l.trim() == block;
-        } else if in_block {
-            if let Some(v) = l.trim().strip_prefix(&format!("{name}: ")) {
-                return v.trim().parse().unwrap_or(0);
-            }
-        }
-    }
-    0
-}
-
 fn cma_header(dst: Ipv4Addr, i: u32) -> [u8; CMA_HEADER_LEN] {
     let mut h = [0u8; CMA_HEADER_LEN];
     CmaHeader { version: 0, src_port: 40000 + (i % 20000) as u16, src: IpAddr::V4(SPOOF), dst: IpAddr::V4(dst) }
@@ -308,7 +295,7 @@ fn spoofed_request_floods_are_bounded_expire_and_a_legitimate_client_still_conne
         let (first, second) = (half[k] - cpu0[k], cpu1[k] - half[k]);
         assert!(second < HALF_RATIO_MAX * first.max(0.1), "CPU per half {first:.2} s / {second:.2} s");
     }
-    let got = |t: &str, b: &str, n: &str| counter(t, b, n);
+    let got = |t: &str, b: &str, n: &str| stat_counter(t, b, n).unwrap_or(0);
     assert!(got(&sl, "CmCounters", "backlog_refused") > 0, "the listener's backlog refused nothing");
     assert!(got(&su, "CmCounters", "backlog_refused") > 0, "udaddy's backlog refused nothing");
     assert_eq!(got(&sl, "CmCounters", "bad_method_dropped"), 100);

@@ -21,9 +21,11 @@
 #[allow(dead_code)]
 #[path = "apps/mod.rs"]
 mod harness;
+mod stat_text;
 mod urxe_bin;
 
 use harness::*;
+use stat_text::stat_counter;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -101,7 +103,7 @@ fn a_cm_id_scoped_fault_meets_that_id_only() {
         let out = run_with(&plan, "127.41.10.1", &["cmid", n, "-113"], T, &stat);
         passed(&out, &["ok the chosen ID: addr error\n", "ok the other ID: addr resolved\n"]);
         // One fault, one count.
-        assert_eq!(counter(&out.stdout, "CmCounters", "faults_cm_addr_error"), Some(1), "{out}");
+        assert_eq!(stat_counter(&out.stdout, "CmCounters", "faults_cm_addr_error"), Some(1), "{out}");
     }
 }
 
@@ -150,34 +152,19 @@ fn device_removal_reaches_every_id_with_status_0() {
     passed(&out, &["ok device removal, status 0, for each ID\n"]);
 }
 
-/// The value of counter `name` in block `block` of a `urxe stat` text (None if absent).
-fn counter(text: &str, block: &str, name: &str) -> Option<u64> {
-    let mut in_block = false;
-    for l in text.lines() {
-        if !l.starts_with(' ') {
-            in_block = l.trim() == block;
-        } else if in_block {
-            if let Some(v) = l.trim().strip_prefix(&format!("{name}: ")) {
-                return v.trim().parse().ok();
-            }
-        }
-    }
-    None
-}
-
 #[test]
 fn urxe_stat_counts_each_cm_fault_injected_by_kind() {
     let stat = [("CM_FAULTS_STAT", urxe_bin::urxe())];
     let out = run_with("reject=28:count=1", "127.41.8.1", &["reject", "7471", "28"], T, &stat);
     passed(&out, &["reconnected", "ok urxe stat of this process\n"]);
-    let got = |name| counter(&out.stdout, "CmCounters", name);
+    let got = |name| stat_counter(&out.stdout, "CmCounters", name);
     assert_eq!(got("faults_cm_reject"), Some(1), "{out}");
     assert_eq!(got("rejects_sent"), Some(1), "{out}");
     assert_eq!(got("faults_cm_disconnect"), Some(0), "{out}");
 
     let out = run_with("disconnect:at=300ms", "127.41.9.1", &["disconnect", "7471"], T, &stat);
     passed(&out, &["ok client disconnected\n", "ok urxe stat of this process\n"]);
-    let got = |name| counter(&out.stdout, "CmCounters", name);
+    let got = |name| stat_counter(&out.stdout, "CmCounters", name);
     assert_eq!(got("faults_cm_disconnect"), Some(1), "{out}");
     assert_eq!(got("faults_cm_reject"), Some(0), "{out}");
 }

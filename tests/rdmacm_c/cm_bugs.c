@@ -40,27 +40,9 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
+#define PROG "cm_bugs"
 #include "check.h"
 
-#define DIE(...)                                                                                                       \
-	do {                                                                                                           \
-		fprintf(stderr, "cm_bugs: " __VA_ARGS__);                                                              \
-		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno));                                         \
-		exit(2);                                                                                               \
-	} while (0)
-
-static struct sockaddr_storage server_addr;
-
-static void parse_addr(const char *host, const char *port)
-{
-	struct addrinfo hints, *res = NULL;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_flags = AI_NUMERICHOST;
-	if (getaddrinfo(host, port ? port : "0", &hints, &res) || !res)
-		DIE("bad address %s", host);
-	memcpy(&server_addr, res->ai_addr, res->ai_addrlen);
-	freeaddrinfo(res);
-}
 
 static int readable(struct rdma_event_channel *ch, int ms)
 {
@@ -159,15 +141,6 @@ static void connect_pair(struct pair *p, make_qp_fn make_qp)
 		DIE("rdma_accept");
 	expect_ack(p->cch, RDMA_CM_EVENT_ESTABLISHED, p->client);
 	expect_ack(p->sch, RDMA_CM_EVENT_ESTABLISHED, p->server);
-}
-
-static enum ibv_qp_state qp_state(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
-		DIE("ibv_query_qp");
-	return a.qp_state;
 }
 
 static void disconnect(int port)

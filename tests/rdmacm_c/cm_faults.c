@@ -44,33 +44,15 @@
 #include <unistd.h>
 #include <rdma/rdma_cma.h>
 
+#define PROG "cm_faults"
 #include "check.h"
 
-#define DIE(...)                                                                                                       \
-	do {                                                                                                           \
-		fprintf(stderr, "cm_faults: " __VA_ARGS__);                                                            \
-		fprintf(stderr, " (errno %d %s)\n", errno, strerror(errno));                                         \
-		exit(2);                                                                                               \
-	} while (0)
-
-static struct sockaddr_storage server_addr;
 
 static uint64_t now_ms(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static void parse_addr(const char *host, const char *port)
-{
-	struct addrinfo hints, *res = NULL;
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_flags = AI_NUMERICHOST;
-	if (getaddrinfo(host, port ? port : "0", &hints, &res) || !res)
-		DIE("bad address %s", host);
-	memcpy(&server_addr, res->ai_addr, res->ai_addrlen);
-	freeaddrinfo(res);
 }
 
 /* The next event of `ch` within `ms`: its type, status and ID (type -1: none came). */
@@ -180,15 +162,6 @@ static void connect_pair(struct pair *p)
 	server_accept(p);
 	expect(p->cch, RDMA_CM_EVENT_ESTABLISHED, 0, "client established", 10000);
 	expect(p->sch, RDMA_CM_EVENT_ESTABLISHED, 0, "server established", 10000);
-}
-
-static enum ibv_qp_state qp_state(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
-		DIE("ibv_query_qp");
-	return a.qp_state;
 }
 
 static void resolve_fails(int route, int status)
