@@ -308,9 +308,10 @@ fn hasher() -> crc32fast::Hasher {
     PROTO.get_or_init(crc32fast::Hasher::new).clone()
 }
 
-/// Feeds BTH (with byte 4 masked) and the rest. A too-short buffer is hashed as it is: the
+/// Feeds BTH (with byte 4 masked) and the rest, after the variant's masked headers (RoCEv2's
+/// IP and UDP, RoCEv1's LRH stand-in and GRH). A too-short buffer is hashed as it is: the
 /// result then simply will not match, which is the right verdict for a truncated packet.
-fn update_after_udp(h: &mut crc32fast::Hasher, bth_to_icrc: &[u8]) {
+pub fn hash_from_bth(h: &mut crc32fast::Hasher, bth_to_icrc: &[u8]) {
     if bth_to_icrc.len() >= BTH_LEN {
         let mut bth = [0u8; BTH_LEN];
         bth.copy_from_slice(&bth_to_icrc[..BTH_LEN]);
@@ -384,7 +385,7 @@ pub fn icrc_from_headers(ip_header: &[u8], udp_header: &[u8], bth_to_icrc: &[u8]
     udp[6] = 0xFF;
     udp[7] = 0xFF;
     h.update(&udp);
-    update_after_udp(&mut h, bth_to_icrc);
+    hash_from_bth(&mut h, bth_to_icrc);
     Ok(h.finalize())
 }
 

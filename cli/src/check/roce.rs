@@ -11,7 +11,7 @@ use urxe::wire::atomic_ack_eth::{AtomicAckEth, AtomicAckEthRepr};
 use urxe::wire::atomic_eth::{AtomicEth, AtomicEthRepr};
 use urxe::wire::bth::{Bth, BthRepr, BTH_LEN};
 use urxe::wire::deth::{Deth, DethRepr};
-use urxe::wire::icrc::{icrc_from_headers, IpHeaderError, ICRC_LEN};
+use urxe::wire::icrc::{hash_from_bth, icrc_from_headers, IpHeaderError, ICRC_LEN};
 use urxe::wire::ieth::{Ieth, IethRepr};
 use urxe::wire::immdt::{ImmDt, ImmDtRepr};
 use urxe::wire::opcode::{HeaderSet, Opcode};
@@ -40,15 +40,7 @@ pub fn icrc_of(d: &UdpDatagram<'_>, bth_to_icrc: &[u8]) -> Result<u32, IpHeaderE
     let mut h = crc32fast::Hasher::new();
     h.update(&[0xFF; 8]);
     h.update(&grh);
-    if bth_to_icrc.len() >= BTH_LEN {
-        let mut bth = [0u8; BTH_LEN];
-        bth.copy_from_slice(&bth_to_icrc[..BTH_LEN]);
-        bth[4] = 0xFF;
-        h.update(&bth);
-        h.update(&bth_to_icrc[BTH_LEN..]);
-    } else {
-        h.update(bth_to_icrc);
-    }
+    hash_from_bth(&mut h, bth_to_icrc);
     Ok(h.finalize())
 }
 
