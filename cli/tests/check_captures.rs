@@ -17,6 +17,9 @@ use urxe::wire::parse;
 use urxe_cli::check::capture::{decode, Capture, Decoded, Frame};
 use urxe_cli::check::{check_file, Format, Options};
 
+mod tap_support;
+use tap_support::{urxe_lib_dir, wait_bounded};
+
 fn captures() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/captures");
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -403,35 +406,6 @@ fn a_header_only_capture_is_valid_with_zero_packets() {
 }
 
 // ------------------------------------------------------------------ the capture tap
-
-/// urxe's libibverbs.so.1 (built by `bash provider/build.sh --release` if it is not there).
-fn urxe_lib_dir() -> PathBuf {
-    let root = &Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let dir = target.join("urxe/lib");
-    if !dir.join("libibverbs.so.1").is_file() {
-        let st = Command::new("bash").arg(root.join("provider/build.sh")).arg("--release").current_dir(root).status();
-        assert!(st.is_ok_and(|s| s.success()), "bash provider/build.sh --release failed");
-    }
-    dir
-}
-
-/// Waits for `child` at most `limit`; kills it when it overstays (`None`). Otherwise whether
-/// it exited 0.
-fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> Option<bool> {
-    let end = std::time::Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st.success());
-        }
-        if std::time::Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A free TCP port for the pingpong's out-of-band exchange.
 fn free_tcp_port() -> u16 {

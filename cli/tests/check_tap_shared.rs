@@ -2,38 +2,13 @@
 //! job's ranks) must never corrupt it. The first process to open it writes it; the second
 //! finds it locked and writes `<stem>.<pid>.<ext>` beside it. Both files are whole captures.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use urxe_cli::check::{check_file, Format, Options};
 
-fn urxe_lib_dir() -> PathBuf {
-    let root = &Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let dir = target.join("urxe/lib");
-    if !dir.join("libibverbs.so.1").is_file() {
-        let st = Command::new("bash").arg(root.join("provider/build.sh")).arg("--release").current_dir(root).status();
-        assert!(st.is_ok_and(|s| s.success()), "bash provider/build.sh --release failed");
-    }
-    dir
-}
-
-/// Waits for `child` at most `limit`; kills it when it overstays (`None`).
-fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> Option<bool> {
-    let end = Instant::now() + limit;
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return Some(st.success());
-        }
-        if Instant::now() >= end {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+mod tap_support;
+use tap_support::{urxe_lib_dir, wait_bounded};
 
 #[test]
 fn two_processes_with_one_urxe_pcap_never_corrupt_it() {
