@@ -6,7 +6,9 @@
 #   ib_send_bw 64 B         message rate (Mpps), beside the same iperf3 run's nothing: reported
 #   ib_send_lat 2 B         beside the busy-poll UDP ping-pong (bench/ceiling pp-server/pp-client,
 #                           20-byte datagrams), typical one-way (half round trip) latency,
-#                           ratio = urxe / ping-pong (bar at MTU 9000: <= 1.5)
+#                           ratio = urxe / ping-pong (bar at MTU 9000: <= 1.5); and beside the
+#                           same ping-pong in an RC engine's trip shape (pp-client -r: the message
+#                           and an ACK as one 2-segment GSO train, unconnected), no bar
 #   MPI ping-pong 1 MiB     tests/mpi/mpi_check --pp 1048576, one rank per namespace: Open MPI
 #                           over UCX over urxe (UCX_TLS=rc_verbs,ud_verbs,self) beside Open MPI's
 #                           TCP transport (--mca pml ob1 --mca btl tcp,self), same link, same
@@ -14,7 +16,10 @@
 #   bash bench/hosts.sh                      # all of it
 #   FAMILIES=6 MTUS=1500 TESTS=write bash bench/hosts.sh
 # TESTS: any of write send lat mpi (default all; mpi needs openmpi-bin, libopenmpi-dev, ucx).
-# MPI_N round trips (200), MPI_SIZE bytes (1048576), MPI_TCP_MCA extra --mca words for the TCP run. Prints one line per figure. Needs root
+# MPI_N round trips (200), MPI_SIZE bytes (1048576), MPI_TCP_MCA extra --mca words for the TCP run.
+# ROUNDS (3): the latency and MPI pairs run that many times, urxe and its comparison alternating,
+# and the line gives the median of the rounds' ratios with every round's figures (this VM's
+# speed changes by up to 2x within a minute; one pair is a lottery). Prints one line per figure. Needs root
 # (namespaces), perftest, iperf3 (scripts/deps.sh). Namespaces uxh-a/uxh-b, removed at exit.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +33,8 @@ TESTS=${TESTS:-"write send lat mpi"}
 MPI_N=${MPI_N:-200}
 SECS=${SECS:-5}
 LAT_N=${LAT_N:-20000}
+ROUNDS=${ROUNDS:-3}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "hosts.sh: ROUNDS must be a positive count, not '$ROUNDS'" >&2; exit 2; }
 [ -e "$LIB/libibverbs.so.1" ] || { echo "hosts.sh: no $LIB/libibverbs.so.1 (bash provider/build.sh --release)" >&2; exit 2; }
 if [[ " $TESTS " == *" lat "* ]]; then
   build_ceiling /tmp/uxh-ceiling-build.log || { echo "hosts.sh: bench/ceiling did not build: $(tail -n 1 /tmp/uxh-ceiling-build.log)" >&2; exit 2; }
@@ -90,6 +97,8 @@ perf() {
 }
 col() { awk -v s="$1" -v c="$2" '$1 == s && NF >= c { v = $c } END { print (v == "" ? 0 : v) }' /tmp/uxh-cli.txt; }
 ratio() { awk -v u="$1" -v t="$2" 'BEGIN { if (t > 0) printf "%.2f", u / t; else print "-" }'; }
+# median of the numbers given ("-" when one is not a number: a round failed)
+median() { printf '%s\n' "$@" | sort -g | awk '!/^[0-9.]+$/ { bad = 1 } { v[NR] = $1 } END { if (bad || NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo "# bench/hosts.sh $(date -u +%FT%TZ), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for fam in $FAMILIES; do
   if [ "$fam" = 6 ]; then AA=fd00:77::1 AB=fd00:77::2; else AA=10.78.0.1 AB=10.78.0.2; fi
@@ -112,19 +121,34 @@ for fam in $FAMILIES; do
     fi
     if [[ " $TESTS " == *" lat "* ]]; then
       pp_addr=$AA:4792; [ "$fam" = 6 ] && pp_addr=[$AA]:4792
-      ip netns exec $A timeout 60 "$CEIL" pp-server "$pp_addr" -t 50 >/tmp/uxh-pps.txt 2>&1 & sleep 0.3
-      pp=$(ip netns exec $B timeout 60 "$CEIL" pp-client "$pp_addr" -n "$LAT_N" -t 40 2>&1 | sed -n 's/.*half_rtt_typical_us=\([0-9.]*\).*/\1/p')
-      wait || true
-      pp=${pp:-0}
-      perf ib_send_lat -d urxe0 -x 1 -F -s 2 -n "$LAT_N"
-      lat=$(col 2 5)
-      echo "IPv$fam MTU $mtu: ib_send_lat 2 B typical $lat us; busy-poll UDP ping-pong $pp us (one way); ratio $(ratio "$lat" "$pp") x"
+      # pingpong [-r] -> the ceiling pair's typical one-way µs (-r: an RC engine's trip shape)
+      pingpong() {
+        ip netns exec $A timeout 60 "$CEIL" pp-server "$pp_addr" -t 50 "$@" >/tmp/uxh-pps.txt 2>&1 & sleep 0.3
+        ip netns exec $B timeout 60 "$CEIL" pp-client "$pp_addr" -n "$LAT_N" -t 40 "$@" 2>&1 | sed -n 's/.*half_rtt_typical_us=\([0-9.]*\).*/\1/p'
+        wait || true
+      }
+      rounds="" ratios=() rcratios=()
+      for ((r = 1; r <= ROUNDS; r++)); do
+        pp=$(pingpong); pp=${pp:-0}
+        pprc=$(pingpong -r); pprc=${pprc:-0}
+        perf ib_send_lat -d urxe0 -x 1 -F -s 2 -n "$LAT_N"
+        lat=$(col 2 5)
+        ratios+=("$(ratio "$lat" "$pp")")
+        rcratios+=("$(ratio "$lat" "$pprc")")
+        rounds+="${rounds:+; }$lat / $pp / $pprc"
+      done
+      echo "IPv$fam MTU $mtu: ib_send_lat 2 B typical / busy-poll UDP ping-pong / its RC shape (one way), us: $rounds; median ratio $(median "${ratios[@]}") x (to the RC shape $(median "${rcratios[@]}") x)"
     fi
     if [[ " $TESTS " == *" mpi "* ]]; then
-      # shellcheck disable=SC2086 # MPI_TCP_MCA: extra --mca words for the TCP run
-      tcpmb=$(UXH_PLAIN=1 mpi tcp-$fam-$mtu --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 ${MPI_TCP_MCA:-})
-      ucxmb=$(mpi ucx-$fam-$mtu --mca pml ucx --mca btl self)
-      echo "IPv$fam MTU $mtu: MPI ping-pong 1 MiB over UCX/urxe ${ucxmb:-0} MB/s; Open MPI TCP ${tcpmb:-0} MB/s; ratio $(ratio "${ucxmb:-0}" "${tcpmb:-0}") x"
+      rounds="" ratios=()
+      for ((r = 1; r <= ROUNDS; r++)); do
+        # shellcheck disable=SC2086 # MPI_TCP_MCA: extra --mca words for the TCP run
+        tcpmb=$(UXH_PLAIN=1 mpi tcp-$fam-$mtu --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include 10.78.0.0/24 ${MPI_TCP_MCA:-})
+        ucxmb=$(mpi ucx-$fam-$mtu --mca pml ucx --mca btl self)
+        ratios+=("$(ratio "${ucxmb:-0}" "${tcpmb:-0}")")
+        rounds+="${rounds:+; }${ucxmb:-0} / ${tcpmb:-0}"
+      done
+      echo "IPv$fam MTU $mtu: MPI ping-pong 1 MiB, UCX/urxe / Open MPI TCP, MB/s: $rounds; median ratio $(median "${ratios[@]}") x"
     fi
   done
 done

@@ -53,6 +53,29 @@ else
 fi
 rm -f /tmp/urxe-bench-insn.$$
 
+# ---- 2d. the two-process ping-pong bench/hosts.sh runs between namespaces (here over
+# loopback): plain and in an RC engine's trip shape (-r: two 20-byte segments per trip)
+PPW=$(mktemp -d /tmp/urxe-bench-pair.XXXXXX)
+if build_ceiling "$PPW/build.log"; then
+  for shape in "" -r; do
+    "$CEIL" pp-server 127.0.0.1:47931 -t 20 $shape >"$PPW/srv$shape.txt" 2>&1 &
+    sleep 0.3
+    line=$(timeout 30 "$CEIL" pp-client 127.0.0.1:47931 -n 2000 -t 15 $shape 2>&1)
+    wait
+    mode=pp_pair; [ -n "$shape" ] && mode=pp_pair_rc
+    if [[ $line =~ ^mode=$mode\ trips=2000\ lost=0\ half_rtt_typical_us=[0-9]+\.[0-9]+ ]] &&
+      grep -qE "^mode=pp_server echoed=3000( joined=3000)?$" "$PPW/srv$shape.txt" &&
+      { [ -z "$shape" ] || grep -q "joined=3000" "$PPW/srv$shape.txt"; }; then
+      ok "ceiling $mode: 2000 trips (and 1000 warm-up), none lost, each echoed once${shape:+, both segments of every trip in one read}"
+    else
+      bad "ceiling $mode: ${line:-nothing}; server: $(cat "$PPW/srv$shape.txt")"
+    fi
+  done
+else
+  bad "ceiling did not build: $(tail -n 3 "$PPW/build.log")"
+fi
+rm -rf "$PPW"
+
 # ---- 2c. bench/oneway.sh's timing shim: builds without warnings; over the ceiling tool's RC
 # ping-pong its analysis finds both sides' trips; an empty directory is an error
 OW=$(mktemp -d /tmp/urxe-bench-oneway.XXXXXX)

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 // Linux UDP socket options (uapi linux/udp.h); spelled out so the libc version does not matter.
 const SOL_UDP: i32 = 17;
-const UDP_SEGMENT: i32 = 103;
-const UDP_GRO: i32 = 104;
+pub(crate) const UDP_SEGMENT: i32 = 103;
+pub(crate) const UDP_GRO: i32 = 104;
 
 const RX_IP: [u8; 4] = [127, 0, 0, 2];
 const TX_IP: [u8; 4] = [127, 0, 0, 3];
@@ -98,7 +98,7 @@ fn sockaddr(ip: [u8; 4], port: u16) -> libc::sockaddr_in {
     a
 }
 
-fn set_int(fd: i32, level: i32, name: i32, val: i32) -> io::Result<()> {
+pub(crate) fn set_int(fd: i32, level: i32, name: i32, val: i32) -> io::Result<()> {
     let r = unsafe {
         libc::setsockopt(
             fd,
@@ -837,7 +837,7 @@ fn work(ns: u64) {
 const USAGE: &str =
     "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] [-w NS] MODE...
 modes: gso gso64 mmsg64 pingpong pingpong_srvblock pingpong_rc all
-   or: urxe-ceiling pp-server ADDR:PORT [-t SECS] | pp-client ADDR:PORT [-n TRIPS] [-t SECS]
+   or: urxe-ceiling pp-server ADDR:PORT [-t SECS] [-r] | pp-client ADDR:PORT [-n TRIPS] [-t SECS] [-r]
        (the busy-poll ping-pong between two processes, e.g. two network namespaces)
   -t  seconds each throughput mode sends (default 3)
   -n  ping-pong round trips (default 100000; a 10% warm-up, at most 1000, is added)
