@@ -145,6 +145,14 @@ int recvmmsg(int fd, struct mmsghdr *v, unsigned int n, int fl, struct timespec 
   return r;
 }
 
+ssize_t recvfrom(int fd, void *p, size_t n, int fl, struct sockaddr *a, socklen_t *al) {
+  static ssize_t (*f)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+  if (!f) f = (ssize_t (*)(int, void *, size_t, int, struct sockaddr *, socklen_t *))real("recvfrom");
+  ssize_t r;
+  TIMED(KIND_RECV, f(fd, p, n, fl, a, al));
+  return r;
+}
+
 ssize_t recv(int fd, void *p, size_t n, int fl) {
   static ssize_t (*f)(int, void *, size_t, int);
   if (!f) f = (ssize_t (*)(int, void *, size_t, int))real("recv");
