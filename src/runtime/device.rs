@@ -308,6 +308,7 @@ impl Device {
         if burst {
             c.pacing.owe_post(now, bytes.unwrap_or(0));
             c.counters.tx_deferred_posts += 1;
+            self.kick_if_needed(&mut c, now, true);
         } else {
             let sent_all = c.transmit(now);
             c.deliver_events();
@@ -548,8 +549,17 @@ impl Device {
     }
 
     fn kick_if_needed(&self, c: &mut Core, now: Nanos, sent_all: bool) {
-        if self.hub.signals.kick_needed(c.engine.poll_timeout(), now, sent_all) {
-            self.hub.signals.ring();
+        let sig = &self.hub.signals;
+        let mut due = c.engine.poll_timeout();
+        if sig.owner.waiting() {
+            // Packets owed (a deferred post, held ACKs) are the progress thread's too while a
+            // socket owner sleeps: no poller comes back for them.
+            if let Some(hold) = c.pacing.owed_deadline() {
+                due = Some(due.map_or(hold, |d| d.min(hold)));
+            }
+        }
+        if sig.kick_needed(due, now, sent_all) {
+            sig.ring();
         }
     }
 

@@ -634,6 +634,14 @@ impl Signals {
     /// posts, then waits in `ibv_get_cq_event` (rping), would lose a packet and never resend it.
     pub(super) fn kick_needed(&self, due: Option<Nanos>, now: Nanos, sent_all: bool) -> bool {
         let due = due.unwrap_or(u64::MAX);
+        if self.owner.waiting() {
+            // A socket owner asleep on its channel receives, but the timers stay the progress
+            // thread's: it sleeps until the deadline it last planned under the device lock
+            // (`thread_deadline`), and whoever leaves an earlier one rings it. No poller
+            // exemption: the thread that polled last is the owner, asleep (rping's CQ thread
+            // while its main thread posts: a lost SEND was never resent).
+            return !sent_all || due < self.thread_deadline.load(Ordering::Acquire);
+        }
         let polling = now.saturating_sub(self.poll_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
         // Disarmed, the thread wakes by itself at `thread_wake_at` or when the away timer fires
         // (once nobody has called the library for REARM_AFTER_NS), and takes over; until then

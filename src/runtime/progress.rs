@@ -287,6 +287,16 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             // brings us back once it stops.
             deadline = if sig.armed() {
                 Some(sig.now() + REARM_AFTER_NS)
+            } else if sig.owner.held() {
+                // Disarmed for a socket owner (asleep on its channel or between two waits):
+                // the timers stay ours, and we could not read the engine's next deadline. We
+                // were rung for one earlier than the `thread_deadline` we published (often by
+                // the poster itself, still holding the lock), or our own came: look again
+                // shortly. Dropping the deadline here, as for a poller (who runs the timers
+                // itself), left a SEND posted by rping's main thread, and lost, with nobody
+                // to resend it: the owner's timeout predates the post, and our liveness
+                // wake-ups of the owner run no step.
+                Some(sig.now() + PACE_RETRY_NS)
             } else {
                 // Paced QPs: look again soon, in case the holder is preempted.
                 fine_needed.then(|| sig.now() + PACE_RETRY_NS)
