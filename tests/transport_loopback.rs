@@ -603,3 +603,96 @@ fn an_owner_asleep_on_its_channel_leaves_the_progress_thread_idle() {
     assert_eq!(got, N, "b received {got} of {N}");
     assert!(steps <= N / 10, "b's progress thread ran {steps} steps for {N} arrivals its owner received");
 }
+
+#[test]
+fn a_send_lost_while_the_owner_sleeps_is_resent_by_the_progress_thread() {
+    // a's thread owns a's receive socket, asleep on its completion channel with no deadline
+    // (nothing was outstanding when it went to sleep); another thread then posts a SEND that
+    // b drops (its QP is still in RESET), and b gets ready. Only a's progress thread can
+    // resend it: the timer was armed by the poster, after the owner planned its sleep. (rping
+    // with 5 % loss hung at its first loss this way: the rung thread found the poster holding
+    // the lock and dropped its deadline, and its liveness checks of the owner ran no step.)
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let (chan_rx, chan_tx) = std::os::unix::net::UnixStream::pair().unwrap();
+    chan_rx.set_nonblocking(true).unwrap();
+    let mut chan_tx = Some(chan_tx);
+    let da = {
+        let mut tx = chan_tx.take();
+        let mut d = None;
+        for x in 0..200u8 {
+            let ip: IpAddr = format!("127.92.{x}.12").parse().unwrap();
+            let mut w = tx.take().unwrap();
+            let sink = Box::new(move |_e: Event| {
+                let _ = w.write(&[1]);
+            });
+            match Device::open(ip, cfg(), sink) {
+                Ok(dev) => {
+                    d = Some(dev);
+                    break;
+                }
+                Err(_) => tx = Some(std::os::unix::net::UnixStream::pair().unwrap().1),
+            }
+        }
+        d.expect("no free loopback address")
+    };
+    let (db, _eb) = open(13);
+    let a = std::sync::Arc::new(side(da, QpType::Rc));
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 700, 800);
+    let mut src = pattern(64, 13);
+    let mut dst = vec![0u8; 64];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    a.dev.req_notify_cq(a.cq, false).unwrap();
+    let (qpn, lkey, addr) = (a.qpn, smr.lkey, src.as_ptr() as u64);
+    let (daddr, dlkey) = (dst.as_mut_ptr() as u64, dmr.lkey);
+    let poster = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            // Let the owner go to sleep first.
+            std::thread::sleep(Duration::from_millis(50));
+            let ssge = [Sge { addr, length: 64, lkey }];
+            let wr = SendWr { wr_id: 7, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+            a.dev.post_send(qpn, |post| post(&wr)).unwrap();
+            // b is in RESET: the SEND is dropped there. Then b gets ready for the resend.
+            std::thread::sleep(Duration::from_millis(20));
+            connect(&b, &a, 800, 700);
+            let rsge = [Sge { addr: daddr, length: 64, lkey: dlkey }];
+            b.dev.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &rsge }).unwrap();
+            b
+        })
+    };
+    let chan = chan_rx.as_raw_fd();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert!(a.dev.channel_wait_begin(), "a's only waiter owns the socket");
+    let mut woke = false;
+    while Instant::now() < deadline {
+        let (rx, ms) = a.dev.channel_step(chan);
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32 + 1;
+        let ms = if ms < 0 { left } else { ms.min(left) };
+        let mut fds = [
+            libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds that outlive the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if n > 0 && fds[0].revents != 0 {
+            woke = true;
+            break;
+        }
+    }
+    a.dev.channel_wait_end();
+    let b = poster.join().unwrap();
+    let mut byte = [0u8; 16];
+    let _ = (&chan_rx).read(&mut byte);
+    let mut wc = [WorkCompletion::default(); 1];
+    let n = a.dev.poll_cq(a.cq, &mut wc).unwrap();
+    let dropped = b.dev.control(|e, _| e.counters().bad_state_drops);
+    let resent = a.dev.control(|e, _| e.counters().retransmitted_pkts);
+    eprintln!("b dropped {dropped}, a resent {resent}, a's channel written: {woke}");
+    assert!(dropped >= 1, "b must have dropped the first SEND (dropped {dropped})");
+    assert!(woke, "the SEND's completion never reached a's channel within 5 s (resent {resent})");
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 7, WcStatus::Success));
+    assert_eq!(dst, src, "b received the resent SEND");
+}
