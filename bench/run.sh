@@ -16,7 +16,7 @@
 # ib_send_bw 64 B, ib_send_lat / ib_write_lat / ib_read_lat 2 B, and right after ib_send_lat
 # the ping-pong again with each side computing for urxe's extra time per one-way (`-w`: what
 # the platform alone does to the tail of a trip that long; no bar); (4) the resident memory of
-# 1000 RC QPs in one process (bench/qp_rss). Then a markdown table with the wave-2 bars.
+# 1000 RC QPs in one process (bench/qp_rss). Then a markdown table with the bars of issue #40.
 # Every command runs under `timeout`; a figure that cannot be had reads "error: <why>", the run
 # goes on, and the exit status is 1.
 #
@@ -596,7 +596,7 @@ TABLE=$OUT/table.md
 BARS_FAILED=0
 URXE_ERRS=0
 # row METRIC URXE_LINE URXE_KEY CEILING_LABEL CEILING_LINE CEILING_KEY DECIMALS BAR
-#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the bar of issue #17), or "" (no bar)
+#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the bar of issue #40), or "" (no bar)
 row() {
   local u c r verdict bar=$8 bar_txt=-
   u=$(value_or_error "$2" "$3")
@@ -620,41 +620,18 @@ row() {
   fi
   echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
 }
-# limits -> two bullet lines: what two bars ask for, against ceilings of this same run that no
-# engine over UDP can go beyond. (1) ib_write_bw 64 KiB >= 1.5x TCP loopback, against the raw
-# UDP GSO+GRO rate (one copy in, one out; an RDMA engine over UDP carries the same bytes);
-# (2) ib_read_lat <= 2x ib_send_lat while ib_send_lat <= 1.4x the ping-pong, i.e. ib_read_lat
-# <= 2.8x the ping-pong, against the round trip to a server asleep in poll() (ib_read_lat's
-# responder is a thread that must block, never spin: it is woken for every READ).
+# limits -> one bullet: TCP loopback beside UDP GSO+GRO, both of this run, as a reference. Issue
+# #40 sets no bar against TCP on this VM (its TCP loopback ran at 0.64-0.9x of UDP GSO+GRO): the
+# bandwidth bars are against GSO+GRO, the limit any engine over UDP meets.
 limits() {
-  local tcp gso pp blk
+  local tcp gso
   tcp=$(num "$(kv "$TCP" tcp_gbps)")
   gso=$(num "$(kv "$GSO" gbps)")
-  limit_line "$tcp" 1.5 "$gso" ">" "ib_write_bw 64 KiB ≥ 1.5× TCP: n/a (TCP or GSO+GRO ceiling not measured)" \
-    "ib_write_bw 64 KiB ≥ 1.5× TCP asks for %s Gb/s: %s× the UDP GSO+GRO ceiling ($gso Gb/s)" \
-    ", more than UDP itself moved in this run — out of reach of any UDP engine here." \
-    " — within UDP's reach in this run."
-  pp=$(num "$(kv "$PPONG" ow_p50_us)")
-  blk=$(num "$(kv "$PPBLK" rtt_p50_us)")
-  limit_line "$pp" 2.8 "$blk" "<" "ib_read_lat ≤ 2× ib_send_lat at ib_send_lat's bar: n/a (ping-pong ceilings not measured)" \
-    "ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ %s µs: %s× the round trip to a server asleep in poll() ($blk µs)" \
-    " — below what a blocking responder can answer in here; both latency bars cannot hold at once." \
-    " — within reach in this run."
-}
-# limit_line FIGURE FACTOR CEILING OP NA TEXT OUT IN -> one bullet: FACTOR x FIGURE (what the bar
-# asks for) and its ratio to CEILING filled into TEXT (two %s), then OUT if it is beyond the
-# ceiling in the direction OP (">" above, "<" below), else IN; NA if a figure is missing.
-limit_line() {
-  local fig=$1 factor=$2 ceil=$3 op=$4 na=$5 text=$6 out=$7 in=$8 need tail
-  if [ -z "$fig" ] || [ -z "$ceil" ]; then
-    echo "- $na"
+  if [ -z "$tcp" ] || [ -z "$gso" ]; then
+    echo "- TCP loopback beside UDP GSO+GRO: n/a (TCP or GSO+GRO ceiling not measured)"
     return
   fi
-  need=$(awk -v f="$fig" -v k="$factor" 'BEGIN { printf "%.2f", k * f }')
-  tail=$in
-  if awk -v n="$need" -v c="$ceil" -v op="$op" 'BEGIN { exit !(op == ">" ? n > c : n < c) }'; then tail=$out; fi
-  # shellcheck disable=SC2059 # TEXT is this script's own format with two %s
-  printf -- "- $text%s\n" "$need" "$(ratio "$need" "$ceil")" "$tail"
+  echo "- TCP loopback (a reference, no bar) moved $tcp Gb/s: $(ratio "$tcp" "$gso")× the UDP GSO+GRO ceiling ($gso Gb/s) of this run."
 }
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
 count_urxe_err "${W64_RUNS[@]}" "${W4_RUNS[@]}" "${Q16_RUNS[@]}" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$PAIRS4" "$QPRSS" \
@@ -670,26 +647,25 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo
   echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | bar | result |"
   echo "|---|---|---|---|---|---|"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=1.5"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.8"
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=1.0"
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.85"
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.6"
   row "ib_write_bw 64 KiB -q 16, Gb/s" "$WBWQ16" bw_avg_gbps "urxe ib_write_bw 64 KiB -q 1" "$WBW64K" bw_avg_gbps 2 ">=0.9"
   row "ib_write_bw 64 KiB, 4 pairs at once, Gb/s" "$PAIRS4" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
   row "ib_read_bw 64 KiB, Gb/s" "$RBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
-  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B GSO trains + GRO" "$GSO64" mmsg_per_s 3 ">=0.2"
-  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ">=0.5"
-  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B GSO trains + GRO" "$GSO64" mmsg_per_s 3 ">=0.15"
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ""
+  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.6"
   row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
   row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "the ping-pong computing $(kv "$PPWORK" work_ns) ns per one-way, p99" "$PPWORK" ow_p99_us 2 ""
   row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "RC ping-pong p50, one-way (message + ACK per trip)" "$PPRC" ow_p50_us 2 ""
-  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
+  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.6"
   row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
   row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "RC ping-pong p50, one-way (message + ACK per trip)" "$PPRC" ow_p50_us 2 ""
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP busy-poll ping-pong p50, round trip" "$RTT" rtt_p50_us 2 ""
-  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 ""
-  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 "<=2"
-  row "ib_read_lat 2 B typical, µs (issue #40)" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 "<=1.2"
+    row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 ""
+  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 "<=1.2"
   row "ib_send_lat -e 2 B typical, µs" "$ELAT" lat_typical_us "UDP ping-pong, both asleep in recv(), one-way p50" "$PPSLEEP" ow_p50_us 2 "<=1.2"
   row "ibv_rc_pingpong -e 64 B, µs per iteration" "$RCPE64" usec_per_iter "UDP ping-pong, both asleep in recv(), round trip p50" "$PPSLEEP_RTT" rtt_p50_us 2 "<=1.2"
   row "ibv_rc_pingpong -e 4 KiB, µs per iteration" "$RCPE4K" usec_per_iter "UDP ping-pong, both asleep in recv(), round trip p50" "$PPSLEEP_RTT" rtt_p50_us 2 "<=1.2"
@@ -697,7 +673,7 @@ ERRORS=$((ERRORS + URXE_ERRS))
   row "1000 RC QPs in one process, RSS MiB" "$QPRSS" rss_mib "the wave-2 limit, 64 MiB" "limit_mib=64" limit_mib 1 "<=1"
   [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
   echo
-  echo "Bars against this run's own limits (whether a UDP engine can meet them here at all):"
+  echo "References (no bar):"
   echo
   limits
   echo
