@@ -16,7 +16,7 @@
 # ib_send_bw 64 B, ib_send_lat / ib_write_lat / ib_read_lat 2 B, and right after ib_send_lat
 # the ping-pong again with each side computing for urxe's extra time per one-way (`-w`: what
 # the platform alone does to the tail of a trip that long; no bar); (4) the resident memory of
-# 1000 RC QPs in one process (bench/qp_rss). Then a markdown table with the wave-2 bars.
+# 1000 RC QPs in one process (bench/qp_rss). Then a markdown table with the bars of issue #40.
 # Every command runs under `timeout`; a figure that cannot be had reads "error: <why>", the run
 # goes on, and the exit status is 1.
 #
@@ -307,6 +307,12 @@ PPBLK=$(ceiling_runs rtt_p50_us pingpong_srvblock)
 step_end pingpong_srvblock
 record "$PPBLK"
 [ -n "$(kv "$PPBLK" error)" ] && ERRORS=$((ERRORS + 1))
+note "ceiling: 64-byte ping-pong with both sides asleep in a blocking recv(), $PP round trips, $LAT_RUNS run(s)"
+step_begin
+PPSLEEP=$(ceiling_runs ow_p50_us pingpong_block)
+step_end pingpong_block
+record "$PPSLEEP"
+[ -n "$(kv "$PPSLEEP" error)" ] && ERRORS=$((ERRORS + 1))
 # The READ ceiling: a READ is a request and a response, one UDP round trip = 2 x one-way.
 RTT=$(awk -v a="$(kv "$PPONG" ow_p50_us)" -v b="$(kv "$PPONG" ow_p99_us)" 'BEGIN { if (a + 0 > 0) printf "rtt_p50_us=%.2f rtt_p99_us=%.2f", 2 * a, 2 * b; else print "error=no_ping-pong_figure" }')
 record "read_ceiling $RTT"
@@ -380,11 +386,15 @@ perftest_pair() {
   fi
 }
 
-# lat_runs NAME PORT_OFFSET TOOL -> the median (by typical latency) of LAT_RUNS runs at 2 B
+# lat_runs NAME PORT_OFFSET TOOL [ARGS...] -> the median (by typical latency) of LAT_RUNS runs
+# (2 B unless ARGS give -s)
 lat_runs() {
   local name=$1 off=$2 tool=$3 i runs=()
+  shift 3
+  local size=(-s 2)
+  [[ " $* " == *" -s "* ]] && size=()
   for i in $(seq 1 "$LAT_RUNS"); do
-    runs+=("$(perftest_pair "${name}_run$i" "$off" "$LAT_TMO" "$tool" -s 2 -n "$LAT_ITERS")")
+    runs+=("$(perftest_pair "${name}_run$i" "$off" "$LAT_TMO" "$tool" "${size[@]}" -n "$LAT_ITERS" "$@")")
     record "run $i: $name ${runs[-1]}"
   done
   median_of lat_typical_us "${runs[@]}"
@@ -467,6 +477,64 @@ note "urxe: ib_read_lat 2 B, $LAT_ITERS iterations, $LAT_RUNS run(s)"
 RLAT=$(lat_runs read_lat_2 50 ib_read_lat)
 [ -z "$URXE_ERR" ] && step_end read_lat_2
 record "urxe=ib_read_lat_2 $RLAT"
+# The event path: programs asleep in ibv_get_cq_event. perftest's -e, and Debian's
+# ibv_rc_pingpong (-e, 64 B and 4 KiB; and with its defaults: 4 KiB, polled, 1000 iterations).
+note "urxe: ib_send_lat -e 2 B and ib_send_lat 4096 B, $LAT_ITERS iterations, $LAT_RUNS run(s)"
+[ -z "$URXE_ERR" ] && step_begin
+ELAT=$(lat_runs send_lat_e_2 32 ib_send_lat -e)
+[ -z "$URXE_ERR" ] && step_end send_lat_e_2
+record "urxe=ib_send_lat_e_2 $ELAT"
+[ -z "$URXE_ERR" ] && step_begin
+SLAT4K=$(lat_runs send_lat_4k 34 ib_send_lat -s 4096)
+[ -z "$URXE_ERR" ] && step_end send_lat_4k
+record "urxe=ib_send_lat_4k $SLAT4K"
+
+# rc_pingpong NAME PORT_OFFSET ARGS... -> "usec_per_iter=... iters=..." from ibv_rc_pingpong's
+# client, or "error=..."
+rc_pingpong() {
+  local name=$1 off=$2 port slog=$OUT/$1.server.log clog=$OUT/$1.client.log spid crc res
+  shift 2
+  if [ -n "$URXE_ERR" ]; then echo "error=$URXE_ERR"; return; fi
+  command -v ibv_rc_pingpong >/dev/null || { echo "error=ibv_rc_pingpong not installed"; return; }
+  port=$(free_port $((PERFTEST_PORT + off))) || { echo "error=no free TCP port"; return; }
+  local common=(-d "$URXE_DEV" -g "$GID_INDEX" -p "$port" "$@")
+  record "# $name: ibv_rc_pingpong ${common[*]} [127.0.0.1]"
+  "${URXE_ENV[@]}" timeout -k 3 "$LAT_TMO" "${SRV_PIN[@]}" ibv_rc_pingpong "${common[@]}" >"$slog" 2>&1 &
+  spid=$!
+  if ! wait_listen "$port" "$spid" 15; then
+    kill "$spid" 2>/dev/null; wait "$spid"
+    echo "error=server did not start$(said "$slog")"
+    return
+  fi
+  "${URXE_ENV[@]}" timeout -k 3 "$LAT_TMO" "${CLI_PIN[@]}" ibv_rc_pingpong "${common[@]}" 127.0.0.1 >"$clog" 2>&1
+  crc=$?
+  wait "$spid" 2>/dev/null
+  res=$(awk '/iters in/ { for (i = 1; i <= NF; i++) if ($i == "usec/iter") u = $(i - 1); printf "usec_per_iter=%s iters=%s", u, $1 }' "$clog")
+  if [ "$crc" != 0 ] || [ -z "$(kv "$res" usec_per_iter)" ]; then echo "error=client exit $crc$(said "$clog")$(said "$slog" 1 " / server")"; else echo "$res"; fi
+}
+# rc_pingpong_runs NAME PORT_OFFSET ARGS... -> the median (by µs per iteration) of LAT_RUNS runs
+rc_pingpong_runs() {
+  local name=$1 off=$2 i runs=()
+  shift 2
+  for i in $(seq 1 "$LAT_RUNS"); do
+    runs+=("$(rc_pingpong "${name}_run$i" "$off" "$@")")
+    record "run $i: $name ${runs[-1]}"
+  done
+  median_of usec_per_iter "${runs[@]}"
+}
+RC_ITERS=$(( LAT_ITERS < 5000 ? LAT_ITERS : 5000 ))
+note "urxe: ibv_rc_pingpong -e 64 B and 4096 B, defaults; $RC_ITERS iterations, $LAT_RUNS run(s)"
+[ -z "$URXE_ERR" ] && step_begin
+RCPE64=$(rc_pingpong_runs rc_pingpong_e_64 36 -e -s 64 -n "$RC_ITERS")
+RCPE4K=$(rc_pingpong_runs rc_pingpong_e_4k 38 -e -s 4096 -n "$RC_ITERS")
+RCPDEF=$(rc_pingpong_runs rc_pingpong_default 42)
+[ -z "$URXE_ERR" ] && step_end rc_pingpong
+record "urxe=ibv_rc_pingpong_e_64 $RCPE64"
+record "urxe=ibv_rc_pingpong_e_4k $RCPE4K"
+record "urxe=ibv_rc_pingpong_default $RCPDEF"
+# Both-asleep round trip, the limit of one rc_pingpong iteration.
+PPSLEEP_RTT=$(awk -v a="$(kv "$PPSLEEP" rtt_p50_us)" 'BEGIN { if (a + 0 > 0) printf "rtt_p50_us=%.2f", a; else print "error=no_ping-pong_figure" }')
+
 note "urxe: ib_read_bw 65536 B, ${DUR}s"
 [ -z "$URXE_ERR" ] && step_begin
 RBW64K=$(perftest_pair read_bw_64k 60 "$BW_TMO" ib_read_bw -s 65536 -D "$BW_D" -f 1 --report_gbits)
@@ -528,7 +596,7 @@ TABLE=$OUT/table.md
 BARS_FAILED=0
 URXE_ERRS=0
 # row METRIC URXE_LINE URXE_KEY CEILING_LABEL CEILING_LINE CEILING_KEY DECIMALS BAR
-#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the bar of issue #17), or "" (no bar)
+#   BAR: ">=0.5" or "<=3" (ratio urxe/ceiling against the bar of issue #40), or "" (no bar)
 row() {
   local u c r verdict bar=$8 bar_txt=-
   u=$(value_or_error "$2" "$3")
@@ -552,44 +620,22 @@ row() {
   fi
   echo "| $1 | $(fmt "$u" "$7") | $(fmt "$c" "$7") ($4) | $r | $bar_txt | $verdict |"
 }
-# limits -> two bullet lines: what two bars ask for, against ceilings of this same run that no
-# engine over UDP can go beyond. (1) ib_write_bw 64 KiB >= 1.5x TCP loopback, against the raw
-# UDP GSO+GRO rate (one copy in, one out; an RDMA engine over UDP carries the same bytes);
-# (2) ib_read_lat <= 2x ib_send_lat while ib_send_lat <= 1.4x the ping-pong, i.e. ib_read_lat
-# <= 2.8x the ping-pong, against the round trip to a server asleep in poll() (ib_read_lat's
-# responder is a thread that must block, never spin: it is woken for every READ).
+# limits -> one bullet: TCP loopback beside UDP GSO+GRO, both of this run, as a reference. Issue
+# #40 sets no bar against TCP on this VM (its TCP loopback ran at 0.64-0.9x of UDP GSO+GRO): the
+# bandwidth bars are against GSO+GRO, the limit any engine over UDP meets.
 limits() {
-  local tcp gso pp blk
+  local tcp gso
   tcp=$(num "$(kv "$TCP" tcp_gbps)")
   gso=$(num "$(kv "$GSO" gbps)")
-  limit_line "$tcp" 1.5 "$gso" ">" "ib_write_bw 64 KiB ≥ 1.5× TCP: n/a (TCP or GSO+GRO ceiling not measured)" \
-    "ib_write_bw 64 KiB ≥ 1.5× TCP asks for %s Gb/s: %s× the UDP GSO+GRO ceiling ($gso Gb/s)" \
-    ", more than UDP itself moved in this run — out of reach of any UDP engine here." \
-    " — within UDP's reach in this run."
-  pp=$(num "$(kv "$PPONG" ow_p50_us)")
-  blk=$(num "$(kv "$PPBLK" rtt_p50_us)")
-  limit_line "$pp" 2.8 "$blk" "<" "ib_read_lat ≤ 2× ib_send_lat at ib_send_lat's bar: n/a (ping-pong ceilings not measured)" \
-    "ib_read_lat ≤ 2× ib_send_lat, with ib_send_lat at its bar (1.4× the ping-pong, $pp µs), asks for ≤ %s µs: %s× the round trip to a server asleep in poll() ($blk µs)" \
-    " — below what a blocking responder can answer in here; both latency bars cannot hold at once." \
-    " — within reach in this run."
-}
-# limit_line FIGURE FACTOR CEILING OP NA TEXT OUT IN -> one bullet: FACTOR x FIGURE (what the bar
-# asks for) and its ratio to CEILING filled into TEXT (two %s), then OUT if it is beyond the
-# ceiling in the direction OP (">" above, "<" below), else IN; NA if a figure is missing.
-limit_line() {
-  local fig=$1 factor=$2 ceil=$3 op=$4 na=$5 text=$6 out=$7 in=$8 need tail
-  if [ -z "$fig" ] || [ -z "$ceil" ]; then
-    echo "- $na"
+  if [ -z "$tcp" ] || [ -z "$gso" ]; then
+    echo "- TCP loopback beside UDP GSO+GRO: n/a (TCP or GSO+GRO ceiling not measured)"
     return
   fi
-  need=$(awk -v f="$fig" -v k="$factor" 'BEGIN { printf "%.2f", k * f }')
-  tail=$in
-  if awk -v n="$need" -v c="$ceil" -v op="$op" 'BEGIN { exit !(op == ">" ? n > c : n < c) }'; then tail=$out; fi
-  # shellcheck disable=SC2059 # TEXT is this script's own format with two %s
-  printf -- "- $text%s\n" "$need" "$(ratio "$need" "$ceil")" "$tail"
+  echo "- TCP loopback (a reference, no bar) moved $tcp Gb/s: $(ratio "$tcp" "$gso")× the UDP GSO+GRO ceiling ($gso Gb/s) of this run."
 }
 count_urxe_err() { local l; for l in "$@"; do [ "${l#error=}" != "$l" ] && URXE_ERRS=$((URXE_ERRS + 1)); done; }
-count_urxe_err "${W64_RUNS[@]}" "${W4_RUNS[@]}" "${Q16_RUNS[@]}" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$PAIRS4" "$QPRSS"
+count_urxe_err "${W64_RUNS[@]}" "${W4_RUNS[@]}" "${Q16_RUNS[@]}" "$SBW64" "$SLAT" "$WLAT" "$RLAT" "$RBW64K" "$PAIRS4" "$QPRSS" \
+  "$ELAT" "$SLAT4K" "$RCPE64" "$RCPE4K" "$RCPDEF"
 ERRORS=$((ERRORS + URXE_ERRS))
 
 {
@@ -601,29 +647,33 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo
   echo "| metric | urxe | ceiling (what) | ratio urxe/ceiling | bar | result |"
   echo "|---|---|---|---|---|---|"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=1.5"
-  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.8"
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ">=1.0"
-  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 64 KiB, Gb/s" "$WBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.85"
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "TCP loopback, iperf3 1 stream" "$TCP" tcp_gbps 2 ""
+  row "ib_write_bw 4 KiB, Gb/s" "$WBW4K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ">=0.6"
   row "ib_write_bw 64 KiB -q 16, Gb/s" "$WBWQ16" bw_avg_gbps "urxe ib_write_bw 64 KiB -q 1" "$WBW64K" bw_avg_gbps 2 ">=0.9"
   row "ib_write_bw 64 KiB, 4 pairs at once, Gb/s" "$PAIRS4" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
   row "ib_read_bw 64 KiB, Gb/s" "$RBW64K" bw_avg_gbps "UDP GSO+GRO, RDMA payload" "$GSO" gbps 2 ""
-  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B GSO trains + GRO" "$GSO64" mmsg_per_s 3 ">=0.2"
-  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ">=0.5"
-  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B GSO trains + GRO" "$GSO64" mmsg_per_s 3 ">=0.15"
+  row "ib_send_bw 64 B, Mmsg/s" "$SBW64" msgrate_mpps "UDP 64 B sendmmsg/recvmmsg" "$MMSG" mmsg_per_s 3 ""
+  row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.6"
   row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
   row "ib_send_lat 2 B p99, µs" "$SLAT" lat_p99_us "the ping-pong computing $(kv "$PPWORK" work_ns) ns per one-way, p99" "$PPWORK" ow_p99_us 2 ""
   row "ib_send_lat 2 B typical, µs" "$SLAT" lat_typical_us "RC ping-pong p50, one-way (message + ACK per trip)" "$PPRC" ow_p50_us 2 ""
-  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.4"
+  row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "UDP busy-poll ping-pong p50, one-way" "$PPONG" ow_p50_us 2 "<=1.6"
   row "ib_write_lat 2 B p99, µs" "$WLAT" lat_p99_us "UDP busy-poll ping-pong p99, one-way" "$PPONG" ow_p99_us 2 "<=2.5"
   row "ib_write_lat 2 B typical, µs" "$WLAT" lat_typical_us "RC ping-pong p50, one-way (message + ACK per trip)" "$PPRC" ow_p50_us 2 ""
   row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP busy-poll ping-pong p50, round trip" "$RTT" rtt_p50_us 2 ""
-  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 ""
-  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 "<=2"
+    row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "urxe ib_send_lat 2 B typical" "$SLAT" lat_typical_us 2 ""
+  row "ib_read_lat 2 B typical, µs" "$RLAT" lat_typical_us "UDP round trip to a server asleep in poll(), p50" "$PPBLK" rtt_p50_us 2 "<=1.2"
+  row "ib_send_lat -e 2 B typical, µs" "$ELAT" lat_typical_us "UDP ping-pong, both asleep in recv(), one-way p50" "$PPSLEEP" ow_p50_us 2 "<=1.2"
+  row "ibv_rc_pingpong -e 64 B, µs per iteration" "$RCPE64" usec_per_iter "UDP ping-pong, both asleep in recv(), round trip p50" "$PPSLEEP_RTT" rtt_p50_us 2 "<=1.2"
+  row "ibv_rc_pingpong -e 4 KiB, µs per iteration" "$RCPE4K" usec_per_iter "UDP ping-pong, both asleep in recv(), round trip p50" "$PPSLEEP_RTT" rtt_p50_us 2 "<=1.2"
+  row "ibv_rc_pingpong defaults (4 KiB, polled), µs per iteration" "$RCPDEF" usec_per_iter "urxe ib_send_lat 4096 B typical" "$SLAT4K" lat_typical_us 2 "<=2.6"
   row "1000 RC QPs in one process, RSS MiB" "$QPRSS" rss_mib "the wave-2 limit, 64 MiB" "limit_mib=64" limit_mib 1 "<=1"
   [ -n "$URXE_HINT" ] && { echo; echo "$URXE_HINT"; }
   echo
-  echo "Bars against this run's own limits (whether a UDP engine can meet them here at all):"
+  echo "References (no bar):"
   echo
   limits
   echo
@@ -636,6 +686,7 @@ ERRORS=$((ERRORS + URXE_ERRS))
   echo "| UDP 64 B, GSO trains ×64 + UDP_GRO | $(fmt "$(value_or_error "$GSO64" mmsg_per_s)" 3) Mmsg/s | $(kv "$GSO64" seg_per_s) msg/s, loss $(kv "$GSO64" loss_pct)%, intact trains $(kv "$GSO64" intact_pct)% |"
   echo "| UDP 64 B, sendmmsg/recvmmsg ×64 | $(fmt "$(value_or_error "$MMSG" mmsg_per_s)" 3) Mmsg/s | $(kv "$MMSG" msgs_per_s) msg/s, loss $(kv "$MMSG" loss_pct)% |"
   echo "| UDP 64 B ping-pong, server asleep in poll(), round trip | $(fmt "$(value_or_error "$PPBLK" rtt_p50_us)" 2) µs p50 | the client busy-polls; the server's thread is woken for every ping (ib_read_lat's passive responder) |"
+  echo "| UDP 64 B ping-pong, both sides asleep in a blocking recv(), one-way | $(fmt "$(value_or_error "$PPSLEEP" ow_p50_us)" 2) µs p50 | round trip $(kv "$PPSLEEP" rtt_p50_us) µs, p99 $(kv "$PPSLEEP" ow_p99_us) µs one-way; each trip one wake-up of a sleeping thread (an event-driven program's limit) |"
   echo "| UDP 64 B ping-pong, busy-poll, one-way | $(fmt "$(value_or_error "$PPONG" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPONG" ow_p99_us) µs, avg $(kv "$PPONG" ow_avg_us) µs, min $(kv "$PPONG" ow_min_us) µs, $(kv "$PPONG" measured) round trips, lost $(kv "$PPONG" lost) |"
   echo "| RC ping-pong, busy-poll, one-way: two 20-byte datagrams per trip (the message and the ACK of the peer's) as one GSO train into a UDP_GRO receiver, unconnected sockets | $(fmt "$(value_or_error "$PPRC" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPRC" ow_p99_us) µs, $(kv "$PPRC" measured) round trips, lost $(kv "$PPRC" lost); what every one-way trip of ib_send_lat / ib_write_lat must move over UDP, before any RDMA work |"
   echo "| the same, each side computing $(kv "$PPWORK" work_ns) ns before it sends (trips as long as ib_send_lat's) | $(fmt "$(value_or_error "$PPWORK" ow_p50_us)" 2) µs p50 | p99 $(kv "$PPWORK" ow_p99_us) µs, $(kv "$PPWORK" measured) round trips, lost $(kv "$PPWORK" lost); how much tail the platform gives a trip that long |"

@@ -154,14 +154,16 @@ EOF
   chk "send_lat p99 in the table" "| ib_send_lat 2 B p99, µs | 70.50 |"
   chk "failing client reported" "| ib_write_bw 4 KiB, Gb/s | error: client exit 1: Couldn't post send: stand-in failure"
   chk "hanging client reported" "| ib_write_lat 2 B typical, µs | error: timed out after 3s"
-  row=$(grep -F "| ib_write_bw 64 KiB, Gb/s | 12.61 |" <<<"$out" | grep -F "TCP loopback")
-  if [[ $row =~ \|\ ([0-9]+\.[0-9]+)\ \|\ ≥\ 1\.5×\ \|\ (PASS|FAIL)\ \| ]]; then
+  row=$(grep -F "| ib_write_bw 64 KiB, Gb/s | 12.61 |" <<<"$out" | grep -F "UDP GSO+GRO")
+  if [[ $row =~ \|\ ([0-9]+\.[0-9]+)\ \|\ ≥\ 0\.85×\ \|\ (PASS|FAIL)\ \| ]]; then
     ok "write_bw ratio ${BASH_REMATCH[1]} and verdict ${BASH_REMATCH[2]}"
   else
     bad "write_bw row has no ratio/verdict: $row"
   fi
+  row=$(grep -F "| ib_write_bw 64 KiB, Gb/s | 12.61 |" <<<"$out" | grep -F "TCP loopback")
+  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ -\ \|\ -\ \|$ ]] && ok "write_bw against TCP loopback (ratio, no bar)" || bad "write_bw row against TCP: ${row:-missing}"
   row=$(grep -F "| ib_send_lat 2 B typical, µs | 43.70 |" <<<"$out")
-  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ ≤\ 1\.4×\ \|\ (PASS|FAIL)\ \| ]] && ok "send_lat ratio and verdict" || bad "send_lat row: $row"
+  [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ ≤\ 1\.6×\ \|\ (PASS|FAIL)\ \| ]] && ok "send_lat ratio and verdict" || bad "send_lat row: $row"
   # The ping-pong computing for urxe's extra time per one-way: the stand-in's 43.70 µs typical
   # less the ping-pong's p50, so a positive amount of work, and a p99 row against it. (The
   # stand-in's report is send_lat_2.txt slowed tenfold: with its 4.37 µs, a real ping-pong
@@ -173,15 +175,11 @@ EOF
   row=$(grep -F "| ib_send_lat 2 B typical, µs | 43.70 |" <<<"$out" | grep -F "RC ping-pong p50")
   [[ $row =~ \|\ [0-9]+\.[0-9]+\ \|\ -\ \|\ -\ \|$ ]] && ok "send_lat against the RC ping-pong (ratio, no bar)" || bad "send_lat row against the RC ping-pong: ${row:-missing}"
   grep -q "^mode=pingpong_rc .*msg_bytes=40 segs=2 " "$W/out/raw.txt" && ok "RC ping-pong trips are two 20-byte segments" || bad "RC ping-pong: $(grep "mode=pingpong_rc" "$W/out/raw.txt" | head -n 1)"
-  # The bars against this run's own limits: 1.5x the TCP figure of the ceilings table, set
-  # against its GSO+GRO figure; 2.8x the ping-pong p50 against the asleep round trip.
+  # TCP loopback beside the GSO+GRO ceiling, a reference without a bar (issue #40).
   tcp=$(sed -n -E 's/^\| TCP loopback, iperf3, one stream \| ([0-9.]+) Gb\/s.*/\1/p' <<<"$out")
   gso=$(sed -n -E 's/^\| UDP GSO 15×4136 B \+ UDP_GRO receive \| ([0-9.]+) Gb\/s.*/\1/p' <<<"$out")
-  want=$(awk -v t="${tcp:-0}" -v g="${gso:-0}" 'BEGIN { printf "asks for %.2f Gb/s: %.2f× the UDP GSO+GRO ceiling (%s Gb/s)", 1.5 * t, (g > 0 ? 1.5 * t / g : 0), g }')
-  [ -n "$tcp" ] && [ -n "$gso" ] && chk "1.5× TCP set against the GSO+GRO ceiling" "$want" || bad "no TCP ($tcp) or GSO+GRO ($gso) figure in the ceilings table"
-  pp=$(sed -n -E 's/^\| UDP 64 B ping-pong, busy-poll, one-way \| ([0-9.]+) µs p50.*/\1/p' <<<"$out")
-  want=$(awk -v p="${pp:-0}" 'BEGIN { printf "(1.4× the ping-pong, %s µs), asks for ≤ %.2f µs", p, 2.8 * p }')
-  [ -n "$pp" ] && chk "ib_read_lat's bar at ib_send_lat's bar set against the asleep round trip" "$want" || bad "no ping-pong p50 in the ceilings table"
+  want=$(awk -v t="${tcp:-0}" -v g="${gso:-0}" 'BEGIN { printf "moved %s Gb/s: %.2f× the UDP GSO+GRO ceiling (%s Gb/s)", t, (g > 0 ? t / g : 0), g }')
+  [ -n "$tcp" ] && [ -n "$gso" ] && chk "TCP loopback set beside the GSO+GRO ceiling" "$want" || bad "no TCP ($tcp) or GSO+GRO ($gso) figure in the ceilings table"
   for m in gso mmsg64 pingpong pingpong_rc iperf3_tcp; do
     grep -q "^mode=$m .*" "$W/out/raw.txt" && ! grep -q "^mode=$m .*error=" "$W/out/raw.txt" &&
       ok "ceiling $m measured" || bad "ceiling $m: $(grep "mode=$m\|error" "$W/out/raw.txt" | head -n 2)"

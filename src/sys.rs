@@ -149,6 +149,51 @@ pub unsafe fn cancellable_read(fd: RawFd, buf: *mut c_void, count: usize) -> isi
     unsafe { f(fd, buf, count) }
 }
 
+/// Whether `fd` is readable right now (a raw poll(2) with no timeout: no cancellation point).
+pub fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd that outlives the call; a zero timeout never blocks.
+    let n = unsafe { libc::syscall(libc::SYS_poll, &mut p as *mut libc::pollfd, 1 as libc::nfds_t, 0 as c_int) };
+    n == 1
+}
+
+/// The calling thread's kernel id (gettid(2)).
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid takes no argument and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Whether thread `tid` of this process still exists (tgkill(2) with signal 0 sends nothing).
+/// A thread that ended, cancelled or not, is gone at once: the kernel reaps a thread of a
+/// multi-threaded process when it exits.
+pub fn thread_alive(tid: i32) -> bool {
+    // SAFETY: tgkill with signal 0 only checks that the thread exists; no memory is passed.
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Whether every signal handler the process installed restarts an interrupted system call
+/// (`SA_RESTART`), glibc's own (cancellation, set*id: 32 and 33) aside. A wait in poll(2) ends
+/// with EINTR whatever the handler's flags, where a read(2) would have been restarted: a
+/// verb that waits in poll on behalf of a read uses this to answer as the read would have.
+/// It cannot tell which signal came: with handlers of both kinds installed it says no. The
+/// signals a fault raises in the faulting thread itself (SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+/// SIGTRAP, SIGSYS; a sanitizer's handlers) cannot end a wait and do not count.
+pub fn every_handler_restarts() -> bool {
+    const SYNCHRONOUS: [c_int; 6] =
+        [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS];
+    let asynchronous = |s: &c_int| (*s < 32 || *s >= libc::SIGRTMIN()) && !SYNCHRONOUS.contains(s);
+    (1..=libc::SIGRTMAX()).filter(asynchronous).all(|s| {
+        // SAFETY: a zeroed sigaction is a valid out-buffer; a null new action only reads.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `old` outlives the call; signal numbers outside the valid range fail (EINVAL).
+        if unsafe { libc::sigaction(s, std::ptr::null(), &mut old) } != 0 {
+            return true;
+        }
+        old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN || old.sa_flags & libc::SA_RESTART != 0
+    })
+}
+
 // glibc's <pthread.h>; the libc crate leaves thread cancellation out.
 extern "C" {
     fn pthread_setcancelstate(state: c_int, oldstate: *mut c_int) -> c_int;

@@ -48,6 +48,12 @@ const B6: &str = "fd00:93::2";
 
 impl Pair {
     fn new(tag: &str, mtu_a: u32, mtu_b: u32) -> Pair {
+        // Names of this process's own: another run of these tests at the same time (another
+        // worktree, another helper) deletes and re-creates namespaces of the same name, and
+        // both runs then fail (2 of 4 with two runs started together).
+        static PAIRS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = PAIRS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("{tag}{}-{n}", std::process::id());
         let (a, b) = (format!("{tag}a"), format!("{tag}b"));
         let rt = std::env::temp_dir().join(format!("urxe-{tag}-rt"));
         for n in [&a, &b] {
@@ -120,6 +126,7 @@ impl Drop for Pair {
         for n in [&self.a, &self.b] {
             let _ = sh(&["ip", "netns", "del", n]);
         }
+        let _ = std::fs::remove_dir_all(&self.rt);
     }
 }
 
@@ -236,6 +243,18 @@ fn rc_burst(p: &Pair, name: &str, iters: &str, flush: bool) -> (Output, Output, 
     let (s, c) = pair_run(server, client);
     stop(cap);
     (s, c, read_v6(&file))
+}
+
+#[test]
+fn two_pairs_of_one_tag_get_namespaces_of_their_own() {
+    // Two runs of these tests at once used to share `<tag>a`/`<tag>b`: the second deleted the
+    // first's namespaces under its programs.
+    let (p, q) = (Pair::new("hostsu", 1500, 1500), Pair::new("hostsu", 1500, 1500));
+    assert!(p.a != q.a && p.b != q.b && p.rt != q.rt, "{} {} / {} {}", p.a, p.b, q.a, q.b);
+    for ns in [&p.a, &p.b, &q.a, &q.b] {
+        let out = sh(&["ip", "-n", ns, "addr", "show"]);
+        assert!(out.success() && out.stdout.contains("10.93.0."), "{ns} lost its veth end\n{out}");
+    }
 }
 
 #[test]

@@ -456,3 +456,243 @@ fn progress_thread_holds_an_ack_for_the_next_post_and_sends_it_alone_if_none_com
     assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
     assert_eq!(b.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
 }
+
+/// The progress thread's wakeup count, from the device's wakeup counters.
+fn thread_wakeups(s: &Side) -> u64 {
+    let text = s.dev.stats_text();
+    let line = text.lines().find(|l| l.trim_start().starts_with("thread_wakeups:")).expect("thread_wakeups");
+    line.split(':').nth(1).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn a_passive_read_responder_answers_each_read_in_the_wakeup_that_received_it() {
+    // ib_read_lat's responder: b's application never calls the library once connected, so
+    // every READ request wakes b's progress thread, which must send the response in that same
+    // wakeup (issue 40: no second wakeup, no hand-off to another thread, no held response).
+    let (da, _ea) = open(8);
+    let (db, _eb) = open(9);
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 300, 400);
+    connect(&b, &a, 400, 300);
+    let mut remote = pattern(64, 9);
+    let mut local = vec![0u8; 64];
+    let rmr = reg(&b, &mut remote);
+    let lmr = reg(&a, &mut local);
+    // b goes quiet: past the away timer its progress thread takes the packets (armed).
+    std::thread::sleep(Duration::from_millis(50));
+    const N: u64 = 200;
+    let (w0, p0) = (thread_wakeups(&b), b.dev.transport_counters().progress_wakeups);
+    for i in 0..N {
+        local.fill(0);
+        let sge = [Sge { addr: local.as_mut_ptr() as u64, length: 64, lkey: lmr.lkey }];
+        let kind = WrKind::RdmaRead { remote_addr: remote.as_ptr() as u64, rkey: rmr.rkey };
+        let wr = SendWr { wr_id: i, kind, flags: SendFlags::SIGNALED, sg_list: &sge, ud: None };
+        a.dev.post_send(a.qpn, |post| post(&wr)).unwrap();
+        let wc = wait_wc(&a);
+        assert_eq!((wc.wr_id, wc.status, wc.opcode), (i, WcStatus::Success, WcOpcode::RdmaRead));
+        assert_eq!(local, remote);
+    }
+    let (w, p) = (thread_wakeups(&b) - w0, b.dev.transport_counters().progress_wakeups - p0);
+    eprintln!("{N} READs: b's progress thread woke {w} times, {p} steps");
+    // One wakeup per READ; a few more for timers (the away timer, a look while active).
+    assert!(w <= N + N / 10, "{w} wakeups of b's progress thread for {N} READs");
+    assert!(p <= N + N / 10, "{p} progress steps on b for {N} READs");
+    assert!(p >= N - N / 10, "b's responses were not sent by its progress thread ({p} steps for {N} READs)");
+    assert_eq!(a.dev.control(|e, _| e.counters().retransmitted_pkts), 0);
+}
+
+#[test]
+fn an_owner_asleep_on_its_channel_leaves_the_progress_thread_idle() {
+    // An event-driven receiver, as ibv_get_cq_event runs it: b's thread owns the receive
+    // socket while asleep on its completion channel (a socket pair here, written by the event
+    // sink), runs the steps itself, and between two waits re-arms, polls, posts a receive.
+    // a sends one SEND every 3 ms, so each of b's waits outlasts the away timer (about 1.5 ms
+    // after b's last call). That timer only checks that the owner still lives: it must not
+    // run a progress step on b (each such step takes the device lock, may take the owner's
+    // packet and turns the owner's one wakeup into two).
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let (chan_rx, chan_tx) = std::os::unix::net::UnixStream::pair().unwrap();
+    chan_rx.set_nonblocking(true).unwrap();
+    let mut chan_tx = Some(chan_tx);
+    let (da, _ea) = open(10);
+    let db = {
+        let mut tx = chan_tx.take();
+        let mut d = None;
+        for x in 0..200u8 {
+            let ip: IpAddr = format!("127.91.{x}.11").parse().unwrap();
+            let mut w = tx.take().unwrap();
+            let sink = Box::new(move |_e: Event| {
+                let _ = w.write(&[1]);
+            });
+            match Device::open(ip, cfg(), sink) {
+                Ok(dev) => {
+                    d = Some(dev);
+                    break;
+                }
+                Err(_) => tx = Some(std::os::unix::net::UnixStream::pair().unwrap().1),
+            }
+        }
+        d.expect("no free loopback address")
+    };
+    let a = side(da, QpType::Rc);
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 500, 600);
+    connect(&b, &a, 600, 500);
+    let mut src = pattern(64, 11);
+    let mut dst = vec![0u8; 64];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    const N: u64 = 60;
+    let rsge = [Sge { addr: dst.as_mut_ptr() as u64, length: 64, lkey: dmr.lkey }];
+    b.dev.post_recv(b.qpn, &RecvWr { wr_id: 0, sg_list: &rsge }).unwrap();
+    b.dev.req_notify_cq(b.cq, false).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        let (qpn, lkey, addr) = (a.qpn, smr.lkey, src.as_ptr() as u64);
+        std::thread::spawn(move || {
+            for i in 0..N {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(3));
+                let ssge = [Sge { addr, length: 64, lkey }];
+                let wr = SendWr { wr_id: i, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+                a.dev.post_send(qpn, |post| post(&wr)).unwrap();
+            }
+            a
+        })
+    };
+    let p0 = b.dev.transport_counters().progress_wakeups;
+    let chan = chan_rx.as_raw_fd();
+    let mut got = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got < N && Instant::now() < deadline {
+        assert!(b.dev.channel_wait_begin(), "b's only waiter owns the socket");
+        loop {
+            let (rx, ms) = b.dev.channel_step(chan);
+            let mut fds = [
+                libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
+            ];
+            let ms = if ms < 0 { 1000 } else { ms.min(1000) };
+            // SAFETY: two valid pollfds that outlive the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+            if (n > 0 && fds[0].revents != 0) || Instant::now() >= deadline {
+                break;
+            }
+        }
+        b.dev.channel_wait_end();
+        let mut byte = [0u8; 16];
+        let _ = (&chan_rx).read(&mut byte);
+        b.dev.req_notify_cq(b.cq, false).unwrap();
+        let mut wc = [WorkCompletion::default(); 4];
+        let n = b.dev.poll_cq(b.cq, &mut wc).unwrap();
+        for w in &wc[..n] {
+            assert_eq!((w.status, w.byte_len), (WcStatus::Success, 64));
+            got += 1;
+            b.dev.post_recv(b.qpn, &RecvWr { wr_id: got, sg_list: &rsge }).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _a = sender.join().unwrap();
+    let steps = b.dev.transport_counters().progress_wakeups - p0;
+    eprintln!("{got} SENDs received by b's owner; b's progress thread ran {steps} steps");
+    assert_eq!(got, N, "b received {got} of {N}");
+    assert!(steps <= N / 10, "b's progress thread ran {steps} steps for {N} arrivals its owner received");
+}
+
+#[test]
+fn a_send_lost_while_the_owner_sleeps_is_resent_by_the_progress_thread() {
+    // a's thread owns a's receive socket, asleep on its completion channel with no deadline
+    // (nothing was outstanding when it went to sleep); another thread then posts a SEND that
+    // b drops (its QP is still in RESET), and b gets ready. Only a's progress thread can
+    // resend it: the timer was armed by the poster, after the owner planned its sleep. (rping
+    // with 5 % loss hung at its first loss this way: the rung thread found the poster holding
+    // the lock and dropped its deadline, and its liveness checks of the owner ran no step.)
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let (chan_rx, chan_tx) = std::os::unix::net::UnixStream::pair().unwrap();
+    chan_rx.set_nonblocking(true).unwrap();
+    let mut chan_tx = Some(chan_tx);
+    let da = {
+        let mut tx = chan_tx.take();
+        let mut d = None;
+        for x in 0..200u8 {
+            let ip: IpAddr = format!("127.92.{x}.12").parse().unwrap();
+            let mut w = tx.take().unwrap();
+            let sink = Box::new(move |_e: Event| {
+                let _ = w.write(&[1]);
+            });
+            match Device::open(ip, cfg(), sink) {
+                Ok(dev) => {
+                    d = Some(dev);
+                    break;
+                }
+                Err(_) => tx = Some(std::os::unix::net::UnixStream::pair().unwrap().1),
+            }
+        }
+        d.expect("no free loopback address")
+    };
+    let (db, _eb) = open(13);
+    let a = std::sync::Arc::new(side(da, QpType::Rc));
+    let b = side(db, QpType::Rc);
+    connect(&a, &b, 700, 800);
+    let mut src = pattern(64, 13);
+    let mut dst = vec![0u8; 64];
+    let smr = reg(&a, &mut src);
+    let dmr = reg(&b, &mut dst);
+    a.dev.req_notify_cq(a.cq, false).unwrap();
+    let (qpn, lkey, addr) = (a.qpn, smr.lkey, src.as_ptr() as u64);
+    let (daddr, dlkey) = (dst.as_mut_ptr() as u64, dmr.lkey);
+    let poster = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            // Let the owner go to sleep first.
+            std::thread::sleep(Duration::from_millis(50));
+            let ssge = [Sge { addr, length: 64, lkey }];
+            let wr = SendWr { wr_id: 7, kind: WrKind::Send, flags: SendFlags::SIGNALED, sg_list: &ssge, ud: None };
+            a.dev.post_send(qpn, |post| post(&wr)).unwrap();
+            // b is in RESET: the SEND is dropped there. Then b gets ready for the resend.
+            std::thread::sleep(Duration::from_millis(20));
+            connect(&b, &a, 800, 700);
+            let rsge = [Sge { addr: daddr, length: 64, lkey: dlkey }];
+            b.dev.post_recv(b.qpn, &RecvWr { wr_id: 1, sg_list: &rsge }).unwrap();
+            b
+        })
+    };
+    let chan = chan_rx.as_raw_fd();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    assert!(a.dev.channel_wait_begin(), "a's only waiter owns the socket");
+    let mut woke = false;
+    while Instant::now() < deadline {
+        let (rx, ms) = a.dev.channel_step(chan);
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32 + 1;
+        let ms = if ms < 0 { left } else { ms.min(left) };
+        let mut fds = [
+            libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds that outlive the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if n > 0 && fds[0].revents != 0 {
+            woke = true;
+            break;
+        }
+    }
+    a.dev.channel_wait_end();
+    let b = poster.join().unwrap();
+    let mut byte = [0u8; 16];
+    let _ = (&chan_rx).read(&mut byte);
+    let mut wc = [WorkCompletion::default(); 1];
+    let n = a.dev.poll_cq(a.cq, &mut wc).unwrap();
+    let dropped = b.dev.control(|e, _| e.counters().bad_state_drops);
+    let resent = a.dev.control(|e, _| e.counters().retransmitted_pkts);
+    eprintln!("b dropped {dropped}, a resent {resent}, a's channel written: {woke}");
+    assert!(dropped >= 1, "b must have dropped the first SEND (dropped {dropped})");
+    assert!(woke, "the SEND's completion never reached a's channel within 5 s (resent {resent})");
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 7, WcStatus::Success));
+    assert_eq!(dst, src, "b received the resent SEND");
+}

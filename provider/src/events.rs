@@ -246,6 +246,8 @@ fn wait_record<const N: usize>(fd: c_int) -> Result<[u8; N], i32> {
 fn blocking_verb<const N: usize>(
     name: &str,
     start: impl FnOnce() -> Result<c_int, i32>,
+    mut before_wait: impl FnMut(c_int) -> Result<(), i32>,
+    mut after_wait: impl FnMut(),
     mut finish: impl FnMut([u8; N]) -> Result<Option<()>, i32>,
 ) -> c_int {
     use urxe::sys::CancelOff;
@@ -258,11 +260,16 @@ fn blocking_verb<const N: usize>(
     };
     loop {
         // The caller's cancellation setting here (no `CancelOff` lives across the wait).
-        let rec = match wait_record::<N>(fd) {
+        if let Err(e) = before_wait(fd) {
+            return crate::export::finish(name, Ok(Err(e)), -1);
+        }
+        let rec = wait_record::<N>(fd);
+        let _off = CancelOff::begin();
+        after_wait();
+        let rec = match rec {
             Ok(rec) => rec,
             Err(e) => return crate::export::finish(name, Ok(Err(e)), -1),
         };
-        let _off = CancelOff::begin();
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| finish(rec))) {
             Ok(Ok(None)) => continue,
             r => return crate::export::finish(name, r.map(|r| r.map(|_| 0)), -1),
@@ -350,13 +357,20 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
         non_null(cq)?;
         non_null(cq_context)?;
         // SAFETY: caller passes a live channel.
-        let (fd, context) = unsafe { ((*channel).fd, (*channel).context) };
-        // The thread may sleep here: timers must not wait for it (see UrxeDevice::app_waits).
-        // SAFETY: a channel's context is a live context of ours.
-        if let Ok(dev) = unsafe { crate::context::dev_of(context) } {
-            dev.app_waits();
+        Ok(unsafe { (*channel).fd })
+    };
+    // A thread left to a plain read (another owns the socket) is counted while it reads.
+    let reading = std::cell::Cell::new(None);
+    // SAFETY: checked non-null in `start`, which runs first; a live channel's context is a
+    // live context of ours.
+    let before_wait = |fd| match unsafe { crate::context::dev_of((*channel).context) } {
+        Ok(dev) => owner_wait(dev, fd, &reading),
+        Err(_) => Ok(()),
+    };
+    let after_wait = || {
+        if let Some(t) = reading.take() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.channel_reader(false)));
         }
-        Ok(fd)
     };
     let finish = |rec: [u8; 8]| {
         // A record for a CQ destroyed since it was written: skip it.
@@ -368,7 +382,81 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
         }
         Ok(Some(()))
     };
-    blocking_verb("ibv_get_cq_event", start, finish)
+    blocking_verb("ibv_get_cq_event", start, before_wait, after_wait, finish)
+}
+
+/// Before `ibv_get_cq_event` sleeps on a blocking channel: the thread waits until the channel
+/// is readable as the receive socket's owner if it can (`urxe::runtime` `owner`), so the
+/// packet that completes its work wakes it and nobody else; returns when the channel is
+/// readable (the record read follows) or when another thread owns the socket (then the read
+/// sleeps as before, and that thread's steps write the records). Runs the device's steps with
+/// cancellation off and under the panic guard; the poll between them is a cancellation point
+/// with nothing to drop in these frames (see [`blocking_verb`]): a thread cancelled there
+/// leaves its claim on the socket, which the next thread to look clears (the owner is gone).
+///
+/// A signal during the poll: EINTR as the read would have given it, i.e. unless every
+/// installed handler has SA_RESTART (poll(2) is never restarted; the read is, under
+/// SA_RESTART); otherwise the verb goes on to the plain read.
+fn owner_wait(
+    dev: &'static crate::context::UrxeDevice,
+    fd: c_int,
+    reading: &std::cell::Cell<Option<&'static urxe::runtime::Device>>,
+) -> Result<(), i32> {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use urxe::sys::{cancellable_poll, every_handler_restarts, CancelOff};
+    let Some(Ok(t)) = dev.transport.get() else { return Ok(()) };
+    let guarded = |f: &dyn Fn() -> bool| {
+        let _off = CancelOff::begin();
+        catch_unwind(AssertUnwindSafe(f)).unwrap_or(false)
+    };
+    // SAFETY: fcntl F_GETFL on the channel's fd only reads its flags.
+    let blocking = unsafe { libc::fcntl(fd, libc::F_GETFL) } & libc::O_NONBLOCK == 0;
+    if !blocking || !guarded(&|| t.channel_wait_begin()) {
+        // The thread may sleep in the read: timers must not wait for it, and the progress
+        // thread must take the packets for it.
+        let _ = guarded(&|| {
+            if blocking {
+                t.channel_reader(true);
+            }
+            t.app_waits();
+            true
+        });
+        if blocking {
+            reading.set(Some(t));
+        }
+        return Ok(());
+    }
+    loop {
+        let step = {
+            let _off = CancelOff::begin();
+            catch_unwind(AssertUnwindSafe(|| t.channel_step(fd)))
+        };
+        let Ok((rx, ms)) = step else {
+            let _ = guarded(&|| {
+                t.channel_wait_end();
+                true
+            });
+            return Ok(());
+        };
+        let mut fds = [
+            libc::pollfd { fd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds that outlive the call. A cancellation point: nothing in
+        // this frame or the callers' up to C has a destructor at this point.
+        let n = unsafe { cancellable_poll(fds.as_mut_ptr(), 2, ms) };
+        let e = if n < 0 { errno() } else { 0 };
+        if n < 0 || fds[0].revents != 0 {
+            let _ = guarded(&|| {
+                t.channel_wait_end();
+                true
+            });
+            if e == libc::EINTR && !every_handler_restarts() {
+                return Err(libc::EINTR);
+            }
+            return Ok(());
+        }
+    }
 }
 
 /// `ibv_ack_cq_events(3)`.
@@ -451,7 +539,7 @@ pub unsafe extern "C-unwind" fn ibv_get_async_event(context: *mut ibv_context, e
         unsafe { event.write(ev) };
         Ok(Some(()))
     };
-    blocking_verb("ibv_get_async_event", start, finish)
+    blocking_verb("ibv_get_async_event", start, |_| Ok(()), || {}, finish)
 }
 
 /// `ibv_ack_async_event(3)`: counts the ack on the object so its destroy can proceed.

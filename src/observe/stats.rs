@@ -86,6 +86,10 @@ pub(crate) struct WakeCounters {
     pub(crate) naps: AtomicU64,
     pub(crate) nap_ns: AtomicU64,
     pub(crate) nap_steps: AtomicU64,
+    /// Waits on a completion channel that owned the receive socket (see `owner`), and the
+    /// progress steps those waits ran on the application's thread.
+    pub(crate) owner_waits: AtomicU64,
+    pub(crate) owner_steps: AtomicU64,
 }
 
 impl WakeCounters {
@@ -98,7 +102,7 @@ impl WakeCounters {
         format!(
             "WakeCounters\n    doorbells: {}\n    rx_arms: {}\n    rx_disarms: {}\n    thread_wakeups: {}\n    lock_busy: {}\n    \
              busy_disarms: {}\n    away_wakeups: {}\n    rt_demotions: {}\n    rt_promotions: {}\n    \
-             naps: {}\n    nap_ns: {}\n    nap_steps: {}\n",
+             naps: {}\n    nap_ns: {}\n    nap_steps: {}\n    owner_waits: {}\n    owner_steps: {}\n",
             l(&self.doorbells),
             l(&self.rx_arms),
             l(&self.rx_disarms),
@@ -110,7 +114,9 @@ impl WakeCounters {
             l(&self.rt_promotions),
             l(&self.naps),
             l(&self.nap_ns),
-            l(&self.nap_steps)
+            l(&self.nap_steps),
+            l(&self.owner_waits),
+            l(&self.owner_steps)
         )
     }
 }

@@ -308,6 +308,7 @@ impl Device {
         if burst {
             c.pacing.owe_post(now, bytes.unwrap_or(0));
             c.counters.tx_deferred_posts += 1;
+            self.kick_if_needed(&mut c, now, true);
         } else {
             let sent_all = c.transmit(now);
             c.deliver_events();
@@ -353,7 +354,16 @@ impl Device {
     /// before (a short spin, as rsockets and UCX do before they sleep) had disarmed them, or
     /// the event would wait for the away timer (1–9 ms after the application's last call).
     pub fn req_notify_cq(&self, cq: CqId, solicited_only: bool) -> Result<(), Error> {
-        let r = self.control(|en, _| en.req_notify_cq(cq, solicited_only));
+        // Arming produces no packet: what is owed stays owed for the reply post that usually
+        // follows (an event-driven ping-pong: event, re-arm, poll, post).
+        let r = {
+            let mut c = self.lock();
+            let r = c.engine.req_notify_cq(cq, solicited_only);
+            c.deliver_events();
+            drop(c);
+            self.take_left_work();
+            r
+        };
         if r.is_ok() {
             let sig = &self.hub.signals;
             sig.app_waits();
@@ -460,6 +470,77 @@ impl Device {
         c.engine.port_active(self.epoch.now())
     }
 
+    /// The calling thread is about to sleep until a completion channel of this device is
+    /// readable. It takes the receive socket from the progress thread if nobody else has it
+    /// (see `owner`) and returns true: it then sleeps in poll(2) on the channel and
+    /// [`Device::channel_step`]'s socket, runs a step whenever it wakes, and gives the socket
+    /// back with [`Device::channel_wait_end`]. False: another thread owns it; wait on the
+    /// channel alone.
+    pub fn channel_wait_begin(&self) -> bool {
+        let sig = &self.hub.signals;
+        if !sig.owner.take() {
+            return false;
+        }
+        sig.set_rx_armed(false);
+        crate::observe::stats::WakeCounters::bump(&sig.wake_counters.owner_waits);
+        true
+    }
+
+    /// The socket owner's progress step: receives what arrived, runs due timers, transmits
+    /// (owed packets too: the application waits) and delivers the events (the channel
+    /// records on `channel`). Returns the socket to sleep on and how long at most (ms, -1: no
+    /// limit): until the engine's next deadline.
+    pub fn channel_step(&self, channel: std::os::fd::RawFd) -> (std::os::fd::RawFd, i32) {
+        let sig = &self.hub.signals;
+        crate::observe::stats::WakeCounters::bump(&sig.wake_counters.owner_steps);
+        let mut c = self.lock();
+        let now = c.now();
+        let made = c.engine.completions_made();
+        c.take_in(now, false);
+        if c.engine.completions_made() != made && c.engine.only_acks_pending() && c.pacing.thread_may_hold(true) && {
+            // Only if the completions reach this channel: the thread goes back to the
+            // application now (otherwise it sleeps on, and the peer would wait for them).
+            c.deliver_events();
+            crate::sys::readable_now(channel)
+        } {
+            // The completion wakes the application, whose next post carries these ACKs (as
+            // the progress thread holds them for an active application); should it post
+            // nothing, its next poll or wait sends them, or the progress thread within
+            // HOLD_ACK_NS.
+            c.pacing.thread_holds(now);
+            c.counters.tx_held_acks += 1;
+        } else if !c.transmit(now) {
+            c.pacing.owe(now);
+        }
+        c.deliver_events();
+        let mut due = c.engine.poll_timeout();
+        if let Some(hold) = c.pacing.owed_deadline() {
+            due = Some(due.map_or(hold, |d| d.min(hold)));
+        }
+        drop(c);
+        self.take_left_work();
+        // poll(2) counts milliseconds: round up, so the step after it finds the timer due.
+        let ms = due.map_or(-1, |d| d.saturating_sub(now).div_ceil(1_000_000).min(i32::MAX as u64) as i32);
+        (sig.rx_fd(), ms)
+    }
+
+    /// The socket owner leaves its wait (see `Signals::owner_leaves`).
+    pub fn channel_wait_end(&self) {
+        self.hub.signals.owner_leaves();
+    }
+
+    /// A thread that does not own the socket starts (`true`) or ends (`false`) a plain wait
+    /// on a completion channel: the progress thread must be armed for it.
+    pub fn channel_reader(&self, starts: bool) {
+        let sig = &self.hub.signals;
+        if starts {
+            sig.channel_readers.fetch_add(1, Ordering::SeqCst);
+            sig.set_rx_armed(true);
+        } else {
+            let _ = sig.channel_readers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+    }
+
     pub fn app_waits(&self) {
         let due = self.lock().engine.poll_timeout();
         if due.is_some_and(|d| d < self.hub.signals.thread_deadline.load(Ordering::Acquire)) {
@@ -468,8 +549,17 @@ impl Device {
     }
 
     fn kick_if_needed(&self, c: &mut Core, now: Nanos, sent_all: bool) {
-        if self.hub.signals.kick_needed(c.engine.poll_timeout(), now, sent_all) {
-            self.hub.signals.ring();
+        let sig = &self.hub.signals;
+        let mut due = c.engine.poll_timeout();
+        if sig.owner.waiting() {
+            // Packets owed (a deferred post, held ACKs) are the progress thread's too while a
+            // socket owner sleeps: no poller comes back for them.
+            if let Some(hold) = c.pacing.owed_deadline() {
+                due = Some(due.map_or(hold, |d| d.min(hold)));
+            }
+        }
+        if sig.kick_needed(due, now, sent_all) {
+            sig.ring();
         }
     }
 

@@ -24,6 +24,7 @@ pub mod device;
 mod faultplan;
 mod hub;
 mod moderation;
+mod owner;
 mod pacing;
 mod progress;
 

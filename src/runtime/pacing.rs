@@ -392,6 +392,12 @@ pub(super) struct Signals {
     /// How long (ns) a poller's last yield kept it away, until the next poll reads it
     /// (`u64::MAX`: no yield since).
     yield_took: AtomicU64,
+    /// The application thread asleep on a completion channel that receives itself (see
+    /// `owner`): while it owns the socket, nobody arms the progress thread's packet wakeups.
+    pub(super) owner: super::owner::SocketOwner,
+    /// Threads asleep in a plain read of a completion channel (not the socket's owner): when
+    /// the owner leaves, the progress thread must take the packets for them.
+    pub(super) channel_readers: std::sync::atomic::AtomicU32,
 }
 
 impl Signals {
@@ -421,6 +427,8 @@ impl Signals {
             epoch,
             wake_counters: WakeCounters::default(),
             yield_took: AtomicU64::new(u64::MAX),
+            owner: Default::default(),
+            channel_readers: Default::default(),
         })
     }
 
@@ -478,6 +486,14 @@ impl Signals {
     /// the application will have been away [`REARM_AFTER_NS`] (an application call pushes it
     /// further; it fired or was never set otherwise).
     pub(super) fn ensure_away(&self, now: Nanos) {
+        if self.owner.waiting() {
+            // Disarmed for a socket owner, not for pollers: nobody pushes the timer, and its
+            // only use is to see that the owner still exists.
+            if self.away.at().is_none_or(|t| t <= now) {
+                self.away.set(now, super::owner::OWNER_CHECK_NS);
+            }
+            return;
+        }
         if self.away.at().is_none() {
             let due = self.app_active_at.load(Ordering::Acquire).saturating_add(REARM_AFTER_NS);
             self.away.set(now, due.saturating_sub(now).max(AWAY_SLACK_NS / 10));
@@ -528,6 +544,12 @@ impl Signals {
         if self.rx_armed.load(Ordering::SeqCst) == armed {
             return;
         }
+        if armed && self.owner.held() {
+            // An application thread asleep on its channel receives (see `owner`); it re-arms
+            // when it leaves. (Checked under the lock: an owner takes the socket, then
+            // disarms under it, so an arm cannot slip in between and stay.)
+            return;
+        }
         // Disarmed = not registered at all. Armed = readable only: a writable interest would
         // fire at once on registration (the socket is writable), waking the real-time thread
         // for nothing right when a busy application re-arms; a full socket is retried on a
@@ -563,6 +585,31 @@ impl Signals {
         }
     }
 
+    /// The socket owner leaves its wait. If nobody else sleeps on a channel, the progress
+    /// thread stays disarmed as for a poller: the application is about to call the library
+    /// (it just got its event), its next poll may leave the ACKs it owes for the post that
+    /// follows (one packet train), and the away timer re-arms the thread once it stops
+    /// calling. Otherwise the thread takes the packets again now.
+    pub(super) fn owner_leaves(&self) {
+        if self.channel_readers.load(Ordering::SeqCst) > 0 {
+            self.owner.release();
+            self.set_rx_armed(true);
+            return;
+        }
+        self.owner.park();
+        // The timer was set for the owner's liveness check (see `owner`): bring it back to a
+        // poller's period.
+        let now = self.now();
+        if self.away.at().is_none_or(|t| t > now + REARM_AFTER_NS + AWAY_SLACK_MAX_NS) {
+            self.away.set(now, REARM_AFTER_NS + AWAY_SLACK_NS);
+        }
+    }
+
+    /// The receive socket (what a socket owner waits on).
+    pub(super) fn rx_fd(&self) -> std::os::fd::RawFd {
+        self.rx_fd
+    }
+
     /// Rings the progress thread's doorbell.
     pub(super) fn ring(&self) {
         WakeCounters::bump(&self.wake_counters.doorbells);
@@ -587,6 +634,14 @@ impl Signals {
     /// posts, then waits in `ibv_get_cq_event` (rping), would lose a packet and never resend it.
     pub(super) fn kick_needed(&self, due: Option<Nanos>, now: Nanos, sent_all: bool) -> bool {
         let due = due.unwrap_or(u64::MAX);
+        if self.owner.waiting() {
+            // A socket owner asleep on its channel receives, but the timers stay the progress
+            // thread's: it sleeps until the deadline it last planned under the device lock
+            // (`thread_deadline`), and whoever leaves an earlier one rings it. No poller
+            // exemption: the thread that polled last is the owner, asleep (rping's CQ thread
+            // while its main thread posts: a lost SEND was never resent).
+            return !sent_all || due < self.thread_deadline.load(Ordering::Acquire);
+        }
         let polling = now.saturating_sub(self.poll_active_at.load(Ordering::Acquire)) < APP_ACTIVE_NS;
         // Disarmed, the thread wakes by itself at `thread_wake_at` or when the away timer fires
         // (once nobody has called the library for REARM_AFTER_NS), and takes over; until then

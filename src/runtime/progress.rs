@@ -192,6 +192,11 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             // Disarmed: the pollers take the packets and run the timers, and every call of
             // theirs pushes the away timer ahead; it wakes us once nobody calls any more. No
             // look in between: each would preempt a poller that shares our CPU.
+            if sig.owner.waiting() {
+                // Disarmed for a thread asleep on its channel (`owner`): it runs the timers it
+                // knew of when it went to sleep; one another thread's post set later rang us.
+                wake_at = deadline;
+            }
             sig.ensure_away(now);
             if fine_needed {
                 // Except for DCQCN's paced QPs: a NIC's pacer does not stop while the host's
@@ -245,12 +250,24 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             }
         }
         if !sig.armed() {
-            let idle_for = sig.app_away_for(sig.now());
-            if idle_for < REARM_AFTER_NS && !other_events && !pace_due {
+            let now = sig.now();
+            let idle_for = sig.app_away_for(now);
+            let owner_due = sig.owner.waiting() && deadline.is_some_and(|d| d <= now);
+            if idle_for < REARM_AFTER_NS && !other_events && !pace_due && !owner_due {
                 // Still polling (the away timer was set from an older call): sleep on.
                 continue;
             }
+            if !other_events && !owner_due && sig.owner.waiting() && sig.owner.held() {
+                // The away timer's liveness check of a socket owner asleep on its channel: it
+                // lives and receives itself; a step here would take the lock and perhaps the
+                // owner's packet (two wakeups for one arrival). (`held` clears a dead owner's
+                // claim: then we re-arm below.)
+                continue;
+            }
             if idle_for >= REARM_AFTER_NS {
+                // A socket owner between two waits that stopped calling the library has left
+                // event-driven work (see `owner`): its parked claim goes.
+                sig.owner.clear_parked();
                 sig.set_rx_armed(true);
             }
         }
@@ -270,6 +287,16 @@ pub(super) fn run(hub: Arc<Hub>, mut poll: Poll, rt: bool) {
             // brings us back once it stops.
             deadline = if sig.armed() {
                 Some(sig.now() + REARM_AFTER_NS)
+            } else if sig.owner.held() {
+                // Disarmed for a socket owner (asleep on its channel or between two waits):
+                // the timers stay ours, and we could not read the engine's next deadline. We
+                // were rung for one earlier than the `thread_deadline` we published (often by
+                // the poster itself, still holding the lock), or our own came: look again
+                // shortly. Dropping the deadline here, as for a poller (who runs the timers
+                // itself), left a SEND posted by rping's main thread, and lost, with nobody
+                // to resend it: the owner's timeout predates the post, and our liveness
+                // wake-ups of the owner run no step.
+                Some(sig.now() + PACE_RETRY_NS)
             } else {
                 // Paced QPs: look again soon, in case the holder is preempted.
                 fine_needed.then(|| sig.now() + PACE_RETRY_NS)

@@ -10,6 +10,8 @@
 //!   pingpong  64-byte ping-pong, both sides spinning on non-blocking receives (the latency floor)
 //!   pingpong_srvblock  the same with a server that sleeps in poll() between pings: the round
 //!             trip to a process that is not polling (a passive READ responder)
+//!   pingpong_block  the same with both sides asleep in a blocking recv() (the limit of an
+//!             event-driven program: one wake-up per one-way trip)
 //!   pingpong_rc  the busy-poll ping-pong of a reliable-connected RoCE engine: each one-way trip
 //!             carries two 20-byte datagrams, the message (a 2-byte SEND or WRITE is 20 bytes of
 //!             UDP payload) and the ACK of the peer's last one (20 bytes too), as one UDP_SEGMENT
@@ -575,6 +577,9 @@ enum Trip {
     Plain,
     /// One 64-byte datagram; the server sleeps in poll() until it arrives.
     ServerBlocks,
+    /// One 64-byte datagram; both sides sleep in a blocking receive until it arrives (the
+    /// round trip of two programs asleep in `ibv_get_cq_event`).
+    BothBlock,
     /// Two 20-byte datagrams as one GSO train (an RC message and the ACK of the peer's).
     Rc,
 }
@@ -596,11 +601,36 @@ fn mode_pingpong_srvblock(cfg: &Cfg) -> Result<String, String> {
     pingpong(cfg, Trip::ServerBlocks)
 }
 
+/// Both sides sleep in a blocking `recv` until the other's datagram arrives: every one-way
+/// trip is one wake-up of a sleeping thread, the limit of an event-driven program (one that
+/// sleeps in `ibv_get_cq_event` or poll()s its completion channel). `../shared/bench/udp-ceiling`
+/// calls it `pingpong_block`.
+fn mode_pingpong_block(cfg: &Cfg) -> Result<String, String> {
+    pingpong(cfg, Trip::BothBlock)
+}
+
+/// Sets `SO_RCVTIMEO` on `fd`: a blocking receive returns EAGAIN after `ms`.
+fn recv_timeout(fd: i32, ms: i64) -> io::Result<()> {
+    let tv = libc::timeval { tv_sec: ms / 1000, tv_usec: (ms % 1000) * 1000 };
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    cvt(r).map(|_| ())
+}
+
 fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
+    let both_block = trip == Trip::BothBlock;
     let server_blocks = trip == Trip::ServerBlocks;
     let name = match trip {
         Trip::Plain => "pingpong",
         Trip::ServerBlocks => "pingpong_srvblock",
+        Trip::BothBlock => "pingpong_block",
         Trip::Rc => "pingpong_rc",
     };
     let (srv, port) = rx_socket(cfg.buf).map_err(|e| format!("server socket: {e}"))?;
@@ -613,6 +643,13 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
         connect(&srv, TX_IP, cport).map_err(|e| format!("connect: {e}"))?;
     }
     let (cfd, sfd) = (cli.0, srv.0);
+    // Asleep in recv(): each side wakes at least every 50 ms to look at its bounds.
+    let (recv_flags, look_every) = if both_block { (0, 1) } else { (libc::MSG_DONTWAIT, 64) };
+    if both_block {
+        for fd in [cfd, sfd] {
+            recv_timeout(fd, RTT_TIMEOUT.as_millis() as i64).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+        }
+    }
     // Bytes of one trip and of each of its segments; an RC trip leaves as one train of two
     // segments and arrives as one GRO datagram (or, should the kernel split it, as two: both
     // carry the trip's sequence number), each send naming its destination.
@@ -662,8 +699,7 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                     // Sleeps until the ping arrives (or 100 ms pass, to look at `stop`).
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                 }
-                let r =
-                    unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+                let r = unsafe { libc::recv(sfd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), recv_flags) };
                 if r > 0 {
                     if held == 0 {
                         for s in reply[..msg].chunks_mut(seg) {
@@ -689,7 +725,7 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                     break;
                 }
                 polls += 1;
-                if (server_blocks || polls.is_multiple_of(64))
+                if (server_blocks || polls.is_multiple_of(look_every))
                     && (stop.load(Ordering::Acquire) || Instant::now() > hard)
                 {
                     break;
@@ -730,9 +766,7 @@ fn pingpong(cfg: &Cfg, trip: Trip) -> Result<String, String> {
                 }
                 let mut held = 0usize;
                 loop {
-                    let r = unsafe {
-                        libc::recv(cfd, rbuf.as_mut_ptr() as *mut libc::c_void, rbuf.len(), libc::MSG_DONTWAIT)
-                    };
+                    let r = unsafe { libc::recv(cfd, rbuf.as_mut_ptr() as *mut libc::c_void, rbuf.len(), recv_flags) };
                     if r >= 8 {
                         if seq_at(&rbuf, 0) == Some(i) {
                             held += r as usize;
@@ -836,7 +870,7 @@ fn work(ns: u64) {
 
 const USAGE: &str =
     "usage: urxe-ceiling [-t SECS] [-n ROUND_TRIPS] [-c TXCPU,RXCPU|none] [-b SOCKBUF_BYTES] [-w NS] MODE...
-modes: gso gso64 mmsg64 pingpong pingpong_srvblock pingpong_rc all
+modes: gso gso64 mmsg64 pingpong pingpong_srvblock pingpong_block pingpong_rc all
    or: urxe-ceiling pp-server ADDR:PORT [-t SECS] [-r] | pp-client ADDR:PORT [-n TRIPS] [-t SECS] [-r]
        (the busy-poll ping-pong between two processes, e.g. two network namespaces)
   -t  seconds each throughput mode sends (default 3)
@@ -845,7 +879,8 @@ modes: gso gso64 mmsg64 pingpong pingpong_srvblock pingpong_rc all
   -b  socket buffer size requested (default 33554432; the kernel doubles it)
   -w  ns each side of the busy-poll ping-pong computes before each send (default 0, at most 1000000)";
 
-const ALL_MODES: [&str; 6] = ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock", "pingpong_rc"];
+const ALL_MODES: [&str; 7] =
+    ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock", "pingpong_block", "pingpong_rc"];
 
 fn parse_args(args: &[String]) -> Result<(Cfg, Vec<String>), String> {
     let mut cfg = Cfg { secs: 3.0, round_trips: 100_000, tx_cpu: Some(0), rx_cpu: Some(1), buf: 32 << 20, work_ns: 0 };
@@ -929,6 +964,7 @@ fn main() -> ExitCode {
             "gso" => mode_gso(&cfg),
             "gso64" => mode_gso64(&cfg),
             "pingpong_srvblock" => mode_pingpong_srvblock(&cfg),
+            "pingpong_block" => mode_pingpong_block(&cfg),
             "pingpong_rc" => mode_pingpong_rc(&cfg),
             "mmsg64" => mode_mmsg64(&cfg),
             _ => mode_pingpong(&cfg),
@@ -984,7 +1020,7 @@ mod tests {
         let (c, m) = parse_args(&a).unwrap();
         assert_eq!(c.secs, 1.0);
         assert_eq!(c.tx_cpu, None);
-        assert_eq!(m, ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock", "pingpong_rc"]);
+        assert_eq!(m, ["gso", "gso64", "mmsg64", "pingpong", "pingpong_srvblock", "pingpong_block", "pingpong_rc"]);
         let rc: Vec<String> = ["pingpong_rc"].iter().map(|s| s.to_string()).collect();
         assert_eq!(parse_args(&rc).unwrap().1, ["pingpong_rc"]);
         assert!(parse_args(&["pingpong_xx".to_string()]).is_err());
