@@ -30,22 +30,63 @@ fn cfg() -> EngineConfig {
 }
 
 /// A free loopback address of our own for this test (tests run in parallel).
-fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
-    let (tx, rx) = mpsc::channel();
+/// Opens a device on the first free address 127.90.x.`last`, its events going to a fresh
+/// `sink()` (a failed open drops the one it was given).
+fn open_with(last: u8, mut sink: impl FnMut() -> urxe::runtime::EventSink) -> Device {
     for b in 0..200u8 {
         let ip: IpAddr = format!("127.{}.{}.{}", 90, b, last).parse().unwrap();
-        let t = tx.clone();
-        if let Ok(d) = Device::open(
-            ip,
-            cfg(),
-            Box::new(move |e| {
-                let _ = t.send(e);
-            }),
-        ) {
-            return (d, rx);
+        if let Ok(d) = Device::open(ip, cfg(), sink()) {
+            return d;
         }
     }
     panic!("no free loopback address");
+}
+
+fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
+    let (tx, rx) = mpsc::channel();
+    let d = open_with(last, || {
+        let t = tx.clone();
+        Box::new(move |e| {
+            let _ = t.send(e);
+        })
+    });
+    (d, rx)
+}
+
+/// A device whose event sink writes a byte per event to a socket pair, as a completion
+/// channel's fd is written: the device and the pair's reading end (non-blocking).
+fn open_channel(last: u8) -> (Device, std::os::unix::net::UnixStream) {
+    use std::io::Write;
+    let (rx, tx) = std::os::unix::net::UnixStream::pair().unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let d = open_with(last, || {
+        let mut w = tx.try_clone().unwrap();
+        Box::new(move |_e| {
+            let _ = w.write(&[1]);
+        })
+    });
+    (d, rx)
+}
+
+/// One wait of a socket owner on channel `chan` (between `channel_wait_begin` and
+/// `channel_wait_end`, as ibv_get_cq_event runs it): steps and sleeps in poll(2) on the
+/// channel and the receive socket until the channel is readable (true) or `deadline` passes.
+fn owner_wait(dev: &Device, chan: std::os::fd::RawFd, deadline: Instant) -> bool {
+    while Instant::now() < deadline {
+        let (rx, ms) = dev.channel_step(chan);
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32 + 1;
+        let ms = if ms < 0 { left } else { ms.min(left) };
+        let mut fds = [
+            libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds that outlive the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if n > 0 && fds[0].revents != 0 {
+            return true;
+        }
+    }
+    false
 }
 
 fn side(dev: Device, ty: QpType) -> Side {
@@ -511,31 +552,10 @@ fn an_owner_asleep_on_its_channel_leaves_the_progress_thread_idle() {
     // after b's last call). That timer only checks that the owner still lives: it must not
     // run a progress step on b (each such step takes the device lock, may take the owner's
     // packet and turns the owner's one wakeup into two).
-    use std::io::{Read, Write};
+    use std::io::Read;
     use std::os::fd::AsRawFd;
-    let (chan_rx, chan_tx) = std::os::unix::net::UnixStream::pair().unwrap();
-    chan_rx.set_nonblocking(true).unwrap();
-    let mut chan_tx = Some(chan_tx);
     let (da, _ea) = open(10);
-    let db = {
-        let mut tx = chan_tx.take();
-        let mut d = None;
-        for x in 0..200u8 {
-            let ip: IpAddr = format!("127.91.{x}.11").parse().unwrap();
-            let mut w = tx.take().unwrap();
-            let sink = Box::new(move |_e: Event| {
-                let _ = w.write(&[1]);
-            });
-            match Device::open(ip, cfg(), sink) {
-                Ok(dev) => {
-                    d = Some(dev);
-                    break;
-                }
-                Err(_) => tx = Some(std::os::unix::net::UnixStream::pair().unwrap().1),
-            }
-        }
-        d.expect("no free loopback address")
-    };
+    let (db, chan_rx) = open_channel(11);
     let a = side(da, QpType::Rc);
     let b = side(db, QpType::Rc);
     connect(&a, &b, 500, 600);
@@ -571,19 +591,7 @@ fn an_owner_asleep_on_its_channel_leaves_the_progress_thread_idle() {
     let deadline = Instant::now() + Duration::from_secs(20);
     while got < N && Instant::now() < deadline {
         assert!(b.dev.channel_wait_begin(), "b's only waiter owns the socket");
-        loop {
-            let (rx, ms) = b.dev.channel_step(chan);
-            let mut fds = [
-                libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
-            ];
-            let ms = if ms < 0 { 1000 } else { ms.min(1000) };
-            // SAFETY: two valid pollfds that outlive the call.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-            if (n > 0 && fds[0].revents != 0) || Instant::now() >= deadline {
-                break;
-            }
-        }
+        owner_wait(&b.dev, chan, deadline);
         b.dev.channel_wait_end();
         let mut byte = [0u8; 16];
         let _ = (&chan_rx).read(&mut byte);
@@ -612,30 +620,9 @@ fn a_send_lost_while_the_owner_sleeps_is_resent_by_the_progress_thread() {
     // resend it: the timer was armed by the poster, after the owner planned its sleep. (rping
     // with 5 % loss hung at its first loss this way: the rung thread found the poster holding
     // the lock and dropped its deadline, and its liveness checks of the owner ran no step.)
-    use std::io::{Read, Write};
+    use std::io::Read;
     use std::os::fd::AsRawFd;
-    let (chan_rx, chan_tx) = std::os::unix::net::UnixStream::pair().unwrap();
-    chan_rx.set_nonblocking(true).unwrap();
-    let mut chan_tx = Some(chan_tx);
-    let da = {
-        let mut tx = chan_tx.take();
-        let mut d = None;
-        for x in 0..200u8 {
-            let ip: IpAddr = format!("127.92.{x}.12").parse().unwrap();
-            let mut w = tx.take().unwrap();
-            let sink = Box::new(move |_e: Event| {
-                let _ = w.write(&[1]);
-            });
-            match Device::open(ip, cfg(), sink) {
-                Ok(dev) => {
-                    d = Some(dev);
-                    break;
-                }
-                Err(_) => tx = Some(std::os::unix::net::UnixStream::pair().unwrap().1),
-            }
-        }
-        d.expect("no free loopback address")
-    };
+    let (da, chan_rx) = open_channel(12);
     let (db, _eb) = open(13);
     let a = std::sync::Arc::new(side(da, QpType::Rc));
     let b = side(db, QpType::Rc);
@@ -666,22 +653,7 @@ fn a_send_lost_while_the_owner_sleeps_is_resent_by_the_progress_thread() {
     let chan = chan_rx.as_raw_fd();
     let deadline = Instant::now() + Duration::from_secs(5);
     assert!(a.dev.channel_wait_begin(), "a's only waiter owns the socket");
-    let mut woke = false;
-    while Instant::now() < deadline {
-        let (rx, ms) = a.dev.channel_step(chan);
-        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32 + 1;
-        let ms = if ms < 0 { left } else { ms.min(left) };
-        let mut fds = [
-            libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: rx, events: libc::POLLIN, revents: 0 },
-        ];
-        // SAFETY: two valid pollfds that outlive the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if n > 0 && fds[0].revents != 0 {
-            woke = true;
-            break;
-        }
-    }
+    let woke = owner_wait(&a.dev, chan, deadline);
     a.dev.channel_wait_end();
     let b = poster.join().unwrap();
     let mut byte = [0u8; 16];
