@@ -33,12 +33,7 @@ static struct ibv_pd *pd;
 
 static void open_dev(void)
 {
-	int n = 0;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	REQUIRE(l && n == 1);
-	ctx = ibv_open_device(l[0]);
-	REQUIRE(ctx);
-	ibv_free_device_list(l);
+	ctx = open_the_device();
 	pd = ibv_alloc_pd(ctx);
 	REQUIRE(pd);
 }

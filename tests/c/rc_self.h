@@ -1,12 +1,24 @@
-/* rc_self.h - an RC QP of the tests/c programs taken RESET -> INIT -> RTR -> RTS, connected to
- * QP `remote` of the same device over the device's own GID (index RC_SELF_GID_INDEX, port 1),
- * MTU 1024, PSNs 0, retries 7. Needs check.h (REQUIRE) first. */
+/* rc_self.h - for the tests/c programs: their one device, opened; an RC QP taken RESET -> INIT
+ * -> RTR -> RTS, connected to QP `remote` of the same device over the device's own GID (index
+ * RC_SELF_GID_INDEX, port 1), MTU 1024, PSNs 0, retries 7. Needs check.h (REQUIRE) first. */
 #ifndef URXE_TESTS_C_RC_SELF_H
 #define URXE_TESTS_C_RC_SELF_H
 #include <string.h>
 #include <infiniband/verbs.h>
 
 #define RC_SELF_GID_INDEX 1
+
+/* The one device the tests see (urxe0), opened. */
+static inline struct ibv_context *open_the_device(void)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	REQUIRE(l && n == 1);
+	struct ibv_context *ctx = ibv_open_device(l[0]);
+	REQUIRE(ctx);
+	ibv_free_device_list(l);
+	return ctx;
+}
 
 static inline void rc_connect_self(struct ibv_context *ctx, struct ibv_qp *qp, uint32_t remote, int access)
 {

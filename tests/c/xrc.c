@@ -31,6 +31,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "rc_self.h"
 
 #define GID_INDEX 1
 #define POLL_MS 5000
@@ -139,12 +140,7 @@ static int post_legacy(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t srqn, 
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **l = ibv_get_device_list(&n);
-	REQUIRE(l && n == 1);
-	ctx = ibv_open_device(l[0]);
-	REQUIRE(ctx);
-	ibv_free_device_list(l);
+	ctx = open_the_device();
 
 	struct ibv_device_attr_ex dx;
 	CHECK(ibv_query_device_ex(ctx, NULL, &dx) == 0);
