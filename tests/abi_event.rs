@@ -17,10 +17,7 @@ fn program() -> &'static PathBuf {
 
 /// Runs one section; it must exit 0 and say so.
 fn section(name: &str) -> String {
-    let o = run(with_lib(program()).arg(name).env_remove("URXE_ADDR").env("ASAN_OPTIONS", "detect_leaks=1"));
-    let out = text(&o);
-    assert!(o.status.success() && out.contains("all checks passed"), "event_path {name}:\n{out}");
-    out
+    run_c_section(program(), "event_path", name)
 }
 
 #[test]

@@ -63,6 +63,16 @@ pub fn load_error(out: &str) -> Option<&'static str> {
 }
 pub mod layout;
 
+/// Runs section `section` of the C test program `exe` (built from tests/c/`name`.c) in its own
+/// process, without `URXE_ADDR` and with ASan's leak check; it must exit 0 and print "all
+/// checks passed". Returns its output.
+pub fn run_c_section(exe: &Path, name: &str, section: &str) -> String {
+    let o = run(with_lib(exe).arg(section).env_remove("URXE_ADDR").env("ASAN_OPTIONS", "detect_leaks=1"));
+    let out = text(&o);
+    assert!(o.status.success() && out.contains("all checks passed"), "{name} {section}:\n{out}");
+    out
+}
+
 /// Compiles `tests/c/<name>.c` (see [`compile_c`]) into `target/urxe/c-tests/<name>`.
 pub fn compile_c_test(name: &str) -> PathBuf {
     compile_c(&format!("tests/c/{name}.c"))
