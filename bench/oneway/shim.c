@@ -1,7 +1,7 @@
 // bench/oneway/shim.c - an LD_PRELOAD timing shim for bench/oneway.sh (a benchmark tool, not
 // part of urxe). It wraps the socket calls a ping-pong makes - libc's syscall() (urxe's raw
-// system calls), sendmsg, sendto, send, recvmsg, recvmmsg, recvfrom, recv - and records, per thread, the
-// TSC at entry and at return with the call's result. At exit it writes one file per thread,
+// system calls), sendmsg, sendto, send, recvmsg, recvmmsg, recvfrom, recv - and records, per
+// thread, the TSC at entry and at return with the call's result. At exit it writes one file per thread,
 // $ONEWAY_DIR/<pid>.<tid>.bin: a header (magic, TSC ticks per microsecond measured over the
 // process's life against CLOCK_MONOTONIC, record count, the CPU of the thread's first call) and
 // the records. bench/oneway/analyze.py
