@@ -144,6 +144,8 @@ impl<M: HostMemory> Engine<M> {
                 completions_made: 0,
                 icrc_tx: wire::icrc::IcrcFlows::default(),
                 faults: None,
+                #[cfg(feature = "fuzzing")]
+                short: Default::default(),
             },
             qps: Vec::new(),
             qspace: QpnSpace::WHOLE,
@@ -346,7 +348,7 @@ impl<M: HostMemory> Engine<M> {
         }
         let mut q = self.qps[self.qspace.idx(qpn)].take().ok_or(Error::NotFound)?;
         let from = q.state;
-        apply_attrs(&mut q, attr, mask);
+        qp::apply_attrs(&mut q, attr, mask);
         if mask.contains(QpAttrMask::PATH_MIG_STATE) && attr.path_mig_state != MigState::Migrated {
             // Automatic path migration is not supported: report it rather than pretend.
             self.sh.async_event(AsyncEventType::PathMigErr, AsyncElement::Qp(qpn));
@@ -822,67 +824,16 @@ impl<M: HostMemory> Engine<M> {
     }
 }
 
-fn apply_attrs(q: &mut Qp, a: &QpAttr, mask: QpAttrMask) {
-    use QpAttrMask as A;
-    let t = &mut q.attr;
-    let m = |f| mask.contains(f);
-    if m(A::EN_SQD_ASYNC_NOTIFY) {
-        t.en_sqd_async_notify = a.en_sqd_async_notify;
+#[cfg(feature = "fuzzing")]
+impl<M: HostMemory> Engine<M> {
+    /// Tests only (`fuzzing` feature): switches the short paths off (every packet then takes
+    /// the general path) or back on, so the same traffic can be run both ways and compared.
+    pub fn set_short_paths(&mut self, on: bool) {
+        self.sh.short.off = !on;
     }
-    if m(A::ACCESS_FLAGS) {
-        t.qp_access_flags = a.qp_access_flags;
-    }
-    if m(A::PKEY_INDEX) {
-        t.pkey_index = a.pkey_index;
-    }
-    if m(A::PORT) {
-        t.port_num = a.port_num;
-    }
-    if m(A::QKEY) {
-        t.qkey = a.qkey;
-    }
-    if m(A::AV) {
-        t.ah_attr = a.ah_attr;
-    }
-    if m(A::PATH_MTU) {
-        t.path_mtu = a.path_mtu;
-    }
-    if m(A::TIMEOUT) {
-        t.timeout = a.timeout;
-    }
-    if m(A::RETRY_CNT) {
-        t.retry_cnt = a.retry_cnt;
-        q.req.retry_left = a.retry_cnt;
-    }
-    if m(A::RNR_RETRY) {
-        t.rnr_retry = a.rnr_retry;
-        q.req.rnr_left = a.rnr_retry;
-    }
-    if m(A::RQ_PSN) {
-        t.rq_psn = a.rq_psn & 0xFF_FFFF;
-    }
-    if m(A::MAX_QP_RD_ATOMIC) {
-        t.max_rd_atomic = a.max_rd_atomic;
-    }
-    if m(A::ALT_PATH) {
-        t.alt_ah_attr = a.alt_ah_attr;
-        t.alt_pkey_index = a.alt_pkey_index;
-        t.alt_port_num = a.alt_port_num;
-        t.alt_timeout = a.alt_timeout;
-    }
-    if m(A::MIN_RNR_TIMER) {
-        t.min_rnr_timer = a.min_rnr_timer;
-    }
-    if m(A::SQ_PSN) {
-        t.sq_psn = a.sq_psn & 0xFF_FFFF;
-    }
-    if m(A::MAX_DEST_RD_ATOMIC) {
-        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    }
-    if m(A::PATH_MIG_STATE) {
-        t.path_mig_state = a.path_mig_state;
-    }
-    if m(A::DEST_QPN) {
-        t.dest_qp_num = a.dest_qp_num;
+
+    /// Tests only (`fuzzing` feature): packets a short path has handled.
+    pub fn short_path_packets(&self) -> u64 {
+        self.sh.short.taken
     }
 }

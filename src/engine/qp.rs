@@ -552,6 +552,72 @@ pub(crate) fn gid_to_ip(gid: [u8; 16]) -> IpAddr {
     }
 }
 
+/// Stores the attributes `mask` names (modify_qp, after its checks).
+pub(crate) fn apply_attrs(q: &mut Qp, a: &QpAttr, mask: QpAttrMask) {
+    use QpAttrMask as A;
+    let t = &mut q.attr;
+    let m = |f| mask.contains(f);
+    if m(A::EN_SQD_ASYNC_NOTIFY) {
+        t.en_sqd_async_notify = a.en_sqd_async_notify;
+    }
+    if m(A::ACCESS_FLAGS) {
+        t.qp_access_flags = a.qp_access_flags;
+    }
+    if m(A::PKEY_INDEX) {
+        t.pkey_index = a.pkey_index;
+    }
+    if m(A::PORT) {
+        t.port_num = a.port_num;
+    }
+    if m(A::QKEY) {
+        t.qkey = a.qkey;
+    }
+    if m(A::AV) {
+        t.ah_attr = a.ah_attr;
+    }
+    if m(A::PATH_MTU) {
+        t.path_mtu = a.path_mtu;
+    }
+    if m(A::TIMEOUT) {
+        t.timeout = a.timeout;
+    }
+    if m(A::RETRY_CNT) {
+        t.retry_cnt = a.retry_cnt;
+        q.req.retry_left = a.retry_cnt;
+    }
+    if m(A::RNR_RETRY) {
+        t.rnr_retry = a.rnr_retry;
+        q.req.rnr_left = a.rnr_retry;
+    }
+    if m(A::RQ_PSN) {
+        t.rq_psn = a.rq_psn & 0xFF_FFFF;
+    }
+    if m(A::MAX_QP_RD_ATOMIC) {
+        t.max_rd_atomic = a.max_rd_atomic;
+    }
+    if m(A::ALT_PATH) {
+        t.alt_ah_attr = a.alt_ah_attr;
+        t.alt_pkey_index = a.alt_pkey_index;
+        t.alt_port_num = a.alt_port_num;
+        t.alt_timeout = a.alt_timeout;
+    }
+    if m(A::MIN_RNR_TIMER) {
+        t.min_rnr_timer = a.min_rnr_timer;
+    }
+    if m(A::SQ_PSN) {
+        t.sq_psn = a.sq_psn & 0xFF_FFFF;
+    }
+    if m(A::MAX_DEST_RD_ATOMIC) {
+        t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    }
+    if m(A::PATH_MIG_STATE) {
+        t.path_mig_state = a.path_mig_state;
+    }
+    if m(A::DEST_QPN) {
+        t.dest_qp_num = a.dest_qp_num;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

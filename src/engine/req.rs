@@ -20,6 +20,7 @@ use crate::wire::immdt::ImmDtRepr;
 use crate::wire::opcode::{op, Position};
 use crate::wire::packet::finish_flow;
 use crate::wire::reth::RethRepr;
+use crate::wire::short::{emit_rc_only, OnlyRequest};
 use crate::wire::xrceth::XrcEthRepr;
 use crate::wire::{Headers, Psn};
 
@@ -212,6 +213,9 @@ pub(crate) fn poll_request<M: HostMemory>(
         if q.ty.is_reliable() && q.req.psn.distance(q.req.unacked) >= q.req.win.limit() {
             return None;
         }
+        if let Some(only) = short_request(q, sh, idx) {
+            return emit_only(q, sh, now, idx, only, buf);
+        }
         return emit_request(q, sh, now, idx, buf);
     }
 }
@@ -320,6 +324,97 @@ fn emit_request<M: HostMemory>(
     };
     advance(q, sh, now, idx, consumes, pos.ends());
     Some(Transmit { dst, src_port: sport, flow_label: q.flow_label, len, tos: 0 })
+}
+
+/// The short path's test: the WQE at `idx` is a one-packet RC SEND or RDMA WRITE (with or
+/// without immediate) and the requester stands at its PSN — the common case, built by
+/// [`emit_only`] in straight-line code. Anything else (multi-packet messages, READ, atomics,
+/// UC, UD, XRC, a QP without a peer yet) takes [`emit_request`].
+#[inline]
+fn short_request<M>(q: &Qp, sh: &EngineShared<M>, idx: usize) -> Option<OnlyRequest> {
+    let w = &q.sq.wqes[idx];
+    if !sh.short_paths_on()
+        || q.ty != QpType::Rc
+        || w.len > q.mtu
+        || q.dest.is_none()
+        || (w.npkts != 0 && w.first_psn != q.req.psn)
+    {
+        return None;
+    }
+    match w.kind {
+        WrKind::Send => Some(OnlyRequest::Send),
+        WrKind::SendWithImm { imm_data } => Some(OnlyRequest::SendImm { imm: imm_to_wire(imm_data) }),
+        WrKind::RdmaWrite { remote_addr, rkey } => Some(OnlyRequest::Write { va: remote_addr, rkey, len: w.len }),
+        WrKind::RdmaWriteWithImm { remote_addr, rkey, imm_data } => {
+            Some(OnlyRequest::WriteImm { va: remote_addr, rkey, len: w.len, imm: imm_to_wire(imm_data) })
+        }
+        _ => None,
+    }
+}
+
+/// The short path (see [`short_request`]): the packet [`emit_request`] would build for this
+/// WQE, byte for byte, with its headers written by [`emit_rc_only`], the payload read from the
+/// inline copy or through a single SGE's one lkey check, and the same failures (a bad lkey
+/// fails the WR with LOC_PROT_ERR, an unaddressable peer with LOC_QP_OP_ERR).
+fn emit_only<M: HostMemory>(
+    q: &mut Qp,
+    sh: &mut EngineShared<M>,
+    now: Nanos,
+    idx: usize,
+    only: OnlyRequest,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    let psn = q.req.psn;
+    // start_wqe and set_ack_req for a one-packet message: AckReq on, the count restarts.
+    let w = &mut q.sq.wqes[idx];
+    if w.npkts == 0 {
+        w.first_psn = psn;
+        w.npkts = 1;
+    }
+    q.req.noack_pkts = 0;
+    let w = &q.sq.wqes[idx];
+    let solicited = w.flags.contains(SendFlags::SOLICITED) && !matches!(only, OnlyRequest::Write { .. });
+    let Some(hl) = emit_rc_only(buf, only, solicited, q.attr.dest_qp_num, psn) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    let len = w.len as usize;
+    if len > 0 {
+        let out = &mut buf[hl..hl + len];
+        let copied = if w.inline {
+            out.copy_from_slice(q.sq.inline_of(w));
+            true
+        } else if let [s] = q.sq.sges_of(w) {
+            // One SGE (the usual case) holds the whole payload: one lkey check, one read.
+            s.length as usize >= len
+                && match sh.keys.check_lkey(s.lkey, q.pd, s.addr, len as u64, AccessFlags::EMPTY) {
+                    Ok(r) => sh.mem.read(r.host, out).is_ok(),
+                    Err(_) => false,
+                }
+        } else {
+            gather(sh, q.pd, q.sq.sges_of(w), 0, out)
+        };
+        if !copied {
+            fail_wqe(q, sh, idx, WcStatus::LocProtErr);
+            return None;
+        }
+    }
+    let dst = q.dest?;
+    let Some(ip) = sh.tx_ip(dst) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    let sport = q.sport;
+    let flow = sh.icrc_tx.get(&ip, sport, ROCEV2_PORT);
+    let Ok(total) = finish_flow(buf, hl, len, &flow) else {
+        sh.counters.tx_errors += 1;
+        return None;
+    };
+    advance(q, sh, now, idx, 1, true);
+    sh.short_path_taken();
+    Some(Transmit { dst, src_port: sport, flow_label: q.flow_label, len: total, tos: 0 })
 }
 
 /// At a WQE's first packet: its first PSN and packet count.

@@ -102,6 +102,19 @@ pub(crate) struct EngineShared<M> {
     /// The fault plan (`Engine::set_fault_plan`); `None`, the rule, costs one test per
     /// datagram, packet, post and completion.
     pub faults: Option<Box<super::faults::Injector>>,
+    /// Tests' switch of the short paths (built with the `fuzzing` feature only).
+    #[cfg(feature = "fuzzing")]
+    pub short: ShortSwitch,
+}
+
+/// Tests' switch of the short paths ([`super::Engine::set_short_paths`]): off, every packet
+/// takes the general path, so a test can run the same traffic both ways and compare; `taken`
+/// counts the packets a short path handled.
+#[cfg(feature = "fuzzing")]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ShortSwitch {
+    pub off: bool,
+    pub taken: u64,
 }
 
 impl<M> EngineShared<M> {
@@ -124,6 +137,24 @@ impl<M> EngineShared<M> {
                 }
                 false
             }
+        }
+    }
+
+    /// Whether a short path may run: always, but in a test that switched them off.
+    #[inline(always)]
+    pub fn short_paths_on(&self) -> bool {
+        #[cfg(feature = "fuzzing")]
+        return !self.short.off;
+        #[cfg(not(feature = "fuzzing"))]
+        true
+    }
+
+    /// Counts a packet a short path handled (tests only).
+    #[inline(always)]
+    pub fn short_path_taken(&mut self) {
+        #[cfg(feature = "fuzzing")]
+        {
+            self.short.taken += 1;
         }
     }
 

@@ -26,6 +26,7 @@ pub mod opcode;
 pub mod packet;
 pub mod psn;
 pub mod reth;
+pub mod short;
 pub mod xrceth;
 
 pub use packet::{parse, Headers, Parsed};
