@@ -459,10 +459,14 @@ impl<M: HostMemory> Engine<M> {
         if self.sh.faults.is_some() {
             self.verb_fault(faults::Site::PostSend, Some(qpn))?;
         }
-        let limits = self.sh.cfg.limits;
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return Err(Error::NotFound) };
-        req::post(q, &mut self.sh, wr, remote_srqn, &limits)?;
-        self.touch(qpn);
+        req::post(q, &mut self.sh, wr, remote_srqn)?;
+        // `touch` without a second lookup: a QP whose send queue just grew may send (ERR
+        // flushed it instead); a post arms no timer the QP did not already have.
+        if !q.in_txq && req::may_transmit(q) {
+            q.in_txq = true;
+            self.txq.push_back(qpn);
+        }
         Ok(())
     }
 
@@ -720,13 +724,13 @@ impl<M: HostMemory> Engine<M> {
                         self.burst = 0;
                         self.txq.push_back(qpn);
                     }
-                    self.arm_timer(qpn);
+                    arm(&mut self.timers, q);
                     return Some(t);
                 }
                 None => {
                     q.in_txq = false;
                     self.burst = 0;
-                    self.arm_timer(qpn);
+                    arm(&mut self.timers, q);
                 }
             }
         }
@@ -810,16 +814,22 @@ impl<M: HostMemory> Engine<M> {
             q.in_txq = true;
             self.txq.push_back(qpn);
         }
-        self.arm_timer(qpn);
+        arm(&mut self.timers, q);
     }
 
     fn arm_timer(&mut self, qpn: Qpn) {
         let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return };
-        if let Some(due) = q.timer_due() {
-            if q.heap_at.is_none_or(|h| due < h) {
-                q.heap_at = Some(due);
-                self.timers.push(due, qpn);
-            }
+        arm(&mut self.timers, q);
+    }
+}
+
+/// Puts the QP's earliest deadline in the heap if it is earlier than the one it has there.
+#[inline]
+fn arm(timers: &mut TimerHeap, q: &mut Qp) {
+    if let Some(due) = q.timer_due() {
+        if q.heap_at.is_none_or(|h| due < h) {
+            q.heap_at = Some(due);
+            timers.push(due, q.qpn);
         }
     }
 }

@@ -36,7 +36,6 @@ pub(crate) fn post<M: HostMemory>(
     sh: &mut EngineShared<M>,
     wr: &SendWr<'_>,
     remote_srqn: Option<u32>,
-    l: &Limits,
 ) -> Result<(), Error> {
     match q.state {
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
@@ -79,7 +78,7 @@ pub(crate) fn post<M: HostMemory>(
     if inline && len64 > q.sq.max_inline as u64 {
         return Err(Error::Invalid);
     }
-    if len64 > l.max_msg_size as u64 {
+    if len64 > sh.cfg.limits.max_msg_size as u64 {
         return Err(Error::Invalid);
     }
     let len = match wr.kind {
@@ -412,7 +411,21 @@ fn emit_only<M: HostMemory>(
         sh.counters.tx_errors += 1;
         return None;
     };
-    advance(q, sh, now, idx, 1, true);
+    // `advance` for one RC packet that ends a SEND or WRITE: the WQE waits for its ACK.
+    let resend = psn.before(q.req.high_psn);
+    if resend {
+        sh.counters.retransmitted_pkts += 1;
+    }
+    q.req.win.on_send(now, psn, 1, resend, &mut sh.counters);
+    q.req.psn = psn.add(1);
+    if q.req.psn.after(q.req.high_psn) {
+        q.req.high_psn = q.req.psn;
+    }
+    q.req.next += 1;
+    q.sq.wqes[idx].state = WqeState::Sent;
+    if q.req.retx_at.is_none() {
+        q.req.retx_at = q.req.win.arm(now, super::timer::ack_timeout_nanos(q.attr.timeout));
+    }
     sh.short_path_taken();
     Some(Transmit { dst, src_port: sport, flow_label: q.flow_label, len: total, tos: 0 })
 }

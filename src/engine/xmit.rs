@@ -29,8 +29,10 @@ pub(crate) fn poll_qp<M: HostMemory>(
         }
     }
     q.resp.ack_yielded = false;
-    if let Some(t) = resp::poll_out(q, sh, buf) {
-        return Some(t);
+    if !q.resp.out.is_empty() {
+        if let Some(t) = resp::poll_out(q, sh, buf) {
+            return Some(t);
+        }
     }
     req::poll_request(q, sh, now, buf)
 }

@@ -24,6 +24,9 @@ pub struct SimHost {
     holes: RefCell<Vec<(u64, u64)>>,
     /// Once enabled, every engine access that succeeded.
     log: RefCell<Option<Vec<Access>>>,
+    /// A hole was punched or the log started: accesses are checked against both (without,
+    /// the common case, an access costs a bounds check and the copy, as in a real host).
+    watched: std::cell::Cell<bool>,
 }
 
 /// What an engine access did, for [`SimHost::take_log`].
@@ -50,11 +53,13 @@ impl SimHost {
             next: std::cell::Cell::new(base),
             holes: RefCell::new(Vec::new()),
             log: RefCell::new(None),
+            watched: std::cell::Cell::new(false),
         }
     }
     /// Unmaps `[addr, addr + len)` (registered or not): engine accesses there now fail.
     pub fn punch_hole(&self, addr: u64, len: u64) {
         self.holes.borrow_mut().push((addr, len));
+        self.watched.set(true);
     }
     /// Maps `[addr, addr + len)` again (a hole punched with exactly these bounds).
     pub fn fill_hole(&self, addr: u64, len: u64) {
@@ -63,6 +68,7 @@ impl SimHost {
     /// Starts recording the engine's successful accesses.
     pub fn start_log(&self) {
         *self.log.borrow_mut() = Some(Vec::new());
+        self.watched.set(true);
     }
     /// The accesses recorded since `start_log` (recording goes on).
     pub fn take_log(&self) -> Vec<Access> {
@@ -71,6 +77,9 @@ impl SimHost {
     /// The range of an engine access: in host memory and clear of every hole.
     fn engine_range(&self, kind: AccessKind, addr: u64, len: usize) -> Result<std::ops::Range<usize>, MemError> {
         let r = self.range(addr, len)?;
+        if !self.watched.get() {
+            return Ok(r);
+        }
         let end = addr + len as u64;
         if let Some(&(h, _)) = self.holes.borrow().iter().find(|&&(h, hl)| addr < h + hl && h < end) {
             return Err(MemError::Fault { addr: addr.max(h) });
