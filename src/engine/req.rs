@@ -41,31 +41,39 @@ pub(crate) fn post<M: HostMemory>(
         QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
         _ => return Err(Error::BadState),
     }
-    let ok_kind = match (q.ty, &wr.kind) {
-        (QpType::Ud, WrKind::Send | WrKind::SendWithImm { .. }) => wr.ud.is_some(),
-        (QpType::Ud, _) => false,
-        (QpType::Uc, WrKind::Send | WrKind::SendWithImm { .. })
-        | (QpType::Uc, WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. })
-        | (QpType::Uc, WrKind::LocalInv { .. } | WrKind::BindMw(_)) => true,
-        (QpType::Uc, _) => false,
-        (QpType::Rc | QpType::XrcSend, _) => true,
-        // A target has no send queue.
-        (QpType::XrcRecv, _) => false,
-    };
+    // The common case first: an RC SEND or WRITE (every kind is allowed on RC, none names an
+    // XRC SRQ) skips the kind and SRQ tables below.
+    let rc_plain = q.ty == QpType::Rc && remote_srqn.is_none();
+    let ok_kind = rc_plain
+        || match (q.ty, &wr.kind) {
+            (QpType::Ud, WrKind::Send | WrKind::SendWithImm { .. }) => wr.ud.is_some(),
+            (QpType::Ud, _) => false,
+            (QpType::Uc, WrKind::Send | WrKind::SendWithImm { .. })
+            | (QpType::Uc, WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. })
+            | (QpType::Uc, WrKind::LocalInv { .. } | WrKind::BindMw(_)) => true,
+            (QpType::Uc, _) => false,
+            (QpType::Rc | QpType::XrcSend, _) => true,
+            // A target has no send queue.
+            (QpType::XrcRecv, _) => false,
+        };
     // An initiator's requests must name the peer's XRC SRQ (24 bits); no other QP's may. Local
     // operations (LOCAL_INV, BIND_MW) send nothing and need none.
-    let srqn_ok = match (q.ty, remote_srqn) {
-        (QpType::XrcSend, Some(n)) => n <= 0xFF_FFFF,
-        (QpType::XrcSend, None) => matches!(wr.kind, WrKind::LocalInv { .. } | WrKind::BindMw(_)),
-        (_, r) => r.is_none(),
-    };
+    let srqn_ok = rc_plain
+        || match (q.ty, remote_srqn) {
+            (QpType::XrcSend, Some(n)) => n <= 0xFF_FFFF,
+            (QpType::XrcSend, None) => matches!(wr.kind, WrKind::LocalInv { .. } | WrKind::BindMw(_)),
+            (_, r) => r.is_none(),
+        };
     if !ok_kind || !srqn_ok || wr.flags.unknown_bits() != 0 {
         return Err(Error::Invalid);
     }
     if wr.sg_list.len() > q.sq.max_sge as usize {
         return Err(Error::Invalid);
     }
-    let len64: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
+    let len64: u64 = match wr.sg_list {
+        [s] => s.length as u64,
+        l => l.iter().map(|s| s.length as u64).sum(),
+    };
     let inline = wr.flags.contains(SendFlags::INLINE)
         && matches!(
             wr.kind,
