@@ -718,7 +718,12 @@ impl<M: HostMemory> Engine<M> {
                     // of one flow are what the transport can hand to the kernel as one GSO
                     // train; QPs still take turns so none starves.
                     self.burst += 1;
-                    if self.burst < TX_BURST {
+                    if !req::may_transmit(q) {
+                        // Nothing left to send (a post, an ACK or a timer queues it again): the
+                        // caller's next poll finds the queue empty instead of asking this QP.
+                        q.in_txq = false;
+                        self.burst = 0;
+                    } else if self.burst < TX_BURST {
                         self.txq.push_front(qpn);
                     } else {
                         self.burst = 0;
