@@ -699,14 +699,20 @@ impl<M: HostMemory> Engine<M> {
                 return Some(t);
             }
         }
-        while let Some(qpn) = self.txq.pop_front() {
-            let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { continue };
+        // The QP being served stays at the front of the queue (nothing else changes the queue
+        // meanwhile) and leaves it when its turn ends.
+        while let Some(&qpn) = self.txq.front() {
+            let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else {
+                self.txq.pop_front();
+                continue;
+            };
             if let Some(at) = congestion::gate(q, now) {
                 // DCQCN's rate limit: the QP waits on its timer, not in the queue.
+                self.txq.pop_front();
                 q.cc.pace_at = Some(at);
                 q.in_txq = false;
                 self.burst = 0;
-                self.arm_timer(qpn);
+                arm(&mut self.timers, q);
                 continue;
             }
             match xmit::poll_qp(q, &mut self.sh, now, buf) {
@@ -721,18 +727,19 @@ impl<M: HostMemory> Engine<M> {
                     if !req::may_transmit(q) {
                         // Nothing left to send (a post, an ACK or a timer queues it again): the
                         // caller's next poll finds the queue empty instead of asking this QP.
+                        self.txq.pop_front();
                         q.in_txq = false;
                         self.burst = 0;
-                    } else if self.burst < TX_BURST {
-                        self.txq.push_front(qpn);
-                    } else {
-                        self.burst = 0;
+                    } else if self.burst >= TX_BURST {
+                        self.txq.pop_front();
                         self.txq.push_back(qpn);
+                        self.burst = 0;
                     }
                     arm(&mut self.timers, q);
                     return Some(t);
                 }
                 None => {
+                    self.txq.pop_front();
                     q.in_txq = false;
                     self.burst = 0;
                     arm(&mut self.timers, q);
@@ -819,11 +826,6 @@ impl<M: HostMemory> Engine<M> {
             q.in_txq = true;
             self.txq.push_back(qpn);
         }
-        arm(&mut self.timers, q);
-    }
-
-    fn arm_timer(&mut self, qpn: Qpn) {
-        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return };
         arm(&mut self.timers, q);
     }
 }
