@@ -161,3 +161,117 @@ fn short_and_general_paths_agree_on_a_corrupting_link() {
     let link = LinkCfg { bitflip: 0.02, loss: 0.01, ..LinkCfg::default() };
     same_both_ways(5, link);
 }
+
+/// The responder's failures on the short path's packets, one QP pair each (a failure ends the
+/// QP): what is on the wire, the completions and the counters, short paths on and off.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// A SEND longer than the receive WQE: LENGTH_ERR, NAK Invalid Request.
+    ReceiveTooSmall,
+    /// The receive WQE's lkey is bad: LOC_PROT_ERR on the receive, NAK Remote Operational.
+    ReceiveBadLkey,
+    /// A WRITE with a bad rkey: NAK Remote Access.
+    WriteBadRkey,
+    /// SENDs before any receive is posted: RNR NAKs, then the receive arrives.
+    NoReceiveYet,
+    /// A WRITE to a QP that grants no remote write (the general path's case).
+    WriteNotGranted,
+    /// A WRITE WITH IMMEDIATE whose RETH length is not what it carries.
+    WriteLengthMismatch,
+}
+
+fn run_fault(f: Fault, short: bool) -> Outcome {
+    let mut net = Net::new(2, 7, LinkCfg::default());
+    for n in &mut net.nodes {
+        n.eng.set_short_paths(short);
+    }
+    net.trace = Some(Vec::new());
+    let mut o = QpOpts { mtu: Mtu::Mtu1024, min_rnr_timer: 1, ..QpOpts::default() };
+    if let Fault::WriteNotGranted = f {
+        o.access = AccessFlags::LOCAL_WRITE;
+    }
+    let (a, b) = connect(&mut net, 0, 1, &o);
+    let (src, smr) = buffer(&mut net, a, 1 << 12);
+    let (dst, dmr) = buffer(&mut net, b, 1 << 12);
+    net.nodes[0].mem().set(src, &[0x5A; 1 << 12]);
+    let recv_len = if let Fault::ReceiveTooSmall = f { 16 } else { 2048 };
+    let lkey = if let Fault::ReceiveBadLkey = f { dmr.lkey ^ 0x100 } else { dmr.lkey };
+    let rsg = [Sge { addr: dst, length: recv_len, lkey }];
+    if !matches!(f, Fault::NoReceiveYet) {
+        for i in 0..4 {
+            net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 100 + i, sg_list: &rsg }).unwrap();
+        }
+    }
+    let sg = [sge(src, 64, smr)];
+    let wr = |id, kind| SendWr { wr_id: id, kind, flags: SendFlags::SIGNALED, sg_list: &sg, ud: None };
+    let kinds: Vec<WrKind> = match f {
+        Fault::WriteBadRkey => vec![WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey ^ 0x100 }],
+        Fault::WriteNotGranted => vec![WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey }],
+        _ => vec![WrKind::Send, WrKind::SendWithImm { imm_data: 3 }],
+    };
+    for (i, k) in kinds.into_iter().enumerate() {
+        net.nodes[0].eng.post_send(net.now, a.qpn, &wr(i as u64, k)).unwrap();
+    }
+    if let Fault::WriteLengthMismatch = f {
+        // A hand-made WRITE ONLY WITH IMMEDIATE whose RETH says 65 bytes but carries 64: the
+        // requester never sends one, so it is injected (with a valid ICRC) at the next PSN.
+        net.run_idle(5 * MS);
+        let mut buf = vec![0u8; 256];
+        let w = urxe::wire::short::OnlyRequest::WriteImm { va: dst, rkey: dmr.rkey, len: 65, imm: 1 };
+        let psn = urxe::wire::Psn::new((o.a_psn + 2) & 0xFF_FFFF);
+        let hl = urxe::wire::short::emit_rc_only(&mut buf, w, false, b.qpn, psn).unwrap();
+        let (s, d) = match (net.nodes[0].addr, net.nodes[1].addr) {
+            (std::net::IpAddr::V4(s), std::net::IpAddr::V4(d)) => (s, d),
+            _ => unreachable!(),
+        };
+        let ip = urxe::wire::icrc::IpFields::v4_df(s, d);
+        let n = urxe::wire::packet::finish(&mut buf, hl, 64, &ip, 0xC123, 4791).unwrap();
+        buf.truncate(n);
+        net.inject(Packet { from: 0, to: 1, src_port: 0xC123, data: buf }, 0);
+    }
+    net.run_until(net.now + MS, |_| false);
+    if let Fault::NoReceiveYet = f {
+        for i in 0..4 {
+            net.nodes[1].eng.post_recv(b.qpn, &RecvWr { wr_id: 100 + i, sg_list: &rsg }).unwrap();
+        }
+    }
+    net.run_idle(100 * MS);
+    let wcs = [net.poll_all(0, a.cq), net.poll_all(1, b.cq)];
+    let trace =
+        net.trace.take().unwrap().into_iter().map(|(t, p)| (t, p.from, p.to, p.src_port, p.data)).collect::<Vec<_>>();
+    Outcome {
+        trace,
+        wcs,
+        counters: [*net.nodes[0].eng.counters(), *net.nodes[1].eng.counters()],
+        dst: net.nodes[1].mem().get(dst, 1 << 12),
+        recv_area: Vec::new(),
+        short_taken: net.nodes[0].eng.short_path_packets() + net.nodes[1].eng.short_path_packets(),
+    }
+}
+
+#[test]
+fn the_responders_failures_are_the_same_on_both_paths() {
+    for f in [
+        Fault::ReceiveTooSmall,
+        Fault::ReceiveBadLkey,
+        Fault::WriteBadRkey,
+        Fault::NoReceiveYet,
+        Fault::WriteNotGranted,
+        Fault::WriteLengthMismatch,
+    ] {
+        let on = run_fault(f, true);
+        let off = run_fault(f, false);
+        assert_eq!(off.short_taken, 0);
+        assert!(on.short_taken > 0, "{f:?}: no short path taken");
+        assert_eq!(on.trace.len(), off.trace.len(), "{f:?}: packets on the wire");
+        for (i, (x, y)) in on.trace.iter().zip(&off.trace).enumerate() {
+            assert_eq!(x, y, "{f:?}: packet {i} differs");
+        }
+        assert_eq!(on.counters, off.counters, "{f:?}");
+        assert_eq!(on.wcs, off.wcs, "{f:?}");
+        assert!(on.dst == off.dst, "{f:?}: memory differs");
+        // The failure happened (not a run where everything succeeded).
+        let failed = on.wcs.iter().flatten().any(|w| w.status != WcStatus::Success) || on.counters[1].rnr_naks_sent > 0;
+        assert!(failed, "{f:?}: {:?}", on.wcs);
+    }
+}

@@ -20,6 +20,7 @@ mod congestion_api;
 pub mod counters;
 mod cq;
 mod dma;
+mod fastrx;
 pub mod faults;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
@@ -578,6 +579,13 @@ impl<M: HostMemory> Engine<M> {
     #[inline(always)]
     fn receive(&mut self, now: Nanos, d: &Datagram<'_>) {
         self.sh.tick(now);
+        if self.sh.short_paths_on() && !d.ce {
+            if let Some(r) = wire::short::parse_rc_only(d.payload) {
+                if self.receive_only(d, &r) {
+                    return;
+                }
+            }
+        }
         let c = &mut self.sh.counters;
         let Some(p) = recv::check_packet(c, d) else { return };
         let qpn = p.headers.bth.dest_qp;
@@ -613,6 +621,24 @@ impl<M: HostMemory> Engine<M> {
             _ => self.sh.counters.opcode_errors += 1,
         }
         self.touch(qpn);
+    }
+
+    /// The responder's short path (see `fastrx`): true if it took the packet; false, with
+    /// nothing changed, for the general path to judge it.
+    #[inline(always)]
+    fn receive_only(&mut self, d: &Datagram<'_>, r: &wire::short::OnlyIn<'_>) -> bool {
+        let qpn = r.dest_qp;
+        if qpn == MULTICAST_QPN || qpn == crate::wire::mad::GSI_QPN || d.dst.is_multicast() {
+            return false;
+        }
+        let Some(Some(q)) = self.qps.get_mut(self.qspace.idx(qpn)) else { return false };
+        if !fastrx::qp_takes(q, d, r) || !fastrx::packet_ok(d, r) {
+            return false;
+        }
+        self.sh.counters.rcvd_pkts += 1;
+        fastrx::execute(q, &mut self.sh, r);
+        self.touch(qpn);
+        true
     }
 
     /// A datagram to a multicast group (rxe_rcv_mcast_pkt): destination QPN 0xFFFFFF and a

@@ -42,9 +42,9 @@ pub(crate) enum RespError {
     Drop,
 }
 
-const ACK_OK: Syndrome = Syndrome::Ack { credits: CreditCode::UNLIMITED };
+pub(crate) const ACK_OK: Syndrome = Syndrome::Ack { credits: CreditCode::UNLIMITED };
 
-fn wire_to_imm(v: u32) -> u32 {
+pub(crate) fn wire_to_imm(v: u32) -> u32 {
     u32::from_ne_bytes(v.to_be_bytes())
 }
 
@@ -176,7 +176,7 @@ pub(crate) fn queue_ack(q: &mut Qp, syndrome: Syndrome, psn: Psn) {
 }
 
 /// Takes the next receive WQE (own RQ or SRQ) into `q.resp.wqe`.
-fn take_wqe<M>(q: &mut Qp, sh: &mut EngineShared<M>) -> bool {
+pub(crate) fn take_wqe<M>(q: &mut Qp, sh: &mut EngineShared<M>) -> bool {
     if q.resp.have_wqe {
         return true;
     }
@@ -251,7 +251,7 @@ fn check_payload_len(mtu: u32, pos: Option<Position>, len: usize) -> Result<(), 
     }
 }
 
-fn check_rkey<M>(
+pub(crate) fn check_rkey<M>(
     sh: &EngineShared<M>,
     q: &Qp,
     rkey: u32,
@@ -267,7 +267,7 @@ fn check_rkey<M>(
 }
 
 /// Checks that `len` bytes at message offset `off` fit the receive WQE.
-fn check_wqe_room(wqe: &TakenWqe, off: u64, len: usize) -> Result<(), RespError> {
+pub(crate) fn check_wqe_room(wqe: &TakenWqe, off: u64, len: usize) -> Result<(), RespError> {
     if off + len as u64 > wqe.total_len() {
         Err(RespError::LengthError)
     } else {
@@ -546,7 +546,7 @@ fn save_resource(q: &mut Qp, r: RdRes) {
     q.resp.res_next = i + 1;
 }
 
-fn finish_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>, mut wc: WorkCompletion, solicited: bool) {
+pub(crate) fn finish_recv<M>(q: &mut Qp, sh: &mut EngineShared<M>, mut wc: WorkCompletion, solicited: bool) {
     wc.wr_id = q.resp.wqe.wr_id;
     wc.qp_num = q.qpn;
     if q.ty != QpType::Ud {

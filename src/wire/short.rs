@@ -67,6 +67,79 @@ pub fn emit_rc_only(buf: &mut [u8], req: OnlyRequest, solicited: bool, dest_qp: 
     Some(len)
 }
 
+/// A received one-packet RC SEND or RDMA WRITE that passed every check [`parse`](super::parse)
+/// makes, read straight from its fixed layout (the short path's receive side).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct OnlyIn<'a> {
+    pub req: OnlyRequest,
+    pub solicited: bool,
+    pub ack_req: bool,
+    pub pkey: u16,
+    pub dest_qp: u32,
+    pub psn: Psn,
+    /// The payload without pad.
+    pub payload: &'a [u8],
+    /// The ICRC as stored (not verified: that needs the IP header).
+    pub icrc: u32,
+}
+
+/// Reads `p` (BTH .. ICRC) if it is an RC SEND ONLY, SEND ONLY WITH IMMEDIATE, RDMA WRITE ONLY
+/// or RDMA WRITE ONLY WITH IMMEDIATE that [`parse`](super::parse) accepts, with the same
+/// values; `None` for anything else (another opcode, or one of these that `parse` would refuse
+/// or read differently), which the general path then parses and judges.
+#[inline]
+pub fn parse_rc_only(p: &[u8]) -> Option<OnlyIn<'_>> {
+    let (&[opcode, flags, pk0, pk1], rest) = p.split_first_chunk::<4>()?;
+    // TVer 0, and a whole number of words holding at least the headers and the ICRC.
+    let (req_of, hlen): (fn(&[u8]) -> OnlyRequest, usize) = match opcode {
+        op::RC_SEND_ONLY => (|_| OnlyRequest::Send, 12),
+        op::RC_SEND_ONLY_WITH_IMMEDIATE => (|h| OnlyRequest::SendImm { imm: be32(&h[12..16]) }, 16),
+        op::RC_RDMA_WRITE_ONLY => {
+            (|h| OnlyRequest::Write { va: be64(&h[12..20]), rkey: be32(&h[20..24]), len: be32(&h[24..28]) }, 28)
+        }
+        op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE => (
+            |h| OnlyRequest::WriteImm {
+                va: be64(&h[12..20]),
+                rkey: be32(&h[20..24]),
+                len: be32(&h[24..28]),
+                imm: be32(&h[28..32]),
+            },
+            32,
+        ),
+        _ => return None,
+    };
+    if flags & 0x0F != 0 || p.len() < hlen + 4 || !p.len().is_multiple_of(4) {
+        return None;
+    }
+    let body = p.len() - hlen - 4;
+    let pad = ((flags >> 4) & 3) as usize;
+    if pad > body || body - pad > super::packet::MAX_PAYLOAD {
+        return None;
+    }
+    let w1 = be32(&rest[..4]);
+    let w2 = be32(&rest[4..8]);
+    Some(OnlyIn {
+        req: req_of(p),
+        solicited: flags & 0x80 != 0,
+        ack_req: w2 & 0x8000_0000 != 0,
+        pkey: u16::from_be_bytes([pk0, pk1]),
+        dest_qp: w1 & 0xFF_FFFF,
+        psn: Psn::new(w2 & 0xFF_FFFF),
+        payload: &p[hlen..hlen + body - pad],
+        icrc: u32::from_le_bytes(p[p.len() - 4..].try_into().ok()?),
+    })
+}
+
+#[inline(always)]
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[inline(always)]
+fn be64(b: &[u8]) -> u64 {
+    (be32(&b[..4]) as u64) << 32 | be32(&b[4..8]) as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,6 +194,74 @@ mod tests {
             prop_assert_eq!(&buf[..n], &general(req, solicited, dest_qp, psn)[..]);
             prop_assert!(buf[n..].iter().all(|&b| b == 0x5A));
         }
+    }
+
+    /// What the general parser says of `p`, as an [`OnlyIn`] (`None`: refused, or another
+    /// opcode).
+    fn general_in(p: &[u8]) -> Option<OnlyIn<'_>> {
+        let g = crate::wire::parse(p).ok()?;
+        let h = g.headers;
+        let imm = h.immdt.map(|i| i.value);
+        let req = match (h.bth.opcode, h.reth, imm) {
+            (op::RC_SEND_ONLY, None, None) => OnlyRequest::Send,
+            (op::RC_SEND_ONLY_WITH_IMMEDIATE, None, Some(imm)) => OnlyRequest::SendImm { imm },
+            (op::RC_RDMA_WRITE_ONLY, Some(r), None) => OnlyRequest::Write { va: r.va, rkey: r.rkey, len: r.dma_len },
+            (op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, Some(r), Some(imm)) => {
+                OnlyRequest::WriteImm { va: r.va, rkey: r.rkey, len: r.dma_len, imm }
+            }
+            _ => return None,
+        };
+        Some(OnlyIn {
+            req,
+            solicited: h.bth.solicited,
+            ack_req: h.bth.ack_req,
+            pkey: h.bth.pkey,
+            dest_qp: h.bth.dest_qp,
+            psn: h.bth.psn,
+            payload: g.payload,
+            icrc: g.icrc,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn reads_what_the_general_parser_reads(
+            which in 0u8..6, flags in any::<u8>(), tidy in 0u8..4, rest in proptest::collection::vec(any::<u8>(), 0..120),
+        ) {
+            // The four ONLY opcodes, plus a SEND FIRST and an ACK (never taken).
+            let opcode = [op::RC_SEND_ONLY, op::RC_SEND_ONLY_WITH_IMMEDIATE, op::RC_RDMA_WRITE_ONLY,
+                op::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, op::RC_SEND_FIRST, op::RC_ACKNOWLEDGE][which as usize];
+            // Mostly well-formed (TVer 0, whole words), sometimes not.
+            let flags = if tidy > 0 { flags & 0xF0 } else { flags };
+            let mut p = vec![opcode, flags];
+            p.extend_from_slice(&rest);
+            if tidy > 0 {
+                p.truncate(p.len() & !3);
+            }
+            let taken = parse_rc_only(&p);
+            prop_assert_eq!(taken, general_in(&p));
+        }
+
+        #[test]
+        fn takes_nothing_the_general_parser_refuses(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Some(r) = parse_rc_only(&data) {
+                prop_assert_eq!(Some(r), general_in(&data));
+            }
+        }
+    }
+
+    #[test]
+    fn reads_a_packet_the_short_emitter_wrote() {
+        let mut buf = [0u8; 64];
+        let w = OnlyRequest::WriteImm { va: 0x1122_3344_5566_7788, rkey: 0xAABB_CCDD, len: 5, imm: 9 };
+        let n = emit_rc_only(&mut buf, w, true, 0x12_3456, Psn::new(0xAB_CDEF)).unwrap();
+        buf[n..n + 5].copy_from_slice(b"hello");
+        buf[1] |= 3 << 4; // 3 pad bytes, then the ICRC
+        let total = n + 8 + 4;
+        buf[total - 4..total].copy_from_slice(&0x0102_0304u32.to_le_bytes());
+        let r = parse_rc_only(&buf[..total]).unwrap();
+        assert_eq!((r.req, r.solicited, r.ack_req, r.dest_qp, r.psn), (w, true, true, 0x12_3456, Psn::new(0xAB_CDEF)));
+        assert_eq!((r.payload, r.icrc, r.pkey), (&b"hello"[..], 0x0102_0304, 0xFFFF));
     }
 
     #[test]
