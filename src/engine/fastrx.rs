@@ -65,6 +65,7 @@ pub(crate) fn qp_takes(q: &Qp, d: &Datagram<'_>, r: &OnlyIn<'_>) -> bool {
 
 /// Executes the packet [`qp_takes`] accepted: as `resp::rc_receive` and `resp::execute` do for
 /// it, with the same outcome on failure.
+#[inline(always)]
 pub(crate) fn execute<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, r: &OnlyIn<'_>) {
     q.resp.nak_sent_for_gap = false;
     let outcome = match r.req {

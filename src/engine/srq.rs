@@ -11,6 +11,8 @@ pub(crate) struct RecvWqe {
     /// Slot in the SGE array.
     slot: u32,
     pub num_sge: u32,
+    /// The SGEs' total length (summed once, at post).
+    total: u64,
 }
 
 /// A receive WQE taken off its queue by a responder (copied, so SRQ slots can be reused).
@@ -18,14 +20,16 @@ pub(crate) struct RecvWqe {
 pub(crate) struct TakenWqe {
     pub wr_id: u64,
     pub sges: Vec<Sge>,
+    /// The SGEs' total length.
+    total: u64,
 }
 
 impl TakenWqe {
     pub fn with_capacity(n: usize) -> TakenWqe {
-        TakenWqe { wr_id: 0, sges: Vec::with_capacity(n) }
+        TakenWqe { wr_id: 0, sges: Vec::with_capacity(n), total: 0 }
     }
     pub fn total_len(&self) -> u64 {
-        self.sges.iter().map(|s| s.length as u64).sum()
+        self.total
     }
 }
 
@@ -60,7 +64,8 @@ impl RecvRing {
         let Some(slot) = self.free_slots.pop() else { return false };
         let base = slot as usize * self.max_sge as usize;
         self.sges[base..base + wr.sg_list.len()].copy_from_slice(wr.sg_list);
-        self.wqes.push_back(RecvWqe { wr_id: wr.wr_id, slot, num_sge: wr.sg_list.len() as u32 });
+        let total = wr.sg_list.iter().map(|s| s.length as u64).sum();
+        self.wqes.push_back(RecvWqe { wr_id: wr.wr_id, slot, num_sge: wr.sg_list.len() as u32, total });
         true
     }
 
@@ -69,6 +74,7 @@ impl RecvRing {
         let Some(w) = self.wqes.pop_front() else { return false };
         let base = w.slot as usize * self.max_sge as usize;
         out.wr_id = w.wr_id;
+        out.total = w.total;
         out.sges.clear();
         out.sges.extend_from_slice(&self.sges[base..base + w.num_sge as usize]);
         self.free_slots.push(w.slot);
