@@ -159,4 +159,32 @@ mod tests {
         r.drain(|id| ids.push(id));
         assert_eq!(ids, vec![2, 4]);
     }
+
+    /// WQEs that wrapped past the ring's end keep their SGEs and order across a grow, and the
+    /// grown ring fills to its new capacity, one- and two-SGE WQEs mixed.
+    #[test]
+    fn grow_keeps_wrapped_wqes_and_their_sges() {
+        let sge = |i: u64| Sge { addr: 0x1000 * i, length: i as u32, lkey: 7 + i as u32 };
+        let lists: Vec<Vec<Sge>> = (0..9u64).map(|i| (0..1 + i % 2).map(|k| sge(10 * i + k)).collect()).collect();
+        let mut r = RecvRing::new(3, 2);
+        let mut t = TakenWqe::with_capacity(2);
+        for i in 0..3 {
+            assert!(r.push(&RecvWr { wr_id: i, sg_list: &lists[i as usize] }));
+        }
+        assert!(r.pop_into(&mut t));
+        assert_eq!((t.wr_id, t.sges.as_slice(), t.total_len()), (0, &lists[0][..], 0));
+        assert!(r.push(&RecvWr { wr_id: 3, sg_list: &lists[3] }), "takes the slot the pop freed");
+        assert!(!r.push(&RecvWr { wr_id: 99, sg_list: &lists[4] }), "full at 3");
+        r.grow(5);
+        for i in 4..6 {
+            assert!(r.push(&RecvWr { wr_id: i, sg_list: &lists[i as usize] }));
+        }
+        assert!(!r.push(&RecvWr { wr_id: 99, sg_list: &lists[6] }), "full at 5");
+        for i in 1..6u64 {
+            assert!(r.pop_into(&mut t));
+            let want: u64 = lists[i as usize].iter().map(|s| s.length as u64).sum();
+            assert_eq!((t.wr_id, t.sges.as_slice(), t.total_len()), (i, &lists[i as usize][..], want), "WQE {i}");
+        }
+        assert!(!r.pop_into(&mut t));
+    }
 }
