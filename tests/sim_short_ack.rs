@@ -52,7 +52,10 @@ fn advance(net: &mut Net, us: u64) {
 
 type Step = (Vec<WorkCompletion>, Counters, Option<u64>);
 
-fn run(short: bool) -> (Vec<Step>, Vec<(u64, usize, usize, Vec<u8>)>, u64) {
+/// Every packet on the wire: (time, from, to, bytes).
+type Trace = Vec<(u64, usize, usize, Vec<u8>)>;
+
+fn run(short: bool) -> (Vec<Step>, Trace, u64) {
     let mut net = Net::new(2, 11, LinkCfg::default());
     for n in &mut net.nodes {
         n.eng.set_short_paths(short);
