@@ -231,6 +231,10 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M
             let Some(aeth) = p.headers.aeth else { return };
             match aeth.syndrome {
                 Syndrome::Ack { .. } => {
+                    if sh.short_paths_on() && ack_short(q, sh, now, psn) {
+                        sh.short_path_taken();
+                        return;
+                    }
                     ack_through(q, &mut sh.counters, psn, None);
                 }
                 Syndrome::RnrNak { timer } => {
@@ -284,6 +288,92 @@ pub(crate) fn handle_response<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M
         _ => return,
     }
     after_progress(q, sh, now);
+}
+
+/// The short path of a plain positive ACK (or the coalesced ACK of a burst) for RC SEND /
+/// WRITE WQEs in flight, in order: one pass over the head of the send queue marks the WQEs
+/// the ACK covers done, pops them and stores their completions, then the window and the
+/// timer are updated as `after_progress` does. It is taken only where it does exactly what
+/// `ack_through` + `after_progress` would (same completions, counters, window and timer
+/// state); anything else (a READ/atomic before the PSN, a WQE already done, an error
+/// status, SQD, an RNR wait, a pending undo of an early expiry, faults, a CQ that would
+/// overflow or an ACK that covers nothing new) returns false with nothing changed.
+#[inline]
+fn ack_short<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos, psn: Psn) -> bool {
+    if q.state != QpState::Rts || sh.faults.is_some() || q.req.rnr_until.is_some() || q.req.win.undo_pending() {
+        return false;
+    }
+    // Scan (nothing changed yet): `n` WQEs fully acknowledged, `partial` if the next one is
+    // acknowledged in part, `signaled` completions to store.
+    let (mut n, mut signaled, mut partial) = (0usize, 0usize, false);
+    for w in q.sq.wqes.iter() {
+        if w.state == WqeState::Done || w.status != WcStatus::Success {
+            return false;
+        }
+        if w.npkts == 0 || w.first_psn.after(psn) {
+            break;
+        }
+        if w.is_rd_atomic() {
+            return false;
+        }
+        if w.last_psn().after(psn) {
+            partial = true;
+            break;
+        }
+        n += 1;
+        signaled += w.signaled as usize;
+    }
+    if n == 0 && !partial {
+        return false;
+    }
+    // What `complete_ready` would pop next must not be a WQE already done.
+    if q.sq.wqes.get(n).is_some_and(|w| w.state == WqeState::Done) {
+        return false;
+    }
+    let Some(cq) = sh.cqs.get_mut(q.send_cq) else { return false };
+    if signaled > 0 && (cq.overflowed || cq.len() + signaled > cq.cap) {
+        return false;
+    }
+    // Apply: pop and complete the `n` WQEs.
+    let wc0 = WorkCompletion { qp_num: q.qpn, timestamp: sh.clock, ..WorkCompletion::default() };
+    let mut notify = false;
+    // Read in place and dropped in one go (moving each WQE out cost more than the rest).
+    let mut unacked = q.req.unacked;
+    for w in q.sq.wqes.range(..n) {
+        if w.signaled {
+            let wc = WorkCompletion { wr_id: w.wr_id, opcode: wc_opcode(&w.kind), byte_len: w.len, ..wc0 };
+            notify |= cq.push_room(wc);
+        }
+        unacked = w.last_psn().next();
+    }
+    for i in 0..n {
+        let slot = q.sq.wqes[i].slot;
+        q.sq.release_slot(slot);
+    }
+    q.sq.wqes.drain(..n);
+    q.req.next = q.req.next.saturating_sub(n);
+    sh.completions_made += signaled as u64;
+    if notify {
+        sh.events.push_back(Event::Completion(q.send_cq));
+    }
+    let before = q.req.unacked;
+    q.req.unacked = if partial { psn.next() } else { unacked };
+    if q.req.unacked != before {
+        progress(q);
+    }
+    if q.req.psn.before(q.req.unacked) {
+        let u = q.req.unacked;
+        position_at(q, u);
+    }
+    // No undo was pending: the window's answer is always go-back-N's "nothing to resume".
+    q.req.win.on_response(now, q.req.unacked, &mut sh.counters);
+    q.req.retx_at = if q.req.unacked.before(q.req.high_psn) {
+        q.req.win.arm(now, ack_timeout_nanos(q.attr.timeout))
+    } else {
+        q.req.win.disarm();
+        None
+    };
+    true
 }
 
 fn after_progress<M>(q: &mut Qp, sh: &mut EngineShared<M>, now: Nanos) {

@@ -51,6 +51,19 @@ impl Cq {
         PushOutcome::Stored { notify }
     }
 
+    /// Stores a successful send completion the caller checked there is room for (not
+    /// overflowed, below `cap`); true if it fires the armed notification.
+    #[inline]
+    pub fn push_room(&mut self, wc: WorkCompletion) -> bool {
+        self.ring.push_back(wc);
+        // A success is solicited for no one: only an unconditional arming fires.
+        if self.armed == Some(false) {
+            self.armed = None;
+            return true;
+        }
+        false
+    }
+
     /// Changes the capacity; refused if the completions queued now would not fit.
     pub fn resize(&mut self, cap: usize) -> Result<(), super::types::Error> {
         if cap < self.ring.len() {

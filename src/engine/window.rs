@@ -366,6 +366,13 @@ impl SendWindow {
         Some((now + self.rto(cfg)).min(deadline))
     }
 
+    /// Whether an early expiry's undo is pending (the ACK short path leaves those to the
+    /// general one).
+    #[inline]
+    pub fn undo_pending(&self) -> bool {
+        self.undo.is_some()
+    }
+
     /// Nothing is outstanding or the requester waits (RNR): no timer.
     pub fn disarm(&mut self) {
         self.ack_deadline = None;
