@@ -111,6 +111,14 @@ fn run(seed: u64, link: LinkCfg, short: bool) -> Outcome {
     let bad = [Sge { addr: src, length: 64, lkey: smr.lkey ^ 0x100 }];
     net.nodes[0].eng.post_send(net.now, a.qpn, &send_wr(9999, WrKind::Send, &bad)).unwrap();
     net.run_idle(50 * MS);
+    let recv_area = net.nodes[1].mem().get(rbuf, (MSGS * RECV_LEN as u64) as usize);
+    let written = net.nodes[1].mem().get(dst, 1 << 16);
+    outcome(&mut net, a, b, written, recv_area)
+}
+
+/// What a run left: the wire, both CQs drained, the counters, the memory `dst` and
+/// `recv_area` hold (read by the caller) and how many packets the short paths took.
+fn outcome(net: &mut Net, a: End, b: End, dst: Vec<u8>, recv_area: Vec<u8>) -> Outcome {
     let wcs = [net.poll_all(0, a.cq), net.poll_all(1, b.cq)];
     let trace =
         net.trace.take().unwrap().into_iter().map(|(t, p)| (t, p.from, p.to, p.src_port, p.data)).collect::<Vec<_>>();
@@ -118,8 +126,8 @@ fn run(seed: u64, link: LinkCfg, short: bool) -> Outcome {
         trace,
         wcs,
         counters: [*net.nodes[0].eng.counters(), *net.nodes[1].eng.counters()],
-        dst: net.nodes[1].mem().get(dst, 1 << 16),
-        recv_area: net.nodes[1].mem().get(rbuf, (MSGS * RECV_LEN as u64) as usize),
+        dst,
+        recv_area,
         short_taken: net.nodes[0].eng.short_path_packets() + net.nodes[1].eng.short_path_packets(),
     }
 }
@@ -236,17 +244,8 @@ fn run_fault(f: Fault, short: bool) -> Outcome {
         }
     }
     net.run_idle(100 * MS);
-    let wcs = [net.poll_all(0, a.cq), net.poll_all(1, b.cq)];
-    let trace =
-        net.trace.take().unwrap().into_iter().map(|(t, p)| (t, p.from, p.to, p.src_port, p.data)).collect::<Vec<_>>();
-    Outcome {
-        trace,
-        wcs,
-        counters: [*net.nodes[0].eng.counters(), *net.nodes[1].eng.counters()],
-        dst: net.nodes[1].mem().get(dst, 1 << 12),
-        recv_area: Vec::new(),
-        short_taken: net.nodes[0].eng.short_path_packets() + net.nodes[1].eng.short_path_packets(),
-    }
+    let written = net.nodes[1].mem().get(dst, 1 << 12);
+    outcome(&mut net, a, b, written, Vec::new())
 }
 
 #[test]

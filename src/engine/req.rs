@@ -318,19 +318,9 @@ fn emit_request<M: HostMemory>(
         fail_wqe(q, sh, idx, WcStatus::LocProtErr);
         return None;
     }
-    let Some(ip) = sh.tx_ip(dst) else {
-        sh.counters.tx_errors += 1;
-        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-        return None;
-    };
-    let sport = q.sport;
-    let flow = sh.icrc_tx.get(&ip, sport, ROCEV2_PORT);
-    let Ok(len) = finish_flow(buf, hl, payload_len as usize, &flow) else {
-        sh.counters.tx_errors += 1;
-        return None;
-    };
+    let len = seal(q, sh, idx, dst, buf, hl, payload_len as usize)?;
     advance(q, sh, now, idx, consumes, pos.ends());
-    Some(Transmit { dst, src_port: sport, flow_label: q.flow_label, len, tos: 0 })
+    Some(Transmit { dst, src_port: q.sport, flow_label: q.flow_label, len, tos: 0 })
 }
 
 /// The short path's test: the WQE at `idx` is a one-packet RC SEND or RDMA WRITE (with or
@@ -408,17 +398,7 @@ fn emit_only<M: HostMemory>(
         }
     }
     let dst = q.dest?;
-    let Some(ip) = sh.tx_ip(dst) else {
-        sh.counters.tx_errors += 1;
-        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
-        return None;
-    };
-    let sport = q.sport;
-    let flow = sh.icrc_tx.get(&ip, sport, ROCEV2_PORT);
-    let Ok(total) = finish_flow(buf, hl, len, &flow) else {
-        sh.counters.tx_errors += 1;
-        return None;
-    };
+    let total = seal(q, sh, idx, dst, buf, hl, len)?;
     // `advance` for one RC packet that ends a SEND or WRITE: the WQE waits for its ACK.
     let resend = psn.before(q.req.high_psn);
     if resend {
@@ -435,7 +415,34 @@ fn emit_only<M: HostMemory>(
         q.req.retx_at = q.req.win.arm(now, super::timer::ack_timeout_nanos(q.attr.timeout));
     }
     sh.short_path_taken();
-    Some(Transmit { dst, src_port: sport, flow_label: q.flow_label, len: total, tos: 0 })
+    Some(Transmit { dst, src_port: q.sport, flow_label: q.flow_label, len: total, tos: 0 })
+}
+
+/// Completes a request packet whose headers (`hl` bytes) and payload are in `buf`: pad and
+/// ICRC for the flow to `dst` from the QP's source port; its total length. A peer the device
+/// cannot address fails the WR (LOC_QP_OP_ERR); either failure is counted in `tx_errors`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn seal<M>(
+    q: &mut Qp,
+    sh: &mut EngineShared<M>,
+    idx: usize,
+    dst: IpAddr,
+    buf: &mut [u8],
+    hl: usize,
+    payload_len: usize,
+) -> Option<usize> {
+    let Some(ip) = sh.tx_ip(dst) else {
+        sh.counters.tx_errors += 1;
+        fail_wqe(q, sh, idx, WcStatus::LocQpOpErr);
+        return None;
+    };
+    let flow = sh.icrc_tx.get(&ip, q.sport, ROCEV2_PORT);
+    let Ok(len) = finish_flow(buf, hl, payload_len, &flow) else {
+        sh.counters.tx_errors += 1;
+        return None;
+    };
+    Some(len)
 }
 
 /// At a WQE's first packet: its first PSN and packet count.
