@@ -37,6 +37,9 @@ fn slot_qpns_carry_the_base_and_continue_the_counter() {
     assert!(e.query_qp(0x0400).is_err());
     assert!(e.query_qp(0x06_0400).is_err());
     assert!(e.query_qp(q2).is_ok());
+    // Below the slot's first count (a previous owner's QPNs), and ours to the last bit.
+    assert_eq!(e.query_qp(0x05_03FF).err(), Some(Error::NotFound));
+    assert_eq!(e.query_qp(0x05_0011).err(), Some(Error::NotFound));
     e.destroy_qp(q1).unwrap();
     assert_eq!(e.query_qp(q1).err(), Some(Error::NotFound));
     // Only before the first QP, and only a 16-bit-aligned base with a valid counter.

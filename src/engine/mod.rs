@@ -104,8 +104,10 @@ pub struct Engine<M: HostMemory> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct QpnSpace {
     base: u32,
-    /// Bits of a QPN that index `qps`.
+    /// Bits of a QPN that count within the space.
     mask: u32,
+    /// The first count handed out; `qps[0]` holds its QP, so a slot taken over at a high
+    /// count does not hold an empty entry for every count below it.
     first: u32,
     last: u32,
 }
@@ -115,10 +117,9 @@ impl QpnSpace {
 
     /// Index of `qpn` in `qps`; out of range (so never found) for another space's QPN.
     fn idx(self, qpn: Qpn) -> usize {
-        if qpn & !self.mask == self.base {
-            (qpn & self.mask) as usize
-        } else {
-            usize::MAX
+        match (qpn & self.mask).checked_sub(self.first) {
+            Some(i) if qpn & !self.mask == self.base => i as usize,
+            _ => usize::MAX,
         }
     }
 }
@@ -196,7 +197,7 @@ impl<M: HostMemory> Engine<M> {
     /// The counter value (low bits of a QPN) the next new QPN will at least have: a new owner
     /// of a shared-address slot starts here.
     pub fn next_qpn_counter(&self) -> u32 {
-        (self.qps.len() as u32).max(self.qspace.first)
+        self.qps.len() as u32 + self.qspace.first
     }
 
     /// QPs that exist.
@@ -285,7 +286,7 @@ impl<M: HostMemory> Engine<M> {
                 if let Some(q) = other {
                     self.free_qpns.push_front(q);
                 }
-                let n = (self.qps.len() as u32).max(self.qspace.first);
+                let n = self.qps.len() as u32 + self.qspace.first;
                 if n > self.qspace.last {
                     return Err(Error::NoMemory);
                 }
