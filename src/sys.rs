@@ -157,18 +157,58 @@ pub fn readable_now(fd: RawFd) -> bool {
     n == 1
 }
 
-/// The calling thread's kernel id (gettid(2)).
+thread_local! {
+    /// The thread's kernel id once read (0: not yet); see [`thread_id`].
+    static TID: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+/// The process id once read (0: not yet); see [`thread_alive`].
+static PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static ATFORK: std::sync::Once = std::sync::Once::new();
+
+/// In the child of a fork(2): the one thread left is a copy of the forking one, with its
+/// thread-locals, so both cached ids are the parent's; read them again.
+extern "C" fn forgot_ids_in_child() {
+    PID.store(0, std::sync::atomic::Ordering::Relaxed);
+    TID.set(0);
+}
+
+/// The ids are cached (the event path asks for them several times per wake-up, a system
+/// call each: gettid, and getpid, which glibc no longer caches); a fork clears the cache.
+fn cache_ids_across_fork() {
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic and a const-initialised
+        // thread-local (no allocation, no lock: async-signal-safe, as a fork child needs).
+        unsafe { libc::pthread_atfork(None, None, Some(forgot_ids_in_child)) };
+    });
+}
+
+/// The calling thread's kernel id (gettid(2), read once per thread).
 pub fn thread_id() -> i32 {
+    let t = TID.get();
+    if t != 0 {
+        return t;
+    }
+    cache_ids_across_fork();
     // SAFETY: gettid takes no argument and cannot fail.
-    unsafe { libc::gettid() }
+    let t = unsafe { libc::gettid() };
+    TID.set(t);
+    t
 }
 
 /// Whether thread `tid` of this process still exists (tgkill(2) with signal 0 sends nothing).
 /// A thread that ended, cancelled or not, is gone at once: the kernel reaps a thread of a
 /// multi-threaded process when it exits.
 pub fn thread_alive(tid: i32) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut pid = PID.load(Relaxed);
+    if pid == 0 {
+        cache_ids_across_fork();
+        // SAFETY: getpid takes no argument and cannot fail.
+        pid = unsafe { libc::getpid() };
+        PID.store(pid, Relaxed);
+    }
     // SAFETY: tgkill with signal 0 only checks that the thread exists; no memory is passed.
-    let r = unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, 0) };
+    let r = unsafe { libc::syscall(libc::SYS_tgkill, pid, tid, 0) };
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
@@ -400,5 +440,37 @@ mod tests {
             libc::close(fds[0]);
             libc::close(fds[1]);
         }
+    }
+
+    #[test]
+    fn cached_ids_are_the_callers_and_a_fork_child_reads_its_own() {
+        // SAFETY: gettid/getpid take no argument.
+        let (tid, pid) = unsafe { (libc::gettid(), libc::getpid()) };
+        assert_eq!(thread_id(), tid);
+        assert_eq!(thread_id(), tid, "cached");
+        assert!(thread_alive(tid));
+        let other = std::thread::spawn(thread_id).join().unwrap();
+        assert_ne!(other, tid, "each thread its own");
+        // Gone once joined (the kernel reaps it at exit; bounded wait for that).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while thread_alive(other) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(!thread_alive(other));
+        // SAFETY: the child only makes system calls (no allocation, no lock) and _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: gettid/getpid take no argument; _exit ends the child at once.
+            unsafe {
+                let ok = thread_id() == libc::gettid() && thread_id() != tid && libc::getpid() != pid;
+                let alive = thread_alive(libc::gettid());
+                libc::_exit(if ok && alive { 0 } else { 1 });
+            }
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child into a local int.
+        assert_eq!(unsafe { libc::waitpid(child, &mut st, 0) }, child);
+        assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "the child read its own ids: {st:#x}");
     }
 }

@@ -95,7 +95,7 @@ impl SocketOwner {
         if cur == 0 {
             return false;
         }
-        if thread_alive(tid_of(cur)) {
+        if tid_of(cur) == thread_id() || thread_alive(tid_of(cur)) {
             return true;
         }
         let _ = self.state.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Relaxed);
