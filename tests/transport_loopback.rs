@@ -73,7 +73,14 @@ fn open_channel(last: u8) -> (Device, std::os::unix::net::UnixStream) {
 /// channel and the receive socket until the channel is readable (true) or `deadline` passes.
 fn owner_wait(dev: &Device, chan: std::os::fd::RawFd, deadline: Instant) -> bool {
     while Instant::now() < deadline {
-        let (rx, ms) = dev.channel_step(chan);
+        let (rx, ms, ready) = dev.channel_step(chan);
+        if ready {
+            // The step says its record is on the channel: it must be readable now.
+            let mut p = libc::pollfd { fd: chan, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd that outlives the call; no wait.
+            assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 1, "ready, yet the channel is not readable");
+            return true;
+        }
         let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32 + 1;
         let ms = if ms < 0 { left } else { ms.min(left) };
         let mut fds = [

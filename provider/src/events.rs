@@ -431,7 +431,9 @@ fn owner_wait(
             let _off = CancelOff::begin();
             catch_unwind(AssertUnwindSafe(|| t.channel_step(fd)))
         };
-        let Ok((rx, ms)) = step else {
+        // A step that put its completions' record on the channel: read it now (a poll would
+        // return at once).
+        let Ok((rx, ms, false)) = step else {
             let _ = guarded(&|| {
                 t.channel_wait_end();
                 true

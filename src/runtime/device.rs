@@ -488,20 +488,24 @@ impl Device {
 
     /// The socket owner's progress step: receives what arrived, runs due timers, transmits
     /// (owed packets too: the application waits) and delivers the events (the channel
-    /// records on `channel`). Returns the socket to sleep on and how long at most (ms, -1: no
-    /// limit): until the engine's next deadline.
-    pub fn channel_step(&self, channel: std::os::fd::RawFd) -> (std::os::fd::RawFd, i32) {
+    /// records on `channel`). Returns the socket to sleep on, how long at most (ms, -1: no
+    /// limit: until the engine's next deadline), and whether this step made completions whose
+    /// record is on `channel` now (the owner then reads it without polling first: a poll
+    /// would return at once).
+    pub fn channel_step(&self, channel: std::os::fd::RawFd) -> (std::os::fd::RawFd, i32, bool) {
         let sig = &self.hub.signals;
         crate::observe::stats::WakeCounters::bump(&sig.wake_counters.owner_steps);
         let mut c = self.lock();
         let now = c.now();
         let made = c.engine.completions_made();
         c.take_in(now, false);
-        if c.engine.completions_made() != made && c.engine.only_acks_pending() && c.pacing.thread_may_hold(true) && {
+        let completed = c.engine.completions_made() != made;
+        let mut readable = None;
+        if completed && c.engine.only_acks_pending() && c.pacing.thread_may_hold(true) && {
             // Only if the completions reach this channel: the thread goes back to the
             // application now (otherwise it sleeps on, and the peer would wait for them).
             c.deliver_events();
-            crate::sys::readable_now(channel)
+            *readable.insert(crate::sys::readable_now(channel))
         } {
             // The completion wakes the application, whose next post carries these ACKs (as
             // the progress thread holds them for an active application); should it post
@@ -517,11 +521,14 @@ impl Device {
         if let Some(hold) = c.pacing.owed_deadline() {
             due = Some(due.map_or(hold, |d| d.min(hold)));
         }
+        // One look at the channel either way (the hold's, or this one), and none when this
+        // step completed nothing.
+        let ready = completed && readable.unwrap_or_else(|| crate::sys::readable_now(channel));
         drop(c);
         self.take_left_work();
         // poll(2) counts milliseconds: round up, so the step after it finds the timer due.
         let ms = due.map_or(-1, |d| d.saturating_sub(now).div_ceil(1_000_000).min(i32::MAX as u64) as i32);
-        (sig.rx_fd(), ms)
+        (sig.rx_fd(), ms, ready)
     }
 
     /// The socket owner leaves its wait (see `Signals::owner_leaves`).
