@@ -498,7 +498,12 @@ impl Device {
         let mut c = self.lock();
         let now = c.now();
         let made = c.engine.completions_made();
-        c.take_in(now, false);
+        // Like a poller's receive: the owner sleeps in a level-triggered poll(2) on the
+        // socket, so a partial batch ends the drain (a datagram that came meanwhile wakes the
+        // poll at once; left after the owner leaves, the application's next verb or the
+        // progress thread takes it). The drain to empty is for the edge-triggered progress
+        // thread; here it cost an empty recvmmsg on every wake-up.
+        c.take_in(now, true);
         let completed = c.engine.completions_made() != made;
         let mut readable = None;
         if completed && c.engine.only_acks_pending() && c.pacing.thread_may_hold(true) && {
