@@ -149,14 +149,6 @@ pub unsafe fn cancellable_read(fd: RawFd, buf: *mut c_void, count: usize) -> isi
     unsafe { f(fd, buf, count) }
 }
 
-/// Whether `fd` is readable right now (a raw poll(2) with no timeout: no cancellation point).
-pub fn readable_now(fd: RawFd) -> bool {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd that outlives the call; a zero timeout never blocks.
-    let n = unsafe { libc::syscall(libc::SYS_poll, &mut p as *mut libc::pollfd, 1 as libc::nfds_t, 0 as c_int) };
-    n == 1
-}
-
 thread_local! {
     /// The thread's kernel id once read (0: not yet); see [`thread_id`].
     static TID: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };

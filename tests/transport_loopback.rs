@@ -48,6 +48,7 @@ fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
         let t = tx.clone();
         Box::new(move |e| {
             let _ = t.send(e);
+            None
         })
     });
     (d, rx)
@@ -57,13 +58,13 @@ fn open(last: u8) -> (Device, mpsc::Receiver<Event>) {
 /// channel's fd is written: the device and the pair's reading end (non-blocking).
 fn open_channel(last: u8) -> (Device, std::os::unix::net::UnixStream) {
     use std::io::Write;
+    use std::os::fd::AsRawFd;
     let (rx, tx) = std::os::unix::net::UnixStream::pair().unwrap();
     rx.set_nonblocking(true).unwrap();
+    let chan = rx.as_raw_fd();
     let d = open_with(last, || {
         let mut w = tx.try_clone().unwrap();
-        Box::new(move |_e| {
-            let _ = w.write(&[1]);
-        })
+        Box::new(move |_e| w.write(&[1]).ok().map(|_| chan))
     });
     (d, rx)
 }

@@ -74,9 +74,9 @@ fn channel_delivers_each_fired_cq_once_in_order_and_skips_destroyed_ones() {
         assert_eq!(get_event(ch), Err(libc::EAGAIN), "empty non-blocking channel");
 
         notify_cq(a).unwrap();
-        assert_eq!(notify_cq_id(2), Ok(true), "by engine id");
+        assert_eq!(notify_cq_id(2), Ok(Some(Some((*ch).fd))), "by engine id, to its channel");
         notify_cq(a).unwrap();
-        assert_eq!(notify_cq_id(77), Ok(false), "no such CQ");
+        assert_eq!(notify_cq_id(77), Ok(None), "no such CQ");
         assert_eq!(get_event(ch), Ok((a, 0xa)));
         assert_eq!(get_event(ch), Ok((b, 0xb)));
         assert_eq!(get_event(ch), Ok((a, 0xa)));
@@ -94,6 +94,49 @@ fn channel_delivers_each_fired_cq_once_in_order_and_skips_destroyed_ones() {
         free_cq_shell(a).unwrap();
         assert_eq!((*ch).refcnt, 0);
         assert_eq!(ibv_destroy_comp_channel(ch), 0);
+    }
+}
+
+#[test]
+fn a_record_handed_to_the_socket_owner_keeps_the_channel_order() {
+    let ctx = open();
+    // SAFETY: the exported verbs with a live context; CQ shells from new_cq_shell.
+    unsafe {
+        let ch = ibv_create_comp_channel(ctx.0);
+        let other = ibv_create_comp_channel(ctx.0);
+        nonblock((*ch).fd);
+        let a = cq_on(&ctx, ch, 11, 0xa);
+        let b = cq_on(&ctx, ch, 12, 0xb);
+        let fd = (*ch).fd;
+        let queued = |c: *mut ibv_comp_channel| (*(c as *const UrxeChannel)).queued.load(Ordering::Acquire);
+        // The owner's step on this channel, pipe empty: the first record is handed over, the
+        // second goes to the pipe behind it.
+        let r = as_owner_step(fd, || (notify_cq(a), notify_cq(b)));
+        assert_eq!(r, (Ok(Some(fd)), Ok(Some(fd))));
+        assert_eq!(queued(ch), 1, "one record in the pipe");
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        assert_eq!(libc::poll(&mut p, 1, 0), 1, "the second record is in the pipe");
+        assert_eq!(get_event(ch), Ok((a, 0xa)), "the handed record first");
+        assert_eq!(get_event(ch), Ok((b, 0xb)));
+        assert_eq!(get_event(ch), Err(libc::EAGAIN));
+        assert_eq!(queued(ch), 0);
+        // An older record in the pipe: nothing is handed over (it would jump the queue).
+        notify_cq(b).unwrap();
+        assert_eq!(as_owner_step(fd, || notify_cq(a)), Ok(Some(fd)));
+        assert_eq!(queued(ch), 2, "both in the pipe");
+        assert_eq!(get_event(ch), Ok((b, 0xb)));
+        assert_eq!(get_event(ch), Ok((a, 0xa)));
+        // An owner of another channel is handed nothing of this one.
+        assert_eq!(as_owner_step((*other).fd, || notify_cq(a)), Ok(Some(fd)));
+        assert_eq!(queued(ch), 1);
+        assert_eq!(get_event(ch), Ok((a, 0xa)));
+        assert_eq!(get_event(ch), Err(libc::EAGAIN));
+        ibv_ack_cq_events(a as *mut ibv_cq, 3);
+        ibv_ack_cq_events(b as *mut ibv_cq, 2);
+        free_cq_shell(a).unwrap();
+        free_cq_shell(b).unwrap();
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+        assert_eq!(ibv_destroy_comp_channel(other), 0);
     }
 }
 

@@ -10,6 +10,11 @@
 //!   (the engine disarms; [`notify_cq`] just writes).
 //! - Async events = a per-context pipe with 16-byte records `{u64 element, u32 type, u32 0}`.
 //!
+//! - A record the socket owner's own progress step produces for the channel it waits on, with
+//!   nothing older in the pipe, is handed to it directly ([`notify_cq`]): the owner reads it
+//!   right after its step, so writing it into the pipe and reading it back only cost the wake-up
+//!   two system calls. Anything else goes through the pipe, in order.
+//!
 //! The engine glue reports completions with [`notify_cq_id`] and async events with
 //! [`post_engine_async`].
 
@@ -23,6 +28,40 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use urxe::sys::cancellable_read;
+
+thread_local! {
+    /// While a socket owner runs its progress step: the channel (read fd) it waits on; -1
+    /// otherwise (see `owner_wait`).
+    static DIRECT_WANT: std::cell::Cell<c_int> = const { std::cell::Cell::new(-1) };
+    /// A record handed to that owner: the channel and the CQ serial, read before the pipe.
+    static DIRECT_REC: std::cell::Cell<Option<(c_int, u64)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` as a socket owner's step on channel `fd` runs (records for it may be handed to
+/// this thread): for tests of the hand-over without a device.
+#[cfg(test)]
+pub(crate) fn as_owner_step<R>(fd: c_int, f: impl FnOnce() -> R) -> R {
+    DIRECT_WANT.set(fd);
+    let r = f();
+    DIRECT_WANT.set(-1);
+    r
+}
+
+/// Whether a record for channel `fd` waits in this thread's hand.
+fn direct_pending(fd: c_int) -> bool {
+    matches!(DIRECT_REC.get(), Some((f, _)) if f == fd)
+}
+
+/// The record handed to this thread for channel `fd`, if any (taken).
+fn take_direct(fd: c_int) -> Option<u64> {
+    match DIRECT_REC.get() {
+        Some((f, serial)) if f == fd => {
+            DIRECT_REC.set(None);
+            Some(serial)
+        }
+        _ => None,
+    }
+}
 
 /// Live CQs by serial (value = address of the `UrxeCq`).
 static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
@@ -60,47 +99,65 @@ fn take_event(serial: u64) -> Option<(*mut UrxeCq, *mut c_void)> {
 /// Write one completion-channel record for `cq` if it has a channel. Called by the engine glue
 /// when an armed CQ gets a completion. A full pipe (tens of thousands of unread events) drops
 /// the record: the application is not reading and the CQ itself still holds the completions.
+/// Returns the channel's fd (the one applications wait on) if the record went to it, in the
+/// pipe or to its socket owner.
 ///
 /// # Safety
 /// `cq` is a live CQ of ours.
-pub unsafe fn notify_cq(cq: *mut UrxeCq) -> Result<(), i32> {
+pub unsafe fn notify_cq(cq: *mut UrxeCq) -> Result<Option<c_int>, i32> {
     // SAFETY: caller contract.
     let cq = unsafe { &*cq };
     if cq.ibv.channel.is_null() {
-        return Ok(());
+        return Ok(None);
     }
     // SAFETY: a CQ's channel outlives it (destroy_comp_channel is EBUSY while CQs attach).
     let ch = unsafe { &*(cq.ibv.channel as *const UrxeChannel) };
+    let fd = ch.ibv.fd;
+    // The socket owner waiting on this channel, in its own step, and nothing older in the
+    // pipe (records are only written under the device lock, which this step holds): it takes
+    // this record next either way, so it gets it without the pipe.
+    if DIRECT_WANT.get() == fd && DIRECT_REC.get().is_none() && ch.queued.load(Ordering::Acquire) == 0 {
+        DIRECT_REC.set(Some((fd, cq.serial)));
+        return Ok(Some(fd));
+    }
     let rec = cq.serial.to_ne_bytes();
+    ch.queued.fetch_add(1, Ordering::AcqRel);
     // SAFETY: writing 8 bytes from a local buffer to our own pipe fd. A raw write: this runs
     // inside ibv_poll_cq and the like, which must not be cancellation points.
     let n = unsafe { urxe::sys::write(ch.write_fd, rec.as_ptr() as *const c_void, rec.len()) };
     if n == rec.len() as isize {
-        Ok(())
+        Ok(Some(fd))
     } else {
-        Err(errno())
+        let e = errno();
+        uncount(ch);
+        Err(e)
     }
+}
+
+/// One record fewer in `ch`'s pipe (never below zero).
+fn uncount(ch: &UrxeChannel) {
+    let _ = ch.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
 }
 
 /// [`notify_cq`] for the engine's `Event::Completion(cq_id)`: finds the live CQ with that
 /// engine id and writes its record while holding the registry lock, so a concurrent
 /// `ibv_destroy_cq` (which unregisters under the same lock before freeing) cannot free it
-/// underneath. Returns `Ok(false)` if no such CQ is alive (destroyed meanwhile).
-pub fn notify_cq_id(id: urxe::engine::CqId) -> Result<bool, i32> {
+/// underneath. Returns `Ok(None)` if no such CQ is alive (destroyed meanwhile), else what
+/// [`notify_cq`] returned.
+pub fn notify_cq_id(id: urxe::engine::CqId) -> Result<Option<Option<c_int>>, i32> {
     let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
     let Some(map) = guard.as_ref() else {
-        return Ok(false);
+        return Ok(None);
     };
     for addr in map.values() {
         let p = *addr as *mut UrxeCq;
         // SAFETY: registered CQs are alive while the lock is held.
         if unsafe { (*p).id } == id {
             // SAFETY: as above.
-            unsafe { notify_cq(p) }?;
-            return Ok(true);
+            return unsafe { notify_cq(p) }.map(Some);
         }
     }
-    Ok(false)
+    Ok(None)
 }
 
 /// Queue an async event on a context. `element` is the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` pointer
@@ -247,6 +304,7 @@ fn blocking_verb<const N: usize>(
     name: &str,
     start: impl FnOnce() -> Result<c_int, i32>,
     mut before_wait: impl FnMut(c_int) -> Result<(), i32>,
+    mut read_one: impl FnMut(c_int) -> Result<[u8; N], i32>,
     mut after_wait: impl FnMut(),
     mut finish: impl FnMut([u8; N]) -> Result<Option<()>, i32>,
 ) -> c_int {
@@ -263,7 +321,7 @@ fn blocking_verb<const N: usize>(
         if let Err(e) = before_wait(fd) {
             return crate::export::finish(name, Ok(Err(e)), -1);
         }
-        let rec = wait_record::<N>(fd);
+        let rec = read_one(fd);
         let _off = CancelOff::begin();
         after_wait();
         let rec = match rec {
@@ -289,8 +347,11 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut ibv_context) -> *
     }
     // SAFETY: fcntl on our own fd.
     unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) };
-    let ch =
-        Box::new(UrxeChannel { ibv: ibv_comp_channel { context: u.ibv(), fd: fds[0], refcnt: 0 }, write_fd: fds[1] });
+    let ch = Box::new(UrxeChannel {
+        ibv: ibv_comp_channel { context: u.ibv(), fd: fds[0], refcnt: 0 },
+        write_fd: fds[1],
+        queued: AtomicU64::new(0),
+    });
     Ok(Box::into_raw(ch) as *mut ibv_comp_channel)
 }
 
@@ -372,6 +433,19 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.channel_reader(false)));
         }
     };
+    // The record handed to this thread by its own step as the socket owner, else one from the
+    // pipe (then uncounted).
+    let read_one = |fd| {
+        if let Some(serial) = take_direct(fd) {
+            return Ok(serial.to_ne_bytes());
+        }
+        let r = wait_record::<8>(fd);
+        if r.is_ok() {
+            // SAFETY: checked non-null in `start`, which runs first; a channel of ours.
+            uncount(unsafe { &*(channel as *const UrxeChannel) });
+        }
+        r
+    };
     let finish = |rec: [u8; 8]| {
         // A record for a CQ destroyed since it was written: skip it.
         let Some((p, user)) = take_event(u64::from_ne_bytes(rec)) else { return Ok(None) };
@@ -382,7 +456,7 @@ pub unsafe extern "C-unwind" fn ibv_get_cq_event(
         }
         Ok(Some(()))
     };
-    blocking_verb("ibv_get_cq_event", start, before_wait, after_wait, finish)
+    blocking_verb("ibv_get_cq_event", start, before_wait, read_one, after_wait, finish)
 }
 
 /// Before `ibv_get_cq_event` sleeps on a blocking channel: the thread waits until the channel
@@ -429,7 +503,16 @@ fn owner_wait(
     loop {
         let step = {
             let _off = CancelOff::begin();
-            catch_unwind(AssertUnwindSafe(|| t.channel_step(fd)))
+            DIRECT_WANT.set(fd);
+            let r = catch_unwind(AssertUnwindSafe(|| t.channel_step(fd)));
+            DIRECT_WANT.set(-1);
+            r
+        };
+        // A record handed to us (by the step or the work it left to us) is ours to read now,
+        // whatever the step returned.
+        let step = match step {
+            Ok((rx, ms, false)) if direct_pending(fd) => Ok((rx, ms, true)),
+            r => r,
         };
         // A step that put its completions' record on the channel: read it now (a poll would
         // return at once).
@@ -541,7 +624,7 @@ pub unsafe extern "C-unwind" fn ibv_get_async_event(context: *mut ibv_context, e
         unsafe { event.write(ev) };
         Ok(Some(()))
     };
-    blocking_verb("ibv_get_async_event", start, |_| Ok(()), || {}, finish)
+    blocking_verb("ibv_get_async_event", start, |_| Ok(()), wait_record::<16>, || {}, finish)
 }
 
 /// `ibv_ack_async_event(3)`: counts the ack on the object so its destroy can proceed.

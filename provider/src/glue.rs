@@ -53,11 +53,15 @@ pub fn transport(dev: &UrxeDevice) -> VerbResult<&Device> {
                 seed: 0,
             };
             let sink = Box::new(|ev: Event| match ev {
-                Event::Completion(cq) => {
-                    let _ = crate::events::notify_cq_id(cq);
+                Event::Completion(cq) => crate::events::notify_cq_id(cq).ok().flatten().flatten(),
+                Event::Async(a) => {
+                    crate::events::post_engine_async(a);
+                    None
                 }
-                Event::Async(a) => crate::events::post_engine_async(a),
-                Event::Gsi => crate::events::wake_gsi(),
+                Event::Gsi => {
+                    crate::events::wake_gsi();
+                    None
+                }
             });
             Device::open_group(member, cfg, sink).map_err(|err| {
                 eprintln!("urxe: cannot start the device on {}: {err}", dev.info.addr);

@@ -247,6 +247,10 @@ pub struct UrxeChannel {
     pub ibv: ibv_comp_channel,
     /// Write end (O_NONBLOCK: the notifier never blocks on a full pipe).
     pub write_fd: c_int,
+    /// Records in the pipe: counted before each write, uncounted after each read by
+    /// `ibv_get_cq_event`, so never below the true number. At 0 the pipe is empty, and a
+    /// record may go straight to the socket owner waiting on the channel (`events`).
+    pub queued: std::sync::atomic::AtomicU64,
 }
 
 /// View a C handle as its shell, shared.

@@ -489,9 +489,9 @@ impl Device {
     /// The socket owner's progress step: receives what arrived, runs due timers, transmits
     /// (owed packets too: the application waits) and delivers the events (the channel
     /// records on `channel`). Returns the socket to sleep on, how long at most (ms, -1: no
-    /// limit: until the engine's next deadline), and whether this step made completions whose
-    /// record is on `channel` now (the owner then reads it without polling first: a poll
-    /// would return at once).
+    /// limit: until the engine's next deadline), and whether this step delivered a record to
+    /// `channel` (the sink says so: written to its pipe, or handed to this waiter), which the
+    /// owner then reads without polling first (a poll would return at once).
     pub fn channel_step(&self, channel: std::os::fd::RawFd) -> (std::os::fd::RawFd, i32, bool) {
         let sig = &self.hub.signals;
         crate::observe::stats::WakeCounters::bump(&sig.wake_counters.owner_steps);
@@ -505,12 +505,12 @@ impl Device {
         // thread; here it cost an empty recvmmsg on every wake-up.
         c.take_in(now, true);
         let completed = c.engine.completions_made() != made;
-        let mut readable = None;
+        let mut reached = false;
         if completed && c.engine.only_acks_pending() && c.pacing.thread_may_hold(true) && {
             // Only if the completions reach this channel: the thread goes back to the
             // application now (otherwise it sleeps on, and the peer would wait for them).
-            c.deliver_events();
-            *readable.insert(crate::sys::readable_now(channel))
+            reached = c.deliver_events_to(channel);
+            reached
         } {
             // The completion wakes the application, whose next post carries these ACKs (as
             // the progress thread holds them for an active application); should it post
@@ -521,19 +521,16 @@ impl Device {
         } else if !c.transmit(now) {
             c.pacing.owe(now);
         }
-        c.deliver_events();
+        reached |= c.deliver_events_to(channel);
         let mut due = c.engine.poll_timeout();
         if let Some(hold) = c.pacing.owed_deadline() {
             due = Some(due.map_or(hold, |d| d.min(hold)));
         }
-        // One look at the channel either way (the hold's, or this one), and none when this
-        // step completed nothing.
-        let ready = completed && readable.unwrap_or_else(|| crate::sys::readable_now(channel));
         drop(c);
         self.take_left_work();
         // poll(2) counts milliseconds: round up, so the step after it finds the timer due.
         let ms = due.map_or(-1, |d| d.saturating_sub(now).div_ceil(1_000_000).min(i32::MAX as u64) as i32);
-        (sig.rx_fd(), ms, ready)
+        (sig.rx_fd(), ms, reached)
     }
 
     /// The socket owner leaves its wait (see `Signals::owner_leaves`).

@@ -7,6 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::clock::Epoch;
 use super::pacing::{Pacing, Signals};
+use std::os::fd::RawFd;
+
 use crate::engine::{Engine, Event, Nanos};
 use crate::host::memory::ProcessMemory;
 use crate::observe::stats::{counters_text, TransportCounters};
@@ -14,8 +16,10 @@ use crate::transport::group::Member;
 use crate::transport::io::Io;
 
 /// Where engine events (completion notifications, async events) go. Called with the device
-/// lock held: it must be quick and must not call back into the device.
-pub type EventSink = Box<dyn FnMut(Event) + Send>;
+/// lock held: it must be quick and must not call back into the device. Returns the completion
+/// channel (its fd, the one applications wait on) whose waiter the event's record reached, if
+/// any: a socket owner waiting on that channel then reads it without polling first.
+pub type EventSink = Box<dyn FnMut(Event) -> Option<RawFd> + Send>;
 
 /// The engine and everything the data path touches, behind one lock.
 pub(super) struct Core {
@@ -57,8 +61,14 @@ impl Core {
     }
 
     pub(super) fn deliver_events(&mut self) {
+        self.deliver_events_to(-1);
+    }
+
+    /// [`Core::deliver_events`]; true if a record reached channel `channel`.
+    pub(super) fn deliver_events_to(&mut self, channel: RawFd) -> bool {
+        let mut reached = false;
         while let Some(ev) = self.engine.poll_event() {
-            (self.sink)(ev);
+            reached |= (self.sink)(ev).is_some_and(|fd| fd == channel && fd >= 0);
         }
         while let Some(i) = self.engine.poll_injected() {
             let name = self.engine.fault_plan().and_then(|p| p.faults.get(i.fault)).map_or("", |f| f.name.as_str());
@@ -67,6 +77,7 @@ impl Core {
                 t.note(&super::faultplan::trace_line(&i, name));
             }
         }
+        reached
     }
 
     /// Takes in what arrived and what is due: queued datagrams, then expired timers.
