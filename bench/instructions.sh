@@ -4,7 +4,8 @@
 # else the machine does). A benchmark, not a test.
 #
 # Engine only (tests/sim_perf.rs `engine_instructions_per_message`): two engines in one
-# process exchange 64-byte SENDs or 4 KiB WRITEs in bursts of 16; callgrind collects only inside
+# process exchange 64-byte SENDs, 4 KiB WRITEs or 16 KiB READs at MTU 1024 (a path over
+# 1500-byte Ethernet: 16 response packets per READ) in bursts of 16; callgrind collects only inside
 # the requester's functions (post + transmit, then ACKs + completions) or only inside the
 # responder's (receive + place + completions + ACKs). Each figure is the difference of two runs
 # (N1 and N2 messages) divided by N2 - N1, so one-time costs cancel.
@@ -87,10 +88,14 @@ COMMIT=$(git -C "$REPO" rev-parse --short=12 HEAD)
   echo
   echo "| message | requester side | responder side |"
   echo "|---|---|---|"
-  for kind in send64 write4k; do
+  for kind in send64 write4k read16k; do
     r=$(per_msg "$(collected "$kind" "$N1" "${REQ[@]}")" "$(collected "$kind" "$N2" "${REQ[@]}")" "$N1" "$N2")
     s=$(per_msg "$(collected "$kind" "$N1" "${RSP[@]}")" "$(collected "$kind" "$N2" "${RSP[@]}")" "$N1" "$N2")
-    label=$([ "$kind" = send64 ] && echo "64-byte SEND" || echo "4 KiB RDMA WRITE")
+    case $kind in
+      send64) label="64-byte SEND" ;;
+      write4k) label="4 KiB RDMA WRITE" ;;
+      *) label="16 KiB RDMA READ, MTU 1024 (per READ: 16 responses)" ;;
+    esac
     echo "| $label | $r | $s |"
   done
   echo

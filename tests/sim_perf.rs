@@ -150,10 +150,16 @@ fn responder_side(net: &mut Net, b: End, recv: Option<&RecvWr<'_>>, w: &mut Wire
 #[test]
 #[ignore = "measurement: bench/instructions.sh runs it under callgrind"]
 fn engine_instructions_per_message() {
-    // URXE_INSN_KIND=send64 | write4k; URXE_INSN_MSGS messages in bursts of 16.
+    // URXE_INSN_KIND=send64 | write4k | read16k; URXE_INSN_MSGS messages in bursts of 16.
+    // read16k: 16 KiB RDMA READs at MTU 1024 (a path over 1500-byte Ethernet), 16 response
+    // packets each.
     let kind = std::env::var("URXE_INSN_KIND").unwrap_or_else(|_| "send64".into());
     let msgs: u64 = std::env::var("URXE_INSN_MSGS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
-    let size: u32 = if kind == "write4k" { 4096 } else { 64 };
+    let size: u32 = match kind.as_str() {
+        "write4k" => 4096,
+        "read16k" => 16384,
+        _ => 64,
+    };
     let mut net = Net::with_memory(2, 1, LinkCfg::default(), 4 << 20);
     // URXE_DCQCN / URXE_DCQCN_<NAME> as the library reads them (bench/instructions.sh compares
     // DCQCN on, the default, with URXE_DCQCN=0).
@@ -161,21 +167,26 @@ fn engine_instructions_per_message() {
     for n in &mut net.nodes {
         n.eng.set_dcqcn(cc);
     }
-    let o = QpOpts { mtu: Mtu::Mtu4096, max_send_wr: 1024, max_recv_wr: 1024, ..QpOpts::default() };
+    let mtu = if kind == "read16k" { Mtu::Mtu1024 } else { Mtu::Mtu4096 };
+    let o = QpOpts { mtu, max_send_wr: 1024, max_recv_wr: 1024, ..QpOpts::default() };
     let (a, b) = connect(&mut net, 0, 1, &o);
     let (src, smr) = buffer(&mut net, a, 1 << 16);
     let (dst, dmr) = buffer(&mut net, b, 1 << 16);
     let ssg = [sge(src, size, smr)];
     let rsg = [sge(dst, size, dmr)];
     let recv = RecvWr { wr_id: 7, sg_list: &rsg };
-    let is_send = kind != "write4k";
+    let is_send = kind == "send64";
     if is_send {
         for _ in 0..512 {
             net.nodes[1].eng.post_recv(b.qpn, &recv).unwrap();
         }
     }
     const BURST: usize = 16;
-    let w = if is_send { WrKind::Send } else { WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey } };
+    let w = match kind.as_str() {
+        "write4k" => WrKind::RdmaWrite { remote_addr: dst, rkey: dmr.rkey },
+        "read16k" => WrKind::RdmaRead { remote_addr: dst, rkey: dmr.rkey },
+        _ => WrKind::Send,
+    };
     let wrs: Vec<SendWr<'_>> = (0..BURST as u64).map(|i| send_wr(i, w, &ssg)).collect();
     let (mut wire, mut wc) = (Wire::new(), [WorkCompletion::default(); 64]);
     let (mut done, mut rounds) = (0u64, 0u64);
