@@ -22,6 +22,7 @@ use crate::wire::feth::{LEVEL_MR, PLACEMENT_GLOBAL, PLACEMENT_PERSISTENT};
 use crate::wire::icrc::{IpFields, ROCEV2_PORT};
 use crate::wire::opcode::{op, OpKind, Position};
 use crate::wire::packet::{emit_ack, finish_flow};
+use crate::wire::short::emit_read_response;
 use crate::wire::{Headers, Parsed, Psn};
 
 /// Why the responder refuses a request.
@@ -799,8 +800,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
     loop {
         let item = *q.resp.out.front()?;
         let bth = BthRepr { dest_qp: q.attr.dest_qp_num, ..BthRepr::default() };
-        let mut h = Headers { bth, ..Headers::default() };
-        let mut payload = 0usize;
+        let mut h = Headers::default();
         match item {
             RespOut::Ack { psn, syndrome, msn } => {
                 // The common case, written without a whole `Headers` (see `emit_ack`).
@@ -811,40 +811,31 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 q.resp.out.pop_front();
-                h.bth.opcode = base | op::RC_ATOMIC_ACKNOWLEDGE;
-                h.bth.psn = psn;
+                h.bth = BthRepr { opcode: base | op::RC_ATOMIC_ACKNOWLEDGE, psn, ..bth };
                 h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
                 h.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
             }
             RespOut::EmptyRead { psn, msn } => {
                 q.resp.out.pop_front();
-                h.bth.opcode = op::RC_RDMA_READ_RESPONSE_ONLY;
-                h.bth.psn = psn;
+                h.bth = BthRepr { opcode: op::RC_RDMA_READ_RESPONSE_ONLY, psn, ..bth };
                 h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
             }
             RespOut::Read(mut job) => {
+                // Headers in four or five word stores (`emit_read_response`), no `Headers`.
                 let n = job.len.div_ceil(q.mtu).max(1);
                 let i = job.psn.distance(job.first_psn).max(0) as u32;
-                let pos = match (i == 0, i + 1 >= n) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, true) => Position::Last,
-                    (false, false) => Position::Middle,
-                };
-                h.bth.opcode = base
-                    | match pos {
-                        Position::First => op::RC_RDMA_READ_RESPONSE_FIRST,
-                        Position::Middle => op::RC_RDMA_READ_RESPONSE_MIDDLE,
-                        Position::Last => op::RC_RDMA_READ_RESPONSE_LAST,
-                        Position::Only => op::RC_RDMA_READ_RESPONSE_ONLY,
+                let (first, last) = (i == 0, i + 1 >= n);
+                let opcode = base
+                    | match (first, last) {
+                        (true, true) => op::RC_RDMA_READ_RESPONSE_ONLY,
+                        (true, false) => op::RC_RDMA_READ_RESPONSE_FIRST,
+                        (false, true) => op::RC_RDMA_READ_RESPONSE_LAST,
+                        (false, false) => op::RC_RDMA_READ_RESPONSE_MIDDLE,
                     };
-                h.bth.psn = job.psn;
-                if pos != Position::Middle {
-                    h.aeth = Some(AethRepr { syndrome: ACK_OK, msn: job.msn });
-                }
-                payload = job.left.min(q.mtu) as usize;
+                let aeth = (first || last).then_some((ACK_OK.encode(), job.msn.value()));
+                let hl = emit_read_response(buf, opcode, bth.dest_qp, job.psn, aeth)?;
+                let payload = job.left.min(q.mtu) as usize;
                 let va = job.va.wrapping_add((job.len - job.left) as u64);
-                let hl = h.header_len();
                 // Re-checked per packet: the MR may have gone since the request.
                 let host = check_rkey(sh, q, job.rkey, va, payload as u64, AccessFlags::REMOTE_READ);
                 let ok = match host {
@@ -858,15 +849,16 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
                 }
                 job.left -= payload as u32;
                 job.psn = job.psn.next();
-                if pos.ends() {
+                if last {
                     q.resp.out.pop_front();
                 } else if let Some(RespOut::Read(j)) = q.resp.out.front_mut() {
                     *j = job;
                 }
+                return finish_out(q, sh, &ip, dst, buf, hl, payload);
             }
         }
         let hl = h.emit(buf).ok()?;
-        return finish_out(q, sh, &ip, dst, buf, hl, payload);
+        return finish_out(q, sh, &ip, dst, buf, hl, 0);
     }
 }
 

@@ -67,6 +67,35 @@ pub fn emit_rc_only(buf: &mut [u8], req: OnlyRequest, solicited: bool, dest_qp: 
     Some(len)
 }
 
+/// Writes the headers of an RDMA READ response packet (any of the four READ RESPONSE opcodes,
+/// RC or XRC: `opcode` as given) at the start of `buf`: the BTH (no SE, AckReq or migration
+/// bit), then the AETH `(syndrome byte, MSN)` that FIRST, LAST and ONLY carry and MIDDLE does
+/// not; returns their length, or `None` if `buf` is too short or `dest_qp` or the MSN does not
+/// fit 24 bits. Byte for byte what [`Headers::emit`](super::Headers::emit) writes (tested
+/// below), without a `Headers` to fill.
+#[inline]
+pub fn emit_read_response(
+    buf: &mut [u8],
+    opcode: u8,
+    dest_qp: u32,
+    psn: Psn,
+    aeth: Option<(u8, u32)>,
+) -> Option<usize> {
+    let len = if aeth.is_some() { 16 } else { 12 };
+    if dest_qp > 0xFF_FFFF || buf.len() < len || aeth.is_some_and(|(_, msn)| msn > 0xFF_FFFF) {
+        return None;
+    }
+    let b = &mut buf[..len];
+    let [pk0, pk1] = DEFAULT_PKEY.to_be_bytes();
+    b[0..4].copy_from_slice(&[opcode, 0, pk0, pk1]);
+    b[4..8].copy_from_slice(&dest_qp.to_be_bytes());
+    b[8..12].copy_from_slice(&psn.value().to_be_bytes());
+    if let Some((syndrome, msn)) = aeth {
+        b[12..16].copy_from_slice(&(u32::from(syndrome) << 24 | msn).to_be_bytes());
+    }
+    Some(len)
+}
+
 /// A received one-packet RC SEND or RDMA WRITE that passed every check [`parse`](super::parse)
 /// makes, read straight from its fixed layout (the short path's receive side).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -194,6 +223,44 @@ mod tests {
             prop_assert_eq!(&buf[..n], &general(req, solicited, dest_qp, psn)[..]);
             prop_assert!(buf[n..].iter().all(|&b| b == 0x5A));
         }
+    }
+
+    proptest! {
+        #[test]
+        fn writes_the_read_responses_the_general_emitter_writes(
+            which in 0u8..4, xrc in any::<bool>(), dest_qp in 0u32..=0xFF_FFFF, psn in 0u32..=0xFF_FFFF,
+            code in any::<u8>(), msn in 0u32..=0xFF_FFFF,
+        ) {
+            use crate::wire::aeth::{AethRepr, Syndrome};
+            use crate::wire::opcode::op;
+            use crate::wire::Msn;
+            let first = [op::RC_RDMA_READ_RESPONSE_FIRST, op::RC_RDMA_READ_RESPONSE_MIDDLE,
+                op::RC_RDMA_READ_RESPONSE_LAST, op::RC_RDMA_READ_RESPONSE_ONLY][which as usize];
+            let opcode = if xrc { first | 0xA0 } else { first };
+            let syndrome = Syndrome::decode(code);
+            let aeth = (first != op::RC_RDMA_READ_RESPONSE_MIDDLE).then_some((syndrome.encode(), msn));
+            let mut h = Headers {
+                bth: BthRepr { opcode, dest_qp, psn: Psn::new(psn), ..BthRepr::default() },
+                ..Headers::default()
+            };
+            h.aeth = aeth.map(|_| AethRepr { syndrome, msn: Msn::new(msn) });
+            let mut want = vec![0xA5u8; 64];
+            let n = h.emit(&mut want).unwrap();
+            let mut buf = vec![0x5Au8; 64];
+            let m = emit_read_response(&mut buf, opcode, dest_qp, Psn::new(psn), aeth).unwrap();
+            prop_assert_eq!(&buf[..m], &want[..n]);
+            prop_assert!(buf[m..].iter().all(|&b| b == 0x5A));
+        }
+    }
+
+    #[test]
+    fn a_read_response_refuses_a_short_buffer_and_fields_over_24_bits() {
+        let psn = Psn::new(1);
+        assert_eq!(emit_read_response(&mut [0u8; 15], 0x0D, 1, psn, Some((0, 1))), None);
+        assert_eq!(emit_read_response(&mut [0u8; 16], 0x0D, 1, psn, Some((0, 1))), Some(16));
+        assert_eq!(emit_read_response(&mut [0u8; 12], 0x0E, 1, psn, None), Some(12));
+        assert_eq!(emit_read_response(&mut [0u8; 16], 0x0E, 0x100_0000, psn, None), None);
+        assert_eq!(emit_read_response(&mut [0u8; 16], 0x0D, 1, psn, Some((0, 0x100_0000))), None);
     }
 
     /// What the general parser says of `p`, as an [`OnlyIn`] (`None`: refused, or another
