@@ -194,6 +194,7 @@ impl Io {
             Some(i) => (&self.mcast[i].1, self.mcast[i].0),
         };
         let mut last = None;
+        let mut last_flow = None;
         for _ in 0..16 {
             let n = match sock.recv_batch(&mut self.recv) {
                 Ok(0) => return last,
@@ -233,16 +234,25 @@ impl Io {
                 // The ICRC is hashed here, where the buffer is writable (see
                 // `IcrcFlow::icrc_in_place`); IPv4's ID is unknown to a UDP socket: as the
                 // engine's `V4NoId`, hashed as ID 0 with DF.
-                let (ip, id_known) = match (src.ip(), local) {
-                    (IpAddr::V4(s), IpAddr::V4(d)) => (IpFields::v4_df(s, d), false),
-                    (IpAddr::V6(s), IpAddr::V6(d)) => (IpFields::v6(s, d), true),
+                // A burst comes from one peer: the previous datagram's flow serves again.
+                let (flow, id_known) = match last_flow {
+                    Some((a, f, k)) if a == src => (f, k),
                     _ => {
-                        counters.rx_unaddressed += 1;
-                        continue;
+                        let (ip, id_known) = match (src.ip(), local) {
+                            (IpAddr::V4(s), IpAddr::V4(d)) => (IpFields::v4_df(s, d), false),
+                            (IpAddr::V6(s), IpAddr::V6(d)) => (IpFields::v6(s, d), true),
+                            _ => {
+                                counters.rx_unaddressed += 1;
+                                continue;
+                            }
+                        };
+                        let f = self.icrc_rx.get(&ip, src.port(), ROCE_PORT);
+                        last_flow = Some((src, f, id_known));
+                        (f, id_known)
                     }
                 };
                 let covered = pkt.len().saturating_sub(ICRC_LEN);
-                let icrc = self.icrc_rx.get(&ip, src.port(), ROCE_PORT).icrc_in_place(&mut pkt[..covered]);
+                let icrc = flow.icrc_in_place(&mut pkt[..covered]);
                 let icrc = IcrcCheck::Hashed { icrc, id_known };
                 let d = Datagram {
                     src: src.ip(),
