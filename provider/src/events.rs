@@ -54,13 +54,7 @@ fn direct_pending(fd: c_int) -> bool {
 
 /// The record handed to this thread for channel `fd`, if any (taken).
 fn take_direct(fd: c_int) -> Option<u64> {
-    match DIRECT_REC.get() {
-        Some((f, serial)) if f == fd => {
-            DIRECT_REC.set(None);
-            Some(serial)
-        }
-        _ => None,
-    }
+    direct_pending(fd).then(|| DIRECT_REC.take()).flatten().map(|(_, serial)| serial)
 }
 
 /// Live CQs by serial (value = address of the `UrxeCq`).
@@ -508,15 +502,9 @@ fn owner_wait(
             DIRECT_WANT.set(-1);
             r
         };
-        // A record handed to us (by the step or the work it left to us) is ours to read now,
-        // whatever the step returned.
-        let step = match step {
-            Ok((rx, ms, false)) if direct_pending(fd) => Ok((rx, ms, true)),
-            r => r,
-        };
-        // A step that put its completions' record on the channel: read it now (a poll would
-        // return at once).
-        let Ok((rx, ms, false)) = step else {
+        // A step that put its completions' record on the channel, or handed one to us (it or
+        // the work it left to us): read it now (a poll would return at once).
+        let Some((rx, ms, _)) = step.ok().filter(|&(_, _, reached)| !reached && !direct_pending(fd)) else {
             let _ = guarded(&|| {
                 t.channel_wait_end();
                 true

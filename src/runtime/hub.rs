@@ -2,13 +2,12 @@
 //! touches, behind one lock) and [`Hub`] (the core plus the lock-free signals, shared by the
 //! application threads and the progress thread).
 
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::clock::Epoch;
 use super::pacing::{Pacing, Signals};
-use std::os::fd::RawFd;
-
 use crate::engine::{Engine, Event, Nanos};
 use crate::host::memory::ProcessMemory;
 use crate::observe::stats::{counters_text, TransportCounters};
