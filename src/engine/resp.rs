@@ -800,8 +800,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
     loop {
         let item = *q.resp.out.front()?;
         let bth = BthRepr { dest_qp: q.attr.dest_qp_num, ..BthRepr::default() };
-        let mut h = Headers::default();
-        match item {
+        let h = match item {
             RespOut::Ack { psn, syndrome, msn } => {
                 // The common case, written without a whole `Headers` (see `emit_ack`).
                 q.resp.out.pop_front();
@@ -811,14 +810,20 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 q.resp.out.pop_front();
-                h.bth = BthRepr { opcode: base | op::RC_ATOMIC_ACKNOWLEDGE, psn, ..bth };
-                h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
-                h.atomic_ack_eth = Some(AtomicAckEthRepr { orig });
+                Headers {
+                    bth: BthRepr { opcode: base | op::RC_ATOMIC_ACKNOWLEDGE, psn, ..bth },
+                    aeth: Some(AethRepr { syndrome: ACK_OK, msn }),
+                    atomic_ack_eth: Some(AtomicAckEthRepr { orig }),
+                    ..Headers::default()
+                }
             }
             RespOut::EmptyRead { psn, msn } => {
                 q.resp.out.pop_front();
-                h.bth = BthRepr { opcode: op::RC_RDMA_READ_RESPONSE_ONLY, psn, ..bth };
-                h.aeth = Some(AethRepr { syndrome: ACK_OK, msn });
+                Headers {
+                    bth: BthRepr { opcode: op::RC_RDMA_READ_RESPONSE_ONLY, psn, ..bth },
+                    aeth: Some(AethRepr { syndrome: ACK_OK, msn }),
+                    ..Headers::default()
+                }
             }
             RespOut::Read(mut job) => {
                 // Headers in four or five word stores (`emit_read_response`), no `Headers`.
@@ -856,7 +861,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
                 }
                 return finish_out(q, sh, &ip, dst, buf, hl, payload);
             }
-        }
+        };
         let hl = h.emit(buf).ok()?;
         return finish_out(q, sh, &ip, dst, buf, hl, 0);
     }
