@@ -174,6 +174,35 @@ fn xrc_packets_use_the_xrc_opcodes_and_carry_xrceth_on_requests_only() {
     assert_eq!(net.poll_all(1, s.cq).len(), 1);
 }
 
+/// ATOMIC WRITE and FLUSH are implemented on RC only (as in rxe): an XRC initiator refuses
+/// them at post time with EINVAL (`Error::Invalid`) and sends nothing, rather than send
+/// requests its peer would not answer and fail the WR with RETRY_EXC_ERR much later. The
+/// other operations still post on the same QP.
+#[test]
+fn xrc_initiator_refuses_atomic_write_and_flush_at_post() {
+    let mut net = Net::new(2, 17, LinkCfg::default());
+    net.trace = Some(Vec::new());
+    let (ini, t) = connected(&mut net);
+    let s = xrc_srq(&mut net, t.xrcd, t.pd, 1, 64);
+    let e = &mut net.nodes[1].eng;
+    let region = e.memory().alloc(64);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_GLOBAL;
+    let rmr = e.reg_mr(t.pd, region, 64, region, access).unwrap();
+    let aw = WrKind::AtomicWrite { remote_addr: region + 8, rkey: rmr.rkey, value: 7u64.to_ne_bytes() };
+    assert_eq!(post(&mut net, ini, s.num, &send_wr(1, aw, &[])), Err(Error::Invalid));
+    let fl = WrKind::Flush { remote_addr: region, rkey: rmr.rkey, len: 64, placement: 1, level: 0 };
+    assert_eq!(post(&mut net, ini, s.num, &send_wr(2, fl, &[])), Err(Error::Invalid));
+    let (src, smr) = buffer(&mut net, ini, 64);
+    post(&mut net, ini, s.num, &send_wr(3, WrKind::Send, &[sge(src, 64, smr)])).unwrap();
+    net.run_idle(10 * MS);
+    let wc: Vec<_> = net.poll_all(0, ini.cq).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wc, vec![(3, WcStatus::Success)]);
+    let trace = net.trace.take().unwrap();
+    assert!(trace.iter().all(|(_, p)| urxe::wire::parse(&p.data).unwrap().info.transport == Transport::Xrc));
+    assert_eq!(net.nodes[1].mem().get_u64(region + 8), 0);
+    assert_eq!(net.poll_all(1, s.cq).len(), 1);
+}
+
 /// A hostile or mistaken XRCETH: the target NAKs Invalid Request, counts it, touches no
 /// receive buffer and moves to ERR; the initiator's WR fails with REM_INV_REQ_ERR.
 fn refused(name: &str, srqn: impl FnOnce(&mut Net, &Target) -> u32) {

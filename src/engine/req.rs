@@ -52,6 +52,9 @@ pub(crate) fn post<M: HostMemory>(
             | (QpType::Uc, WrKind::RdmaWrite { .. } | WrKind::RdmaWriteWithImm { .. })
             | (QpType::Uc, WrKind::LocalInv { .. } | WrKind::BindMw(_)) => true,
             (QpType::Uc, _) => false,
+            // FLUSH and ATOMIC WRITE are implemented on RC only (as rxe): an XRC initiator
+            // refuses them here rather than send what its peer would not answer.
+            (QpType::XrcSend, WrKind::Flush { .. } | WrKind::AtomicWrite { .. }) => false,
             (QpType::Rc | QpType::XrcSend, _) => true,
             // A target has no send queue.
             (QpType::XrcRecv, _) => false,

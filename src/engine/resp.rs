@@ -820,7 +820,7 @@ pub(crate) fn poll_out<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, buf:
             RespOut::EmptyRead { psn, msn } => {
                 q.resp.out.pop_front();
                 Headers {
-                    bth: BthRepr { opcode: op::RC_RDMA_READ_RESPONSE_ONLY, psn, ..bth },
+                    bth: BthRepr { opcode: base | op::RC_RDMA_READ_RESPONSE_ONLY, psn, ..bth },
                     aeth: Some(AethRepr { syndrome: ACK_OK, msn }),
                     ..Headers::default()
                 }
