@@ -59,6 +59,29 @@ fn get_event(ch: *mut ibv_comp_channel) -> Result<(*mut UrxeCq, usize), i32> {
     }
 }
 
+/// The engine reuses a destroyed CQ's id: its completions go to the CQ created last with that
+/// id, also after the older shell is freed (its unregister leaves the newer entry alone).
+#[test]
+fn engine_id_reused_by_a_new_cq_reaches_the_new_cq() {
+    let ctx = open();
+    // SAFETY: the exported verbs with a live context; CQ shells from new_cq_shell.
+    unsafe {
+        let ch = ibv_create_comp_channel(ctx.0);
+        assert!(!ch.is_null());
+        nonblock((*ch).fd);
+        let old = cq_on(&ctx, ch, 21, 0x01d);
+        let new = cq_on(&ctx, ch, 21, 0x2e3);
+        free_cq_shell(old).unwrap();
+        assert_eq!(notify_cq_id(21), Ok(Some(Some((*ch).fd))));
+        assert_eq!(get_event(ch), Ok((new, 0x2e3)));
+        assert_eq!(get_event(ch), Err(libc::EAGAIN));
+        ibv_ack_cq_events(new as *mut ibv_cq, 1);
+        free_cq_shell(new).unwrap();
+        assert_eq!(notify_cq_id(21), Ok(None), "no CQ with that id is left");
+        assert_eq!(ibv_destroy_comp_channel(ch), 0);
+    }
+}
+
 #[test]
 fn channel_delivers_each_fired_cq_once_in_order_and_skips_destroyed_ones() {
     let ctx = open();

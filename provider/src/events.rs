@@ -57,8 +57,17 @@ fn take_direct(fd: c_int) -> Option<u64> {
     direct_pending(fd).then(|| DIRECT_REC.take()).flatten().map(|(_, serial)| serial)
 }
 
-/// Live CQs by serial (value = address of the `UrxeCq`).
-static CQS: Mutex<Option<HashMap<u64, usize>>> = Mutex::new(None);
+/// Live CQs: by serial (the channel records' key) and by engine CQ id (the engine's
+/// completion events' key), each to the address of the `UrxeCq`.
+#[derive(Default)]
+struct CqRegistry {
+    by_serial: HashMap<u64, usize>,
+    /// Engine id -> serial. An id the engine reuses after a destroy maps to the newest CQ
+    /// registered with it; the older one's unregister leaves that entry alone.
+    by_id: HashMap<urxe::engine::CqId, u64>,
+}
+
+static CQS: Mutex<Option<CqRegistry>> = Mutex::new(None);
 static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// A fresh CQ serial.
@@ -66,15 +75,26 @@ pub fn next_cq_serial() -> u64 {
     NEXT_SERIAL.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Make a CQ findable by its serial (on create).
-pub fn register_cq(cq: *mut UrxeCq, serial: u64) {
-    CQS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(serial, cq as usize);
+/// Make a CQ findable by its serial and its engine id (on create).
+///
+/// # Safety
+/// `cq` is a live CQ of ours whose `id` is set; it stays alive until [`unregister_cq`].
+pub unsafe fn register_cq(cq: *mut UrxeCq, serial: u64) {
+    // SAFETY: caller contract.
+    let id = unsafe { (*cq).id };
+    let mut g = CQS.lock().unwrap_or_else(|e| e.into_inner());
+    let r = g.get_or_insert_with(CqRegistry::default);
+    r.by_serial.insert(serial, cq as usize);
+    r.by_id.insert(id, serial);
 }
 
-/// Forget a CQ (on destroy, before freeing it).
-pub fn unregister_cq(serial: u64) {
-    if let Some(m) = CQS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        m.remove(&serial);
+/// Forget a CQ (on destroy, before freeing it): `serial` and engine `id` as registered.
+pub fn unregister_cq(serial: u64, id: urxe::engine::CqId) {
+    if let Some(r) = CQS.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        r.by_serial.remove(&serial);
+        if r.by_id.get(&id) == Some(&serial) {
+            r.by_id.remove(&id);
+        }
     }
 }
 
@@ -83,7 +103,7 @@ pub fn unregister_cq(serial: u64) {
 /// the handed-out count): the CQ cannot be freed between lookup and count.
 fn take_event(serial: u64) -> Option<(*mut UrxeCq, *mut c_void)> {
     let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
-    let p = *guard.as_ref()?.get(&serial)? as *mut UrxeCq;
+    let p = *guard.as_ref()?.by_serial.get(&serial)? as *mut UrxeCq;
     // SAFETY: registered CQs are alive while the lock is held.
     let c = unsafe { &*p };
     c.comp_events_read.fetch_add(1, Ordering::AcqRel);
@@ -140,18 +160,14 @@ fn uncount(ch: &UrxeChannel) {
 /// [`notify_cq`] returned.
 pub fn notify_cq_id(id: urxe::engine::CqId) -> Result<Option<Option<c_int>>, i32> {
     let guard = CQS.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(map) = guard.as_ref() else {
+    let Some(r) = guard.as_ref() else {
         return Ok(None);
     };
-    for addr in map.values() {
-        let p = *addr as *mut UrxeCq;
-        // SAFETY: registered CQs are alive while the lock is held.
-        if unsafe { (*p).id } == id {
-            // SAFETY: as above.
-            return unsafe { notify_cq(p) }.map(Some);
-        }
-    }
-    Ok(None)
+    let Some(addr) = r.by_id.get(&id).and_then(|serial| r.by_serial.get(serial)) else {
+        return Ok(None);
+    };
+    // SAFETY: registered CQs are alive while the lock is held.
+    unsafe { notify_cq(*addr as *mut UrxeCq) }.map(Some)
 }
 
 /// Queue an async event on a context. `element` is the `ibv_cq*`/`ibv_qp*`/`ibv_srq*` pointer

@@ -91,7 +91,7 @@ pub(crate) unsafe fn new_cq_shell(
 pub(crate) unsafe fn free_cq_shell(raw: *mut UrxeCq) -> Result<(), i32> {
     // SAFETY: caller contract; mutex/cond were initialised by new_cq_shell.
     unsafe {
-        unregister_cq((*raw).serial);
+        unregister_cq((*raw).serial, (*raw).id);
         events::unregister_async(AsyncKind::Cq, (*raw).id, raw as usize);
         let m = ptr::addr_of_mut!((*raw).ibv.mutex);
         let c = ptr::addr_of_mut!((*raw).ibv.cond);
