@@ -376,8 +376,9 @@ fn execute_write<M: HostMemory>(q: &mut Qp, sh: &mut EngineShared<M>, p: &Parsed
         return Err(RespError::InvalidRequest);
     }
     if ends && p.headers.immdt.is_some() && !take_wqe(q, sh) {
-        // Nothing written yet for this packet: the retry after RNR redoes it.
-        q.resp.msg = InMsg::Write { va, rkey, dma_len, received };
+        // Nothing of this packet is written, and the message state is left as the packet
+        // found it, for its retry after the RNR NAK: a LAST's message still in progress, an
+        // ONLY's none (its retry starts the message again).
         return Err(RespError::RnrNoWqe);
     }
     if n > 0 {
