@@ -424,7 +424,7 @@ impl Device {
         }
         self.take_left_work();
         if after.yield_cpu {
-            sig.yield_cpu();
+            sig.yield_cpu(after.nap);
         }
         r
     }

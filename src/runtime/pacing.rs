@@ -92,6 +92,22 @@ const CROWDED_SCORE: u32 = 8;
 const CROWDED_SCORE_MAX: u32 = 64;
 /// How long after its last slow yield a poller counts as crowded at most.
 const CROWDED_FOR_NS: u64 = 1_000_000;
+/// A yield that kept the poller away this long gave a whole time slice to a thread that keeps
+/// its CPU (a CPU-bound neighbour): a yielder goes to the back of the queue, and such a thread
+/// runs its slice before it. For [`NAP_INSTEAD_FOR_NS`] after one, the poller gives the CPU up
+/// by a short sleep instead (its timer wakes it, and a woken thread preempts one that has run
+/// its share), so a neighbour takes tens of microseconds per empty poll rather than a slice.
+/// ib_send_lat 2 B between two namespaces beside two CPU-bound loops on this 2-core VM: a
+/// typical one-way 787 µs with yields (a slice each), 40-47 µs with naps; both processes and
+/// one such loop on one core: 777 µs, 49-70 µs; libfabric's fi_msg_pingpong beside two loops
+/// made no progress in 170 s with yields and finished in 70 s with naps (over libfabric's TCP
+/// provider, which never yields, 23 s). Unloaded, and two processes alone on one core, the same as before.
+const YIELD_LOST_SLICE_NS: u64 = 200_000;
+/// How long a poller naps instead of yielding after a yield lost a slice ...
+const NAP_INSTEAD_FOR_NS: u64 = 10_000_000;
+/// ... except that every this many times it yields as a probe: one that comes back at once
+/// (the neighbour is gone, or it was a moment's preemption) ends the naps.
+const NAP_PROBE_EVERY: u32 = 8;
 
 /// How long after an application poll or post the doorbell is not rung for a moved deadline.
 pub(super) const APP_ACTIVE_NS: u64 = 1_000_000;
@@ -142,6 +158,10 @@ pub(super) struct Pacing {
     /// [`CROWDED_SCORE`]).
     crowded_until: u64,
     crowded_score: u32,
+    /// Until when (ns) the poller naps instead of yielding (see [`YIELD_LOST_SLICE_NS`]).
+    nap_until: u64,
+    /// Naps or probe yields decided since (see [`NAP_PROBE_EVERY`]).
+    naps: u32,
     /// When the last poll that found a completion returned (ns), if no poll came since.
     found_at: Option<u64>,
     /// How long the application stayed away from polling after its last completion: a
@@ -176,8 +196,10 @@ pub(super) struct AfterPoll {
     pub(super) rearm: bool,
     /// Disarm them (the application busy-polls and takes the packets itself).
     pub(super) disarm: bool,
-    /// Yield the CPU once (the application keeps finding nothing).
+    /// Yield the CPU once (the application keeps finding nothing) ...
     pub(super) yield_cpu: bool,
+    /// ... by a short sleep rather than `sched_yield` (see [`YIELD_LOST_SLICE_NS`]).
+    pub(super) nap: bool,
 }
 
 impl Pacing {
@@ -186,6 +208,8 @@ impl Pacing {
             idle_polls: 0,
             crowded_until: 0,
             crowded_score: 0,
+            nap_until: 0,
+            naps: 0,
             found_at: None,
             away_after_found: u64::MAX,
             away_streak: 0,
@@ -310,8 +334,14 @@ impl Pacing {
             Some(t) if t >= YIELD_RAN_OTHERS_NS => {
                 self.crowded_until = now + CROWDED_FOR_NS;
                 self.crowded_score = (self.crowded_score + CROWDED_SCORE).min(CROWDED_SCORE_MAX);
+                if t >= YIELD_LOST_SLICE_NS {
+                    self.nap_until = now + NAP_INSTEAD_FOR_NS;
+                }
             }
-            Some(_) => self.crowded_score = self.crowded_score.saturating_sub(1),
+            Some(_) => {
+                self.crowded_score = self.crowded_score.saturating_sub(1);
+                self.nap_until = 0;
+            }
             None => {}
         }
         let crowded = self.crowded_score > 0 && now < self.crowded_until;
@@ -342,7 +372,13 @@ impl Pacing {
         // woken by each packet, preempting whoever runs there).
         let disarm =
             !rearm && !got && (self.idle_polls == DISARM_AFTER_EMPTY_POLLS || (crowded && self.idle_polls == 1));
-        AfterPoll { rearm, disarm, yield_cpu }
+        // Every NAP_PROBE_EVERY-th of them yields after all: one that comes back at once
+        // ends the naps (the neighbour is gone).
+        let nap = yield_cpu && now < self.nap_until && {
+            self.naps = self.naps.wrapping_add(1);
+            !self.naps.is_multiple_of(NAP_PROBE_EVERY)
+        };
+        AfterPoll { rearm, disarm, yield_cpu, nap }
     }
 }
 
@@ -436,10 +472,17 @@ impl Signals {
         self.epoch.now()
     }
 
-    /// Yields the CPU once and notes how long that took (see [`YIELD_RAN_OTHERS_NS`]).
-    pub(super) fn yield_cpu(&self) {
+    /// Yields the CPU once, or naps (`nap`, see [`YIELD_LOST_SLICE_NS`]), and notes how long
+    /// that took (see [`YIELD_RAN_OTHERS_NS`]).
+    pub(super) fn yield_cpu(&self, nap: bool) {
         let t = self.now();
-        std::thread::yield_now();
+        if nap {
+            // The shortest sleep: the thread's timer slack (50 µs by default) decides its
+            // length.
+            std::thread::sleep(std::time::Duration::from_nanos(1));
+        } else {
+            std::thread::yield_now();
+        }
         self.yield_took.store(self.now().saturating_sub(t), Ordering::Relaxed);
     }
 

@@ -108,6 +108,35 @@ mod basics {
     }
 
     #[test]
+    fn a_yield_that_lost_a_slice_turns_yields_into_naps_with_probes_until_one_comes_back_quick() {
+        let mut p = Pacing::new();
+        let t = 10_000;
+        // A slow yield that did not lose a slice: yields, not naps.
+        let a = p.after_poll(false, t, Some(YIELD_LOST_SLICE_NS - 1));
+        assert!(a.yield_cpu && !a.nap);
+        // One that lost a slice: the next empty polls nap, every NAP_PROBE_EVERY-th yields.
+        let mut kinds = Vec::new();
+        for i in 1..=2 * NAP_PROBE_EVERY as u64 {
+            let took = if i == 1 { Some(YIELD_LOST_SLICE_NS) } else { Some(60_000) };
+            let a = p.after_poll(false, t + i, took);
+            assert!(a.yield_cpu, "crowded: every empty poll gives the CPU up ({i})");
+            kinds.push(a.nap);
+        }
+        let probes: Vec<usize> = kinds.iter().enumerate().filter(|(_, n)| !**n).map(|(i, _)| i).collect();
+        assert_eq!(probes.len(), 2, "{kinds:?}");
+        assert_eq!(probes[1] - probes[0], NAP_PROBE_EVERY as usize);
+        // A probe that comes back at once ends the naps.
+        let a = p.after_poll(false, t + 100, Some(100));
+        assert!(a.yield_cpu && !a.nap);
+        // And so does NAP_INSTEAD_FOR_NS without another lost slice.
+        let mut q = Pacing::new();
+        q.after_poll(false, t, Some(YIELD_LOST_SLICE_NS));
+        assert!(q.after_poll(false, t + 1, Some(60_000)).nap);
+        let a = q.after_poll(false, t + NAP_INSTEAD_FOR_NS, Some(60_000));
+        assert!(a.yield_cpu && !a.nap);
+    }
+
+    #[test]
     fn rearm_after_two_completions_each_followed_by_a_long_absence() {
         let mut p = Pacing::new();
         // The first completion: no absence measured yet (away_after_found starts at MAX,
