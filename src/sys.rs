@@ -89,6 +89,15 @@ pub unsafe fn read(fd: RawFd, buf: *mut c_void, len: usize) -> isize {
     unsafe { libc::syscall(libc::SYS_read, fd as c_long, buf, len) as isize }
 }
 
+/// Sleeps for at least `ns` nanoseconds (the thread's timer slack may add to it) without
+/// being a cancellation point: the raw `nanosleep` system call, not glibc's wrapper (a verb
+/// such as `ibv_poll_cq` must not be one). A signal ends it early, which is fine for a nap.
+pub fn nap(ns: u64) {
+    let ts = libc::timespec { tv_sec: (ns / 1_000_000_000) as libc::time_t, tv_nsec: (ns % 1_000_000_000) as c_long };
+    // SAFETY: `ts` is a valid timespec on our stack; a null remaining-time pointer is allowed.
+    unsafe { libc::syscall(libc::SYS_nanosleep, &ts as *const libc::timespec, std::ptr::null_mut::<libc::timespec>()) };
+}
+
 /// Writes all of `bytes` to `fd` (a short write continues, EINTR retries).
 pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {

@@ -478,8 +478,8 @@ impl Signals {
         let t = self.now();
         if nap {
             // The shortest sleep: the thread's timer slack (50 µs by default) decides its
-            // length.
-            std::thread::sleep(std::time::Duration::from_nanos(1));
+            // length. Not a cancellation point (this runs inside `ibv_poll_cq`).
+            crate::sys::nap(1);
         } else {
             std::thread::yield_now();
         }
